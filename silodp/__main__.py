@@ -1,0 +1,5 @@
+import sys
+
+from silodp.cli import main
+
+sys.exit(main())

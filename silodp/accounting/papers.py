@@ -1,0 +1,108 @@
+"""The papers' closed-form noise formulas, as published (so users can see what they cost).
+
+Each function returns the noise *standard deviations* (square roots of the printed sigma^2) of
+the released per-silo message, with the formula's source. Use
+:func:`silodp.accounting.transcripts.paper_vs_tight` to see what a tight accountant certifies for
+the same transcript (wasted noise, or a formula that falls short of its claim).
+
+Lowy, Ghafelebashi & Razaviyayn (2023):
+* Thm E.1 (proof): ISRL-DP Prox-SGD, sigma^2 = 8 L^2 ln(1/delta) / (eps^2 K^2).
+* Thm E.2: ISRL-DP Prox-PL-SVRG, sigma_1^2 = 256 L^2 S E ln(2/delta) ln(5E/delta) / (eps^2 n^2),
+  sigma_2^2 = 1024 L^2 S R ln(2/delta) ln(2.5R/delta) / (eps^2 n^2), K >= eps n / (4 sqrt(2 S R ln(2/delta))).
+* Thm F.1 (proof): ISRL-DP FedProx-SPIDER, sigma_1^2 = 16 L^2 ln(1/delta) max(R/q, 1) / (eps^2 n^2),
+  sigma_2^2 = 16 beta^2 R ln(1/delta) / (eps^2 n^2), sigma_hat_2^2 = 64 L^2 R ln(1/delta) / (eps^2 n^2).
+* Appendix H.2: the experiments' SPIDER (sigma_2 = inf) and Fed-SPIDER (Alg 11):
+  sigma_1^2 = 32 L^2 ln(2/delta) R / (n^2 eps^2), sigma_2^2 = 8 L^2 ln(2/delta) R / (n^2 eps^2),
+  K_1 = K_2 = n sqrt(eps) / (2 sqrt(R)).
+* Alg 7, 8, 10: the (eps~, delta~) each P_vec invocation is run at.
+"""
+
+from __future__ import annotations
+
+import math
+
+from silodp.accounting._checks import check_count, check_delta, check_positive
+
+
+def _log_inv(delta: float) -> float:
+    return math.log(1.0 / check_delta("delta", delta))
+
+
+def thm_e1(epsilon: float, delta: float, clip: float, batch_size: int) -> dict[str, float]:
+    """Thm E.1 proof: sigma = sqrt(8 L^2 ln(1/delta)) / (eps K)."""
+    eps, L, K = check_positive("epsilon", epsilon), check_positive("clip", clip), check_count("batch_size", batch_size)
+    return {"sigma": math.sqrt(8.0 * L * L * _log_inv(delta)) / (eps * K)}
+
+
+def thm_e2(epsilon: float, delta: float, clip: float, n: int, epochs: int, inner_steps: int,
+           restarts: int = 1) -> dict[str, float]:
+    """Thm E.2 (Alg 2): sigma_1, sigma_2 and the minimum batch size K. R = E Q."""
+    eps, L = check_positive("epsilon", epsilon), check_positive("clip", clip)
+    n, E, Q, S = (check_count(k, v) for k, v in (("n", n), ("epochs", epochs), ("inner_steps", inner_steps), ("restarts", restarts)))
+    dl = check_delta("delta", delta)
+    R = E * Q
+    l2 = math.log(2.0 / dl)
+    s1 = 256.0 * L * L * S * E * l2 * math.log(5.0 * E / dl) / (eps * eps * n * n)
+    s2 = 1024.0 * L * L * S * R * l2 * math.log(2.5 * R / dl) / (eps * eps * n * n)
+    return {"sigma1": math.sqrt(s1), "sigma2": math.sqrt(s2),
+            "min_batch_size": eps * n / (4.0 * math.sqrt(2.0 * S * R * l2))}
+
+
+def thm_f1(epsilon: float, delta: float, clip: float, beta: float, n: int, rounds: int, q: int) -> dict[str, float]:
+    """Thm F.1 proof (Alg 3 with K_1 = K_2 = n)."""
+    eps, L, b = check_positive("epsilon", epsilon), check_positive("clip", clip), check_positive("beta", beta)
+    n, R, q = check_count("n", n), check_count("rounds", rounds), check_count("q", q)
+    li = _log_inv(delta)
+    base = li / (eps * eps * n * n)
+    return {"sigma1": math.sqrt(16.0 * L * L * base * max(R / q, 1.0)),
+            "sigma2": math.sqrt(16.0 * b * b * R * base),
+            "sigma2_hat": math.sqrt(64.0 * L * L * R * base)}
+
+
+def h2_spider(epsilon: float, delta: float, clip: float, n: int, rounds: int, q: int) -> dict[str, float]:
+    """Appendix H.2, ISRL-DP FedProx-SPIDER as run in the experiments: F.1 with sigma_2 = inf."""
+    out = thm_f1(epsilon, delta, clip, 1.0, n, rounds, q)
+    out["sigma2"] = math.inf
+    return out
+
+
+def h2_fed_spider(epsilon: float, delta: float, clip: float, n: int, rounds: int) -> dict[str, float]:
+    """Appendix H.2, ISRL-DP Fed-SPIDER (Alg 11): sigma_1 (difference step), sigma_2 (gradient step)."""
+    eps, L = check_positive("epsilon", epsilon), check_positive("clip", clip)
+    n, R = check_count("n", n), check_count("rounds", rounds)
+    l2 = math.log(2.0 / check_delta("delta", delta))
+    return {"sigma1": math.sqrt(32.0 * L * L * l2 * R / (n * n * eps * eps)),
+            "sigma2": math.sqrt(8.0 * L * L * l2 * R / (n * n * eps * eps)),
+            "batch_size": n * math.sqrt(eps) / (2.0 * math.sqrt(R))}
+
+
+def alg7_pvec(epsilon: float, delta: float, num_silos: int, silos_per_round: int) -> dict[str, float]:
+    """Alg 7 line 7: each round's P_vec runs at (N eps / (2 M), delta)."""
+    eps = check_positive("epsilon", epsilon)
+    N, M = check_count("num_silos", num_silos), check_count("silos_per_round", silos_per_round)
+    return {"epsilon": N * eps / (2.0 * M), "delta": check_delta("delta", delta)}
+
+
+def alg8_pvec(epsilon: float, delta: float, num_silos: int, silos_per_round: int, n: int, batch_size: int,
+              epochs: int, inner_steps: int) -> dict[str, float]:
+    """Alg 8 line 1: eps~ = eps N n / (8 M K sqrt(4 E Q ln(2/delta))), delta~ = delta / (2 E Q)."""
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    N, M, n, K, E, Q = (check_count(k, v) for k, v in (("num_silos", num_silos), ("silos_per_round", silos_per_round),
+                                                        ("n", n), ("batch_size", batch_size), ("epochs", epochs),
+                                                        ("inner_steps", inner_steps)))
+    return {"epsilon": eps * N * n / (8.0 * M * K * math.sqrt(4.0 * E * Q * math.log(2.0 / dl))),
+            "delta": dl / (2.0 * E * Q)}
+
+
+def alg10_pvec(epsilon: float, delta: float, num_silos: int, silos_per_round: int, n: int, batch_size: int,
+               batch_size2: int, rounds: int, q: int) -> dict[str, float]:
+    """Alg 10 lines 8 and 12: the budgets of the full-gradient and the difference invocations."""
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    N, M, n, K1, K2, R, q = (check_count(k, v) for k, v in (
+        ("num_silos", num_silos), ("silos_per_round", silos_per_round), ("n", n), ("batch_size", batch_size),
+        ("batch_size2", batch_size2), ("rounds", rounds), ("q", q)))
+    li = math.log(1.0 / dl)
+    return {"epsilon1": eps * n * N / (4.0 * K1 * M * math.sqrt(2.0 * li) * max(1.0, math.sqrt(q / R))),
+            "delta1": dl * q / (2.0 * R),
+            "epsilon2": eps * N * n / (4.0 * M * K2 * math.sqrt(2.0 * R * li)),
+            "delta2": dl / (2.0 * R)}

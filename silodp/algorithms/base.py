@@ -1,0 +1,339 @@
+"""Shared machinery: the algorithm base class (parameters, calibration) and the per-run context
+(randomness, minibatches, the Gaussian or shuffled channel, transcripts, metrics).
+
+Every silo message goes through :meth:`Context.send`, which draws the noise of all N silos in one
+call, records what each silo released, and returns the server's aggregate. Everything an
+algorithm computes afterwards is a function of released messages only (post-processing), which
+is what lets :meth:`FederatedAlgorithm.run` *replay* a recorded transcript: with
+``replay=result`` the server's aggregates and each silo's released messages are taken from
+``result`` while the silo still computes its own message on its own data. Two runs on neighbouring
+datasets, one replaying the other, thus show exactly how one silo's message depends on one record
+at the same iterates (the ISRL-DP sensitivity).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import ClassVar
+
+import torch
+
+from . import grads as _grads
+from .federation import BatchSampler
+from .result import RunResult
+from .shuffle import analyze, as_params, pvec_fast, randomize
+
+CALIBRATIONS = ("tight", "paper")
+
+
+def _positive_int(name: str, value) -> int:
+    if value is None or int(value) != value or int(value) < 1:
+        raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
+    """Binomial parameters per message group from one ``{g, b, p}`` for all groups, a dict keyed
+    by group name, or the accounting layer's ``invocation1, invocation2, ...`` (in group order)."""
+    if "g" in raw:
+        return {g: as_params(raw) for g in groups}
+    if all(g in raw for g in groups):
+        return {g: as_params(raw[g]) for g in groups}
+    ordered = [raw[k] for k in sorted(raw)]
+    if not ordered:
+        raise ValueError("shuffle_params: no protocol parameters given")
+    return {g: as_params(ordered[min(i, len(ordered) - 1)]) for i, g in enumerate(groups)}
+
+
+class FederatedAlgorithm:
+    """Base class. Constructors only store parameters; :meth:`run` does the work.
+
+    Common parameters: ``rounds`` (R), ``batch_size`` (K), ``step_size`` (eta; default
+    ``1 / (2 beta)`` from the problem), privacy either as a target ``epsilon``/``delta``
+    (calibrated by :mod:`silodp.accounting` with ``calibration`` = "tight" | "paper") or explicit
+    ``sigmas`` (noise standard deviations of the released per-silo message, keys as in
+    :attr:`noise_keys`) / ``shuffle_params`` (SDP: ``(g, b, p)`` per message group);
+    ``replacement`` (minibatch sampling), ``grad_method`` ("ghost" | "materialize"),
+    ``record_transcript``, ``metrics_every`` (0 = no per-round metrics), ``w0``.
+    """
+
+    name: ClassVar[str] = ""
+    private: ClassVar[bool] = True
+    shuffled: ClassVar[bool] = False
+    noise_keys: ClassVar[tuple[str, ...]] = ("sigma",)
+    message_groups: ClassVar[tuple[str, ...]] = ("grad",)
+    uniform_output: ClassVar[bool] = False
+    default_replacement: ClassVar[bool] = True
+
+    def __init__(self, *, rounds: int = 10, batch_size: int = 32, step_size: float | None = None,
+                 epsilon: float | None = None, delta: float | None = None,
+                 sigmas: dict | None = None, shuffle_params: dict | None = None,
+                 calibration: str = "tight", accountant: str | None = None, replacement: bool | None = None,
+                 grad_method: str = "ghost", record_transcript: bool = False,
+                 metrics_every: int = 1, w0: torch.Tensor | None = None):
+        self.rounds = rounds
+        self.batch_size = batch_size
+        self.step_size = step_size
+        self.epsilon = epsilon
+        self.delta = delta
+        self.sigmas = sigmas
+        self.shuffle_params = shuffle_params
+        self.calibration = calibration
+        self.accountant = accountant
+        self.replacement = replacement
+        self.grad_method = grad_method
+        self.record_transcript = record_transcript
+        self.metrics_every = metrics_every
+        self.w0 = w0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
+
+    def get_params(self) -> dict:
+        names = [p for c in type(self).__mro__ if c is not object
+                 for p in inspect.signature(c.__init__).parameters if p not in ("self", "kwargs")]
+        return {n: getattr(self, n) for n in dict.fromkeys(names)}
+
+    # -- configuration -------------------------------------------------------------------------
+    @property
+    def uses_replacement(self) -> bool:
+        return self.default_replacement if self.replacement is None else bool(self.replacement)
+
+    def config_fields(self, problem, federation) -> dict:
+        """Fields of :class:`silodp.accounting.transcripts.TranscriptConfig` for this run."""
+        return dict(
+            n=federation.min_size, rounds=int(self.rounds), batch_size=int(self.batch_size),
+            batch_size2=int(self.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
+            clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
+            silos_per_round=federation.silos_per_round, dimension=problem.dim,
+            replacement=self.uses_replacement,
+        )
+
+    def transcript_config(self, problem, federation):
+        from silodp.accounting.transcripts import TranscriptConfig
+
+        return TranscriptConfig(**self.config_fields(problem, federation))
+
+    def privacy_event(self, config, sigmas: dict | None = None):
+        """The dp_accounting event describing ONE silo's whole transcript (for the accountant)."""
+        from silodp.accounting.transcripts import privacy_event
+
+        if sigmas is None:
+            if self.sigmas is None:
+                raise ValueError("sigmas: pass explicit sigmas or calibrate first")
+            sigmas = self.sigmas
+        return privacy_event(self.name, config, sigmas)
+
+    def _validate(self, problem, federation) -> None:
+        _positive_int("rounds", self.rounds)
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("metrics_every", self.metrics_every) if self.metrics_every else None
+        if self.grad_method not in _grads.METHODS:
+            raise ValueError(f"grad_method: must be one of {_grads.METHODS}, got {self.grad_method!r}")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration: must be one of {CALIBRATIONS}, got {self.calibration!r}")
+        if self.step_size is not None and not (0 < float(self.step_size) < math.inf):
+            raise ValueError(f"step_size: must be a finite number > 0, got {self.step_size}")
+        if self.step_size is None and problem.beta is None:
+            raise ValueError("step_size: required when the problem has no smoothness constant beta")
+        if self.private and problem.clip is None:
+            raise ValueError("clip: private algorithms need a finite per-sample clip (the Lipschitz bound L)")
+        if self.private and not self.shuffled and self.sigmas is None and self.epsilon is None:
+            raise ValueError("epsilon: private algorithms need a target epsilon or explicit sigmas")
+        if self.shuffled and self.shuffle_params is None and self.epsilon is None:
+            raise ValueError("epsilon: shuffle algorithms need a target epsilon or explicit shuffle_params")
+        if self.epsilon is not None and not (0 < float(self.epsilon) < math.inf):
+            raise ValueError(f"epsilon: must be a finite number > 0, got {self.epsilon}")
+        if self.delta is not None and not (0 < float(self.delta) < 1):
+            raise ValueError(f"delta: must be in (0, 1), got {self.delta}")
+        if self.w0 is not None and tuple(self.w0.shape) != (problem.dim,):
+            raise ValueError(f"w0: must have shape ({problem.dim},), got {tuple(self.w0.shape)}")
+
+    def eta(self, problem) -> float:
+        return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
+
+    def resolve_noise(self, problem, federation) -> tuple[dict, float | None, float | None, dict | None]:
+        """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
+        if not self.private:
+            return {k: 0.0 for k in self.noise_keys}, math.inf, None, None
+        explicit = self.shuffle_params if self.shuffled else self.sigmas
+        if explicit is not None:
+            if self.shuffled:
+                shuffle = _shuffle_groups(explicit, self.message_groups)
+                return {}, self.epsilon, self.delta, shuffle
+            missing = [k for k in self.noise_keys if k not in explicit]
+            if missing:
+                raise ValueError(f"sigmas: missing keys {missing} (need {list(self.noise_keys)})")
+            bad = [k for k in self.noise_keys if not float(explicit[k]) >= 0]
+            if bad:
+                raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
+            return {k: float(explicit[k]) for k in self.noise_keys}, self.epsilon, self.delta, None
+        try:
+            from silodp.accounting.transcripts import calibrate_algorithm
+        except ImportError as exc:  # pragma: no cover - depends on the build
+            raise RuntimeError("epsilon: calibration needs silodp.accounting.transcripts; pass explicit sigmas") from exc
+
+        delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
+        cal = calibrate_algorithm(self.name, self.transcript_config(problem, federation), float(self.epsilon),
+                                  float(delta), method=self.calibration, accountant=self.accountant)
+        shuffle = None
+        if self.shuffled:
+            shuffle = _shuffle_groups(cal.shuffle, self.message_groups)
+        return dict(cal.sigmas), float(cal.epsilon), float(cal.delta), shuffle
+
+    # -- the verb ------------------------------------------------------------------------------
+    def run(self, problem, federation, seed: int = 0, replay: RunResult | None = None,
+            callback=None) -> RunResult:
+        """Run on ``federation`` (training data) and return a :class:`RunResult`.
+
+        ``replay``: a result recorded with ``record_transcript=True``; its released messages and
+        aggregates replace this run's (see the module docstring). ``callback(round, w)`` is
+        called after every round (progress bars).
+        """
+        self._validate(problem, federation)
+        sigmas, epsilon, delta, shuffle = self.resolve_noise(problem, federation)
+        ctx = Context(self, problem, federation, int(seed), sigmas, shuffle, replay)
+        ctx.callback = callback
+        w0 = self.w0 if self.w0 is not None else problem.model.init(ctx.gen, dtype=federation.x.dtype)
+        w_last = self._run(ctx, w0.to(federation.x.dtype).clone())
+        if self.uniform_output and ctx.iterates:
+            pick = int(torch.randint(len(ctx.iterates), (1,), generator=ctx.gen))
+            w_priv = ctx.iterates[pick]
+        else:
+            w_priv = w_last
+        return RunResult(self.name, w_priv.clone(), w_last.clone(), ctx.history, sigmas, epsilon, delta,
+                         None if shuffle is None else {g: vars(p) for g, p in shuffle.items()},
+                         ctx.entries, self.get_params())
+
+    def _run(self, ctx: "Context", w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+class Context:
+    """Per-run state: one generator, the channel (Gaussian or shuffle), transcript and metrics."""
+
+    def __init__(self, algo, problem, federation, seed, sigmas, shuffle, replay):
+        self.algo, self.problem, self.fed = algo, problem, federation
+        self.gen = torch.Generator().manual_seed(seed)
+        self.sigmas, self.shuffle = sigmas, shuffle
+        self.eta = algo.eta(problem)
+        self.entries = [] if (algo.record_transcript or replay is not None) else None
+        if replay is not None and replay.transcript is None:
+            raise ValueError("replay: the replayed result has no transcript (run with record_transcript=True)")
+        self._replay = replay.transcript if replay is not None else None
+        self.round = 0
+        self.history = {"round": [], "objective": [], "grad_mapping_norm": [], "accuracy": []}
+        self.iterates: list[torch.Tensor] = []
+        self.callback = None
+
+    # -- data ----------------------------------------------------------------------------------
+    def sampler(self, batch_size: int, replacement: bool | None = None) -> BatchSampler:
+        rep = self.algo.uses_replacement if replacement is None else replacement
+        return BatchSampler(self.fed.counts, batch_size, rep, self.gen)
+
+    def available(self) -> torch.Tensor:
+        return self.fed.sample_available(self.gen)
+
+    def batch(self, sampler: BatchSampler):
+        idx = sampler.next()
+        x, y = self.fed.gather(idx)
+        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self.fed.x.dtype)
+        return x, y, weights, idx
+
+    def full(self):
+        return self.fed.x, self.fed.y, self.fed.weights, None
+
+    def prox(self, v: torch.Tensor) -> torch.Tensor:
+        return self.problem.regularizer.prox(v, self.eta)
+
+    # -- gradients -----------------------------------------------------------------------------
+    def term(self, data, w: torch.Tensor, w_old: torch.Tensor | None = None, diff_clip: float | None = None):
+        """Clipped gradient term of every silo on ``data`` at ``w`` (minus the one at ``w_old``).
+
+        Gaussian channel without ``diff_clip``: the weighted sums ``[N, d]`` (ghost clipping).
+        Otherwise the per-sample vectors ``[N, K, d]``, differences clipped to ``diff_clip``.
+        """
+        x, y, weights, _ = data
+        clip = self.problem.clip
+        if not self.algo.shuffled and diff_clip is None:
+            out = _grads.clipped_grad_sum(self.problem, w, x, y, weights, clip, self.algo.grad_method)
+            if w_old is not None:
+                out = out - _grads.clipped_grad_sum(self.problem, w_old, x, y, weights, clip, self.algo.grad_method)
+            return out
+        out = _grads.clipped_per_sample(self.problem, w, x, y, clip)
+        if w_old is not None:
+            out = out - _grads.clipped_per_sample(self.problem, w_old, x, y, clip)
+            if diff_clip is not None:
+                out = _grads.clip_rows(out, diff_clip)
+        return out
+
+    # -- the channel ---------------------------------------------------------------------------
+    def send(self, group: str, term: torch.Tensor, data, avail: torch.Tensor, std: float = 0.0,
+             bound: float | None = None, offset: torch.Tensor | None = None):
+        """Each available silo releases its message; returns ``(aggregate [d], released [N, d])``.
+
+        Gaussian: message = (weighted) term + offset + N(0, std^2 I), noise for all silos in one
+        draw. Shuffle: the silos' per-sample vectors go through P_vec with ``bound``; the
+        aggregate is the analyzer's estimate divided by the number of messages, plus the mean
+        offset. ``released`` is None on the shuffle channel.
+        """
+        _, _, weights, idx = data
+        a = avail.to(self.fed.x.dtype)
+        m = a.sum()
+        replayed = self._next_replay(group)
+        if self.algo.shuffled:
+            agg, messages = self._shuffle(group, term, weights, a, bound)
+            if offset is not None:
+                agg = agg + (offset if offset.dim() == 1 else (offset * a[:, None]).sum(0) / m)
+            released = None
+        else:
+            mean = term if term.dim() == 2 else torch.einsum("nk,nkd->nd", weights, term)
+            noise = torch.randn(mean.shape, generator=self.gen, dtype=mean.dtype) * float(std)
+            messages = mean + noise if offset is None else mean + offset + noise
+            released = replayed["messages"] if replayed is not None else messages
+            agg = (released * a[:, None]).sum(0) / m
+        if replayed is not None:
+            agg = replayed["aggregate"]
+        if self.entries is not None:
+            self.entries.append({"round": self.round, "group": group, "available": avail.clone(),
+                                 "batch": None if idx is None else idx.clone(), "std": float(std),
+                                 "messages": messages.detach().clone(), "aggregate": agg.detach().clone()})
+        return agg, released
+
+    def _next_replay(self, group):
+        if self._replay is None:
+            return None
+        entry = self._replay[len(self.entries)]
+        if entry["group"] != group:
+            raise ValueError(f"replay: transcript out of step (expected group {group!r}, found {entry['group']!r})")
+        return entry
+
+    def _shuffle(self, group, term, weights, a, bound):
+        params = self.shuffle[group]
+        sent = (weights > 0).to(term.dtype) * a[:, None]
+        n_msgs = int(sent.sum())
+        if self.entries is None:
+            est = pvec_fast(term, bound, params, self.gen, weights=sent)
+            return est / n_msgs, None
+        counts = randomize(term, bound, params, self.gen)  # message path: what each silo sends
+        totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
+        return analyze(totals, n_msgs, bound, params).to(term.dtype) / n_msgs, counts
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:
+        if keep_iterate:
+            self.iterates.append(w.detach().clone())
+        every = self.algo.metrics_every
+        if every and self.round % every == 0:
+            self.log(w)
+        if self.callback is not None:
+            self.callback(self.round, w)
+        self.round += 1
+
+    def log(self, w: torch.Tensor) -> None:
+        p = self.problem
+        self.history["round"].append(self.round)
+        self.history["objective"].append(p.objective(w, self.fed))
+        self.history["grad_mapping_norm"].append(p.grad_mapping_norm(w, self.fed, self.eta))
+        self.history["accuracy"].append(p.accuracy(w, self.fed))

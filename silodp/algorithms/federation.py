@@ -1,0 +1,134 @@
+"""The federation simulator: N silos' data as batched tensors, availability, minibatches.
+
+Silo data is stored as ``x: [N, n_max, ...]``, ``y: [N, n_max]`` with a boolean ``mask`` for the
+padding when silos differ in size. Everything random draws from one ``torch.Generator``, so a run
+is reproducible bit for bit from its seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+AVAILABILITY = ("fixed", "random")
+
+
+@dataclass
+class Federation:
+    """Batched silo data plus the availability model.
+
+    ``silos_per_round`` is M (default: all N). ``availability="fixed"`` draws exactly M of N
+    silos uniformly each round (Assumption 3); ``"random"`` draws ``M_r = max(1, Bin(N, M/N))``
+    independently per round and then a uniform subset of that size (Assumption 6).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    counts: torch.Tensor
+    silos_per_round: int | None = None
+    availability: str = "fixed"
+    mask: torch.Tensor = field(init=False, repr=False)
+    weights: torch.Tensor = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if self.x.dim() < 3 or self.y.shape != self.x.shape[:2]:
+            raise ValueError(f"x: expected [N, n, ...] with y [N, n], got {tuple(self.x.shape)} and {tuple(self.y.shape)}")
+        self.counts = torch.as_tensor(self.counts, dtype=torch.long)
+        n_silos, n_max = self.x.shape[:2]
+        if self.counts.shape != (n_silos,) or int(self.counts.min()) < 1 or int(self.counts.max()) > n_max:
+            raise ValueError(f"counts: must be N={n_silos} integers in [1, {n_max}]")
+        m = n_silos if self.silos_per_round is None else int(self.silos_per_round)
+        if not 1 <= m <= n_silos:
+            raise ValueError(f"silos_per_round: must be in [1, {n_silos}], got {self.silos_per_round}")
+        self.silos_per_round = m
+        if self.availability not in AVAILABILITY:
+            raise ValueError(f"availability: must be one of {AVAILABILITY}, got {self.availability!r}")
+        self.mask = torch.arange(n_max).unsqueeze(0) < self.counts.unsqueeze(1)
+        self.weights = self.mask.to(self.x.dtype) / self.counts.unsqueeze(1).to(self.x.dtype)
+
+    @classmethod
+    def from_silos(cls, xs, ys, **kwargs) -> "Federation":
+        """Pad a list of per-silo arrays ``x_i: [n_i, ...]``, ``y_i: [n_i]`` into one batch."""
+        if len(xs) != len(ys) or not xs:
+            raise ValueError("xs: need one (non-empty) list of arrays per silo, same length as ys")
+        xs = [torch.as_tensor(x) for x in xs]
+        ys = [torch.as_tensor(y) for y in ys]
+        counts = torch.tensor([len(x) for x in xs])
+        n_max = int(counts.max())
+        x = torch.zeros(len(xs), n_max, *xs[0].shape[1:], dtype=xs[0].dtype)
+        y = torch.zeros(len(xs), n_max, dtype=x.dtype)
+        for i, (xi, yi) in enumerate(zip(xs, ys)):  # construction only, not the simulation
+            x[i, : len(xi)] = xi
+            y[i, : len(yi)] = yi.to(x.dtype)
+        return cls(x, y, counts, **kwargs)
+
+    @property
+    def num_silos(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def min_size(self) -> int:
+        return int(self.counts.min())
+
+    def with_availability(self, silos_per_round: int | None, availability: str = "fixed") -> "Federation":
+        return Federation(self.x, self.y, self.counts, silos_per_round, availability)
+
+    def to(self, dtype: torch.dtype) -> "Federation":
+        return Federation(self.x.to(dtype), self.y.to(dtype), self.counts, self.silos_per_round, self.availability)
+
+    def sample_available(self, generator: torch.Generator) -> torch.Tensor:
+        """Boolean ``[N]`` mask of this round's available silos."""
+        n = self.num_silos
+        m = self.silos_per_round
+        if self.availability == "random":
+            prob = torch.full((1,), m / n, dtype=torch.float64)
+            m = max(1, int(torch.binomial(torch.tensor([float(n)], dtype=torch.float64), prob, generator=generator)))
+        if m == n:
+            return torch.ones(n, dtype=torch.bool)
+        order = torch.rand(n, generator=generator).argsort()
+        avail = torch.zeros(n, dtype=torch.bool)
+        avail[order[:m]] = True
+        return avail
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``idx: [N, K]`` of every silo -> ``(x [N, K, ...], y [N, K])``."""
+        rows = torch.arange(self.num_silos).unsqueeze(1)
+        return self.x[rows, idx], self.y[rows, idx]
+
+
+class BatchSampler:
+    """Per-silo minibatch indices ``[N, K]``, all silos in one call.
+
+    With replacement: K i.i.d. uniform draws from each silo's ``n_i`` records. Without
+    replacement: each silo walks through a fresh random permutation of its records, so batches
+    are disjoint within an epoch (what parallel composition in Thm E.1's proof needs); a new
+    permutation starts when the smallest silo runs out.
+    """
+
+    def __init__(self, counts: torch.Tensor, batch_size: int, replacement: bool, generator: torch.Generator):
+        self.counts = counts
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+        if not replacement and self.batch_size > int(counts.min()):
+            raise ValueError(f"batch_size: without replacement must be <= the smallest silo size {int(counts.min())}, got {batch_size}")
+        self.replacement = replacement
+        self.generator = generator
+        self._perm = None
+        self._cursor = 0
+
+    def next(self) -> torch.Tensor:
+        n_silos = self.counts.shape[0]
+        k = self.batch_size
+        if self.replacement:
+            u = torch.rand(n_silos, k, generator=self.generator, dtype=torch.float64)
+            return torch.clamp((u * self.counts.unsqueeze(1)).long(), max=self.counts.unsqueeze(1) - 1)
+        if self._perm is None or self._cursor + k > int(self.counts.min()):
+            n_max = int(self.counts.max())
+            keys = torch.rand(n_silos, n_max, generator=self.generator)
+            keys = keys.masked_fill(torch.arange(n_max).unsqueeze(0) >= self.counts.unsqueeze(1), 2.0)
+            self._perm, self._cursor = keys.argsort(dim=1), 0
+        batch = self._perm[:, self._cursor : self._cursor + k]
+        self._cursor += k
+        return batch

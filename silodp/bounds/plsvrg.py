@@ -1,0 +1,133 @@
+"""Section 2.2 / Appendix E.3-E.4: Prox-PL-SVRG for proximal-PL federated ERM.
+
+Theorem 2.2 (M = N) and its complete statement Theorem E.2 (M <= N, heterogeneity term) of
+Lowy, Ghafelebashi & Razaviyayn (2023).  Rate forms: hidden constants 1; the O-tilde logs
+(e.g. ln^2(d kappa/delta) of eq. 43) are dropped, ln(1/delta) is kept.  Prescriptions follow
+Thm E.2: sigma_1, sigma_2, K, R = 12 kappa, S, eta (proof of E.2 part 1), and E = R/Q, Q = n/K.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
+from silodp.bounds.registry import register
+from silodp.bounds.symbols import (
+    LN_INV_DELTA, Delta, E, K, L, M, N, R, S, beta, d, delta, eps, kappa, mu, n,
+    upsilon,
+)
+
+QUANTITY_ERM = r"\mathbb{E}\widehat{F}_{\mathbf{X}}(w_{\mathrm{priv}})-\widehat{F}_{\mathbf{X}}^{*}"
+LN_2_DELTA = sp.log(2 / delta)
+
+EPS_RANGE = Condition(
+    "eps_range", sp.And(eps <= 15, eps <= 2 * LN_2_DELTA), "eps <= min{15, 2 ln(2/delta)}"
+)
+DELTA_RANGE = Condition("delta_range", delta < sp.Rational(1, 2), "delta in (0, 1/2)")
+SDP_AVAILABILITY = Condition(
+    "sdp_availability",
+    M >= sp.Min(
+        (eps * N * L) ** sp.Rational(3, 4) * (d * sp.log(d / delta) ** 3) ** sp.Rational(3, 8)
+        / (n ** sp.Rational(1, 4) * (beta * Delta) ** sp.Rational(3, 8)),
+        N,
+    ),
+    "M >= min{(eps N L)^(3/4) (d ln^3(d/delta))^(3/8) / (n^(1/4) (beta Delta)^(3/8)), N} (Thm E.2.2)",
+)
+
+#: (N - M) / (M (N - 1)) 1{N > 1}: the silo-sampling variance factor of Lemma E.3.
+SAMPLING = sp.Piecewise(((N - M) / (M * (N - 1)), sp.StrictGreaterThan(N, 1)), (0, True))
+
+
+def _prescription(silos: sp.Expr, restarts_scale: sp.Expr, sigma2_const: int, sigma2_log: sp.Expr):
+    """Thm E.2's parameter choices; ``silos`` is M (or N when M = N)."""
+    return {
+        "R": 12 * kappa,
+        "S": sp.Max(1, sp.ceiling(sp.log(restarts_scale, 2))),
+        "K": sp.ceiling(sp.Max((n**2 / silos) ** sp.Rational(1, 3),
+                               eps * n / (4 * sp.sqrt(2 * S * R * LN_2_DELTA)))),
+        "E": sp.Max(1, sp.ceiling(R / sp.floor(n / K))),
+        "eta": sp.Min(1, K ** sp.Rational(3, 2) * sp.sqrt(silos) / n) / (8 * beta),
+        "sigma1": sp.sqrt(256 * L**2 * S * E * LN_2_DELTA * sp.log(5 * E / delta) / (eps**2 * n**2)),
+        "sigma2": sp.sqrt(sigma2_const * L**2 * S * R * LN_2_DELTA * sp.log(sigma2_log / delta)
+                          / (eps**2 * n**2)),
+    }
+
+
+_ISRL_SCALE = Delta * mu * M * eps**2 * n**2 / (kappa * d * L**2)
+_SDP_SCALE = Delta * mu * eps**2 * N**2 * n**2 / (kappa * d * L**2)
+_HALF = sp.Rational(5, 2)
+# As stated in Thm E.2: sigma_2^2 = 1024 L^2 S R ln(2/delta) ln(2.5 R/delta) / (eps n)^2.
+ISRL_PAPER = _prescription(M, _ISRL_SCALE, 1024, _HALF * R)
+# Corrected: ln(5R/delta) as in the proof, and 4096 = 2 (4L)^2 * 128 for sensitivity 4L/K.
+ISRL_CORRECTED = _prescription(M, _ISRL_SCALE, 4096, 5 * R)
+SDP_PAPER = {k: v for k, v in _prescription(M, _SDP_SCALE, 1024, _HALF * R).items()
+             if k in ("R", "S", "K", "E", "eta")}
+
+
+def _at_m_equals_n(recipe: dict[str, sp.Expr]) -> dict[str, sp.Expr]:
+    return {k: v.subs(M, N) for k, v in recipe.items()}
+
+
+_RATE = dict(problem="ERM", metric="excess empirical risk", form="rate")
+_PRIVACY_ISRL = Term("privacy", kappa * L**2 * d * LN_INV_DELTA / (mu * eps**2 * n**2 * M))
+_PRIVACY_SDP = Term("privacy", kappa * L**2 * d * LN_INV_DELTA / (mu * eps**2 * n**2 * N**2))
+
+THM22_ISRL = Bound(
+    id="thm2.2-isrl",
+    title="ISRL-DP Prox-PL-SVRG, proximal-PL federated ERM (M = N)",
+    source=Source(LOWY_2023, "Theorem 2.2 part 1", "Section 2.2"),
+    kind=Kind("upper", "ISRL-DP", **_RATE),
+    terms=(Term("privacy", _PRIVACY_ISRL.expr.subs(M, N)),),
+    conditions=(EPS_RANGE, DELTA_RANGE),
+    prescriptions={"paper": _at_m_equals_n(ISRL_PAPER), "corrected": _at_m_equals_n(ISRL_CORRECTED)},
+    quantity=QUANTITY_ERM,
+    notes="O-tilde logs dropped except ln(1/delta); O-tilde(kappa) = S R rounds.",
+)
+
+THM22_SDP = Bound(
+    id="thm2.2-sdp",
+    title="SDP Prox-PL-SVRG, proximal-PL federated ERM (M = N)",
+    source=Source(LOWY_2023, "Theorem 2.2 part 2", "Section 2.2"),
+    kind=Kind("upper", "SDP", **_RATE),
+    terms=(_PRIVACY_SDP,),
+    conditions=(EPS_RANGE, DELTA_RANGE),
+    prescriptions={"paper": _at_m_equals_n(SDP_PAPER)},
+    quantity=QUANTITY_ERM,
+    notes="O-tilde logs (ln^2(d kappa/delta) of eq. 43) dropped except ln(1/delta).",
+)
+
+THME2_ISRL = Bound(
+    id="thmE.2-isrl",
+    title="ISRL-DP Prox-PL-SVRG, M <= N with heterogeneity (as printed)",
+    source=Source(LOWY_2023, "Theorem E.2 part 1", "Appendix E.4"),
+    kind=Kind("upper", "ISRL-DP", **_RATE),
+    terms=(_PRIVACY_ISRL, Term("heterogeneity", SAMPLING * upsilon**2)),
+    conditions=(EPS_RANGE, DELTA_RANGE),
+    prescriptions={"paper": ISRL_PAPER, "corrected": ISRL_CORRECTED},
+    quantity=QUANTITY_ERM,
+    notes="As printed the heterogeneity term has no 1/mu, unlike eq. (40): see thmE.2-isrl-corrected.",
+)
+
+THME2_ISRL_CORRECTED = Bound(
+    id="thmE.2-isrl-corrected",
+    title="ISRL-DP Prox-PL-SVRG, M <= N, heterogeneity term with 1/mu as in eq. (40)",
+    source=Source(LOWY_2023, "Theorem E.2 part 1, proof", "eq. (40)"),
+    kind=Kind("upper", "ISRL-DP", **_RATE),
+    terms=(_PRIVACY_ISRL, Term("heterogeneity", SAMPLING * upsilon**2 / mu)),
+    conditions=(EPS_RANGE, DELTA_RANGE),
+    prescriptions={"paper": ISRL_CORRECTED},
+    quantity=QUANTITY_ERM,
+)
+
+THME2_SDP = Bound(
+    id="thmE.2-sdp",
+    title="SDP Prox-PL-SVRG, M <= N with heterogeneity",
+    source=Source(LOWY_2023, "Theorem E.2 part 2", "Appendix E.4, eq. (43)"),
+    kind=Kind("upper", "SDP", **_RATE),
+    terms=(_PRIVACY_SDP, Term("heterogeneity", SAMPLING * upsilon**2 / mu)),
+    conditions=(EPS_RANGE, DELTA_RANGE, SDP_AVAILABILITY),
+    prescriptions={"paper": SDP_PAPER},
+    quantity=QUANTITY_ERM,
+)
+
+register(THM22_ISRL, THM22_SDP, THME2_ISRL, THME2_ISRL_CORRECTED, THME2_SDP)

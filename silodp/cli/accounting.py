@@ -1,0 +1,183 @@
+"""``silodp epsilon | noise | shuffle``: the accounting layer from the shell (no torch import)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from silodp.cli import emit
+
+ACCOUNTANT_CHOICES = ("rdp", "pld", "zcdp", "advanced", "dwork-roth", "all")
+SAMPLING_CHOICES = ("none", "poisson", "without-replacement", "with-replacement")
+
+
+def _mechanism_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, default=1, help="number of composed steps (default 1)")
+    p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+    p.add_argument("--sampling", choices=SAMPLING_CHOICES, default="none")
+    p.add_argument("--q", type=float, default=1.0, help="sampling ratio in (0, 1]")
+    p.add_argument("--dataset-size", type=int, default=None,
+                   help="records n (needed for with/without-replacement sampling: batch = round(q n))")
+    p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
+                   help="neighbouring relation (ISRL-DP is replace-one)")
+    p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default="pld")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _event_fn(args):
+    from silodp.accounting import events as ev
+    from silodp.accounting._checks import check_count, check_probability
+
+    steps = check_count("steps", args.steps)
+    q = check_probability("q", args.q)
+    if args.sampling in ("with-replacement", "without-replacement"):
+        if args.dataset_size is None:
+            raise ValueError(f"--dataset-size is required with --sampling {args.sampling}")
+        n = check_count("dataset-size", args.dataset_size)
+        m = max(1, round(q * n))
+
+    def make(z: float):
+        step = ev.GaussianDpEvent(z)
+        if args.sampling == "poisson":
+            step = ev.PoissonSampledDpEvent(q, step)
+        elif args.sampling == "without-replacement":
+            step = ev.SampledWithoutReplacementDpEvent(n, m, step)
+        elif args.sampling == "with-replacement":
+            step = ev.SampledWithReplacementDpEvent(n, m, step)
+        return ev.SelfComposedDpEvent(step, steps)
+
+    return make
+
+
+def _relation(args):
+    from silodp.accounting import events as ev
+    return ev.REPLACE_ONE if args.relation == "replace-one" else ev.ADD_OR_REMOVE_ONE
+
+
+def _names(args) -> list[str]:
+    from silodp.accounting import ACCOUNTANTS
+    return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant]
+
+
+def _for_each(args, compute):
+    """Run ``compute(name)`` per requested accountant; unsupported ones give None under ``all``."""
+    from silodp.accounting import UnsupportedEventError, get_accountant
+
+    out: dict[str, object] = {}
+    for name in _names(args):
+        reason = get_accountant(name, _relation(args)).unsupported_reason(_event_fn(args)(1.0))
+        if reason:
+            if args.accountant != "all":
+                raise ValueError(f"--accountant {name} cannot certify this mechanism: {reason}")
+            out[name] = None
+            continue
+        try:
+            out[name] = compute(name)
+        except UnsupportedEventError:
+            out[name] = None
+    return out
+
+
+def _epsilon(args) -> int:
+    from silodp.accounting import epsilon
+    from silodp.accounting._checks import check_delta, check_positive
+
+    z = check_positive("noise-multiplier", args.noise_multiplier)
+    delta = check_delta("delta", args.delta)
+    results = _for_each(args, lambda name: epsilon(_event_fn(args)(z), delta, name, _relation(args)))
+    payload = {"epsilon": results[args.accountant]} if args.accountant != "all" else results
+    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
+    emit(payload, args.json, f"epsilon at delta={delta:g}\n{human}")
+    return 0
+
+
+def _noise_generic(args) -> int:
+    from silodp.accounting import calibrate
+    from silodp.accounting._checks import check_delta, check_positive
+
+    eps = check_positive("epsilon", args.epsilon)
+    delta = check_delta("delta", args.delta)
+
+    def one(name: str) -> dict:
+        cal = calibrate(_event_fn(args), eps, delta, name, _relation(args))
+        return {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon}
+
+    results = _for_each(args, one)
+    payload = results[args.accountant] if args.accountant != "all" else results
+    human = "\n".join(
+        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={v['noise_multiplier']:.6g} (certified eps={v['epsilon']:.6g})")
+        for k, v in results.items())
+    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g})\n{human}")
+    return 0
+
+
+def _noise_algorithm(args) -> int:
+    from silodp.accounting import TranscriptConfig, calibrate_algorithm, paper_vs_tight
+
+    cfg = TranscriptConfig(
+        n=args.n, rounds=args.rounds, batch_size=args.batch_size, clip=args.clip,
+        batch_size2=args.batch_size2, q=args.spider_q, inner_steps=args.inner_steps, restarts=args.restarts,
+        local_steps=args.local_steps, beta=args.beta, num_silos=args.silos, silos_per_round=args.silos_per_round,
+        dimension=args.dimension, replacement=not args.without_replacement,
+    )
+    accountant = None if args.accountant in ("all", "pld") and args.accountant != "pld" else args.accountant
+    if args.method == "both":
+        payload = paper_vs_tight(args.algorithm, cfg, args.epsilon, args.delta, accountant)
+    else:
+        cal = calibrate_algorithm(args.algorithm, cfg, args.epsilon, args.delta, args.method, accountant)
+        payload = {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas,
+                   "epsilon": cal.epsilon, "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
+    payload = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in payload.items()}
+    emit(payload, args.json)
+    return 0
+
+
+def _noise(args) -> int:
+    if args.algorithm:
+        return _noise_algorithm(args)
+    return _noise_generic(args)
+
+
+def _shuffle(args) -> int:
+    from silodp.accounting import shuffle_bounds
+
+    res = shuffle_bounds(args.eps0, args.n, args.delta)
+    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else f'{v:.6g}'}" for k, v in res.items())
+    emit(res, args.json, f"shuffled epsilon for eps0={args.eps0:g}, n={args.n}, delta={args.delta:g}\n{human}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("epsilon", help="certified epsilon of a (subsampled) Gaussian mechanism")
+    p.add_argument("--noise-multiplier", type=float, required=True, help="sigma / l2-sensitivity")
+    _mechanism_flags(p)
+    p.set_defaults(handler=_epsilon)
+
+    p = sub.add_parser("noise", help="noise multiplier for a budget, or noise of a paper's algorithm")
+    p.add_argument("--epsilon", type=float, required=True)
+    _mechanism_flags(p)
+    g = p.add_argument_group("algorithm mode (--algorithm NAME)")
+    g.add_argument("--algorithm", default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
+    g.add_argument("--method", choices=("tight", "paper", "both"), default="both")
+    g.add_argument("--n", type=int, default=1000, help="records per silo")
+    g.add_argument("--rounds", type=int, default=10, help="R (epochs E for SVRG)")
+    g.add_argument("--batch-size", type=int, default=100, help="K (K1 for SPIDER)")
+    g.add_argument("--batch-size2", type=int, default=None, help="K2 (SPIDER, Alg 11)")
+    g.add_argument("--clip", type=float, default=1.0, help="per-sample clip norm L")
+    g.add_argument("--spider-q", type=int, default=1, help="SPIDER period q")
+    g.add_argument("--inner-steps", type=int, default=1, help="SVRG epoch length Q")
+    g.add_argument("--restarts", type=int, default=1, help="PL-SVRG restarts S")
+    g.add_argument("--local-steps", type=int, default=1, help="Local SGD steps per round")
+    g.add_argument("--beta", type=float, default=math.inf, help="smoothness (SPIDER)")
+    g.add_argument("--silos", type=int, default=1, help="N")
+    g.add_argument("--silos-per-round", type=int, default=None, help="M")
+    g.add_argument("--dimension", type=int, default=1, help="d (shuffle protocol)")
+    g.add_argument("--without-replacement", action="store_true", help="minibatches without replacement")
+    p.set_defaults(handler=_noise)
+
+    p = sub.add_parser("shuffle", help="amplification by shuffling of an eps0-LDP randomizer")
+    p.add_argument("--eps0", type=float, required=True)
+    p.add_argument("--n", type=int, required=True, help="number of parties")
+    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_shuffle)
