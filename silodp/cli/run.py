@@ -59,7 +59,7 @@ def handle(args) -> int:
         "delta": result.delta,
         "test_error": None if acc is None else 1.0 - acc,
         "train_loss": problem.objective(result.w_priv, train),
-        "noise": result.shuffle if cls.shuffled else result.sigmas,
+        "noise": result.shuffle if cls.shuffled else {k: (v if math.isfinite(v) else None) for k, v in result.sigmas.items()},
         "dataset": args.dataset,
         "rounds": args.rounds,
         "silos_per_round": train.silos_per_round,

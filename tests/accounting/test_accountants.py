@@ -1,0 +1,127 @@
+"""Accountants against dp-accounting (independent implementation) and exact references."""
+
+import math
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from scipy.stats import binom, norm
+
+from silodp.accounting import (
+    ADD_OR_REMOVE_ONE,
+    ACCOUNTANTS,
+    ComposedDpEvent,
+    EpsilonDeltaDpEvent,
+    GaussianDpEvent,
+    ParallelComposedDpEvent,
+    PoissonSampledDpEvent,
+    SampledWithoutReplacementDpEvent,
+    SampledWithReplacementDpEvent,
+    SelfComposedDpEvent,
+    epsilon,
+    get_accountant,
+    subsampling,
+    zcdp,
+)
+
+NR = dpa.NeighboringRelation
+
+
+def test_rdp_gaussian_matches_dp_accounting():
+    ev = SelfComposedDpEvent(GaussianDpEvent(3.0), 50)
+    ref = dpa.rdp.RdpAccountant().compose(ev).get_epsilon(1e-5)
+    assert epsilon(ev, 1e-5, "rdp") == pytest.approx(ref, rel=2e-3)
+    assert epsilon(ev, 1e-5, "rdp") <= ref * (1 + 1e-9)  # our order grid is a superset
+
+
+def test_pld_poisson_add_remove_matches_dp_accounting():
+    ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.2)), 300)
+    ref = dpa.pld.PLDAccountant().compose(ev).get_epsilon(1e-6)
+    assert epsilon(ev, 1e-6, "pld", ADD_OR_REMOVE_ONE) == pytest.approx(ref, rel=1e-9)
+
+
+def test_pld_poisson_replace_one_uses_exact_replace_pld():
+    """Replace-one multiplier z = sigma/(2C) equals dp-accounting's REPLACE_ONE at 2z (contribution C)."""
+    ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.2)), 300)
+    ref_ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(2.4)), 300)
+    ref = dpa.pld.PLDAccountant(NR.REPLACE_ONE).compose(ref_ev).get_epsilon(1e-6)
+    assert epsilon(ev, 1e-6, "pld") == pytest.approx(ref, rel=1e-9)
+
+
+def test_without_replacement_is_within_dp_accounting_wang_bound():
+    """Our dominating-pair accounting is sound and never looser than dp-accounting's RDP (Wang et al. 2019)."""
+    ev = SelfComposedDpEvent(SampledWithoutReplacementDpEvent(1000, 20, GaussianDpEvent(1.0)), 200)
+    ref = dpa.rdp.RdpAccountant(neighboring_relation=NR.REPLACE_ONE).compose(ev).get_epsilon(1e-5)
+    ours_rdp, ours_pld = epsilon(ev, 1e-5, "rdp"), epsilon(ev, 1e-5, "pld")
+    assert ours_pld <= ours_rdp <= ref * (1 + 1e-6)
+    # and never below the tight Poisson replace-one value (WOR is at least as leaky)
+    poisson = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.0)), 200)
+    assert ours_pld >= epsilon(poisson, 1e-5, "pld")
+
+
+def test_zcdp_accountant_is_prop_d2_plus_cks():
+    ev = SelfComposedDpEvent(GaussianDpEvent(5.0), 20)
+    assert epsilon(ev, 1e-5, "zcdp") == pytest.approx(zcdp.epsilon_for_rho(20 / 50.0, 1e-5))
+    paper = get_accountant("zcdp", conversion="paper").compose(ev).get_epsilon(1e-5)
+    assert paper == pytest.approx(zcdp.epsilon_for_rho_paper(0.4, 1e-5))
+
+
+def test_parallel_composition_costs_one():
+    one = GaussianDpEvent(2.0)
+    for name in ("rdp", "pld", "zcdp", "advanced"):
+        assert epsilon(ParallelComposedDpEvent(one, 25), 1e-5, name) == pytest.approx(epsilon(one, 1e-5, name))
+
+
+def test_advanced_is_valid_but_looser_than_pld():
+    ev = SelfComposedDpEvent(GaussianDpEvent(20.0), 100)
+    assert epsilon(ev, 1e-5, "pld") < epsilon(ev, 1e-5, "advanced") < epsilon(ev, 1e-5, "dwork-roth")
+
+
+def test_unsupported_events_are_named():
+    wr = SampledWithReplacementDpEvent(100, 10, GaussianDpEvent(1.0))
+    for name in ("rdp", "pld", "zcdp"):
+        reason = get_accountant(name).unsupported_reason(wr)
+        assert reason and "replacement" in reason
+    assert get_accountant("advanced").supports(wr)
+    with pytest.raises(ValueError, match="replacement"):
+        get_accountant("rdp").compose(wr)
+
+
+def test_epsilon_delta_events_compose_in_pld_and_advanced():
+    ev = SelfComposedDpEvent(EpsilonDeltaDpEvent(0.1, 1e-7), 10)
+    assert epsilon(ev, 1e-5, "advanced") <= 1.0 + 1e-9  # basic composition bound
+    assert epsilon(ev, 1e-5, "pld") <= 1.0 + 1e-3
+
+
+def test_get_delta_inverts_get_epsilon():
+    ev = SelfComposedDpEvent(GaussianDpEvent(4.0), 30)
+    for name in ("rdp", "pld", "zcdp", "advanced"):
+        acc = get_accountant(name).compose(ev)
+        e = acc.get_epsilon(1e-6)
+        assert acc.get_delta(e) <= 1e-6 * 1.01
+
+
+def exact_wr_delta(eps, sigma, C, m, n):
+    """Monte-Carlo-free exact delta of one concrete with-replacement instance: the record contributes
+    +C (dataset X) or -C (X'), all others 0. P and Q are finite Gaussian mixtures; integrate on a grid."""
+    k = np.arange(0, m + 1)
+    pk = binom.pmf(k, m, 1.0 / n)
+    x = np.linspace(-40 * sigma - m * C, 40 * sigma + m * C, 400001)
+    P = (pk[:, None] * norm.pdf(x[None, :], loc=k[:, None] * C, scale=sigma)).sum(0)
+    Q = (pk[:, None] * norm.pdf(x[None, :], loc=-k[:, None] * C, scale=sigma)).sum(0)
+    return np.trapezoid(np.maximum(P - math.exp(eps) * Q, 0.0), x)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
+def test_with_replacement_bound_dominates_a_concrete_instance(eps):
+    """BBG18 Thm 10 for the Gaussian must upper-bound every pair of neighbouring datasets."""
+    m, n, C, sigma = 5, 20, 1.0, 1.0
+    z = sigma / (2 * C)
+    bound = subsampling.with_replacement_gaussian_delta(eps, z, m, n)
+    instance = exact_wr_delta(eps, sigma, C, m, n)
+    assert instance <= bound
+    assert instance > 0.05 * bound  # and it is not vacuous
+
+
+def test_every_registered_accountant_has_a_name():
+    assert set(ACCOUNTANTS) == {"rdp", "pld", "zcdp", "advanced", "dwork-roth"}

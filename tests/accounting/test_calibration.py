@@ -1,0 +1,54 @@
+"""Calibration: certified <= target, within 1%, and close to dp-accounting's own calibration."""
+
+import dp_accounting as dpa
+import pytest
+from dp_accounting import mechanism_calibration
+from hypothesis import given, settings, strategies as st
+
+from silodp.accounting import (
+    ADD_OR_REMOVE_ONE,
+    GaussianDpEvent,
+    PoissonSampledDpEvent,
+    SelfComposedDpEvent,
+    calibrate,
+    epsilon,
+)
+
+
+def poisson_fn(q, steps):
+    return lambda z: SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), steps)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld", "zcdp", "advanced"])
+def test_certified_within_one_percent_below_target(accountant):
+    fn = (lambda z: SelfComposedDpEvent(GaussianDpEvent(z), 20)) if accountant == "zcdp" else poisson_fn(0.05, 100)
+    cal = calibrate(fn, 2.0, 1e-5, accountant)
+    recheck = epsilon(fn(cal.noise_multiplier), 1e-5, accountant)
+    assert 0.99 * 2.0 <= cal.epsilon <= 2.0
+    assert recheck <= 2.0 * (1 + 1e-9)
+
+
+def test_pld_calibration_close_to_dp_accounting():
+    fn = poisson_fn(0.01, 500)
+    ours = calibrate(fn, 1.0, 1e-5, "pld", ADD_OR_REMOVE_ONE).noise_multiplier
+    ref = mechanism_calibration.calibrate_dp_mechanism(dpa.pld.PLDAccountant, fn, 1.0, 1e-5)
+    assert ours == pytest.approx(ref, rel=5e-3)
+    assert ours >= ref * (1 - 1e-4)  # rounded toward more privacy
+
+
+def test_unreachable_budget_is_a_clear_error():
+    with pytest.raises(ValueError, match="unreachable|cannot"):
+        calibrate(poisson_fn(1.0, 10 ** 6), 1e-9, 1e-5, "rdp")
+
+
+def test_unsupported_accountant_is_reported():
+    with pytest.raises(ValueError, match="zcdp"):
+        calibrate(poisson_fn(0.1, 10), 1.0, 1e-5, "zcdp")
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(0.2, 10), st.sampled_from([1e-3, 1e-6, 1e-10]), st.integers(1, 2000))
+def test_calibrate_then_account_is_within_target(eps, delta, steps):
+    fn = lambda z: SelfComposedDpEvent(GaussianDpEvent(z), steps)
+    cal = calibrate(fn, eps, delta, "rdp")
+    assert epsilon(fn(cal.noise_multiplier), delta, "rdp") <= eps * (1 + 1e-9)

@@ -1,0 +1,70 @@
+"""The accounting CLI contract: flags, JSON keys, errors (exit 2, one line naming the argument)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from silodp.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_epsilon_json(capsys):
+    code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "1.0", "--steps", "100", "--delta", "1e-5",
+                       "--sampling", "poisson", "--q", "0.01", "--accountant", "rdp", "--json")
+    assert code == 0 and set(json.loads(out)) == {"epsilon"} and json.loads(out)["epsilon"] > 0
+
+
+def test_epsilon_all_has_one_key_per_accountant(capsys):
+    code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "2.0", "--steps", "10", "--delta", "1e-5",
+                       "--accountant", "all", "--json")
+    data = json.loads(out)
+    assert code == 0 and set(data) == {"rdp", "pld", "zcdp", "advanced", "dwork-roth"}
+    assert data["pld"] <= data["rdp"] <= data["advanced"]
+
+
+def test_noise_json(capsys):
+    code, out, _ = run(capsys, "noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100", "--sampling",
+                       "without-replacement", "--q", "0.1", "--dataset-size", "1000", "--accountant", "rdp", "--json")
+    data = json.loads(out)
+    assert code == 0 and set(data) == {"noise_multiplier", "epsilon"} and data["epsilon"] <= 1.0
+
+
+def test_noise_algorithm_json(capsys):
+    code, out, _ = run(capsys, "noise", "--algorithm", "isrl-prox-sgd", "--epsilon", "1", "--delta", "1e-5",
+                       "--n", "1000", "--rounds", "10", "--batch-size", "100", "--without-replacement", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["tight_certified_epsilon"] <= 1.0 and "paper_sigmas" in data
+
+
+def test_shuffle_json(capsys):
+    code, out, _ = run(capsys, "shuffle", "--eps0", "1", "--n", "10000", "--delta", "1e-6", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["numerical"] <= data["closed_form"]
+
+
+@pytest.mark.parametrize("argv,word", [
+    (["epsilon", "--noise-multiplier", "-1", "--delta", "1e-5"], "noise-multiplier"),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1.5"], "delta"),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--sampling", "poisson", "--q", "2"], "q"),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--steps", "0"], "steps"),
+    (["noise", "--epsilon", "0", "--delta", "1e-5"], "epsilon"),
+    (["noise", "--epsilon", "nan", "--delta", "1e-5"], "epsilon"),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--sampling", "with-replacement", "--q", "0.1"], "dataset-size"),
+])
+def test_bad_input_exits_2_naming_argument(capsys, argv, word):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and word in err and len(err.strip().splitlines()) == 1
+
+
+def test_accounting_commands_do_not_import_torch():
+    code = ("import sys; from silodp.cli import main; "
+            "main(['epsilon','--noise-multiplier','2','--delta','1e-5','--json']); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
