@@ -34,6 +34,12 @@ def _check_method(method: str) -> str:
     return method
 
 
+def _classical_range(eps: float) -> float:
+    if eps >= 1:
+        raise ValueError("epsilon must be < 1 for the classical Gaussian bound (Dwork-Roth Thm A.1)")
+    return eps
+
+
 def analytic_log_delta(epsilon: float | np.ndarray, ratio: float | np.ndarray) -> np.ndarray:
     """log delta(eps) of the Gaussian mechanism with ``ratio = sigma / sensitivity`` (Balle-Wang).
 
@@ -56,9 +62,7 @@ def delta_for_epsilon(
     s = check_positive("sigma", sigma)
     d = check_positive("sensitivity", sensitivity)
     if method == "classical":
-        if eps >= 1:
-            raise ValueError("epsilon must be < 1 for the classical Gaussian bound (Dwork-Roth Thm A.1)")
-        return min(1.0, 1.25 * math.exp(-0.5 * (s * eps / d) ** 2))
+        return min(1.0, 1.25 * math.exp(-0.5 * (s * _classical_range(eps) / d) ** 2))
     if method == "zcdp":
         return zcdp.delta_for_epsilon(zcdp.gaussian_rho(s, d), eps)
     return float(np.exp(analytic_log_delta(eps, s / d)))
@@ -105,9 +109,7 @@ def sigma_for_budget(
     dl = check_delta("delta", delta)
     d = check_positive("sensitivity", sensitivity)
     if method == "classical":
-        if eps >= 1:
-            raise ValueError("epsilon must be < 1 for the classical Gaussian bound (Dwork-Roth Thm A.1)")
-        return d * math.sqrt(2.0 * math.log(1.25 / dl)) / eps
+        return d * math.sqrt(2.0 * math.log(1.25 / dl)) / _classical_range(eps)
     if method == "zcdp":
         return d / math.sqrt(2.0 * zcdp.rho_for_budget(eps, dl))
     log_target = math.log(dl)
