@@ -28,3 +28,13 @@ def test_unknown_algorithm_exits_2(capsys):
     code = main(["run", "--algorithm", "nope", "--dataset", "wbcd", "--epsilon", "1", "--json"])
     assert code == 2
     assert "--algorithm" in capsys.readouterr().err
+
+
+def test_run_with_paper_calibration_reports_certified_epsilon(capsys):
+    """Thm E.1's closed-form noise, certified by the tight accountant: at most the target epsilon."""
+    from silodp.cli import main as cli_main
+    code = cli_main(["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "3",
+                     "--rounds", "3", "--calibration", "paper", "--json"])
+    import json as _json
+    data = _json.loads(capsys.readouterr().out)
+    assert code == 0 and 0 < data["epsilon"] <= 3.0 and data["noise"]["sigma"] > 0
