@@ -20,7 +20,8 @@ def _mechanism_flags(p: argparse.ArgumentParser) -> None:
                    help="records n (needed for with/without-replacement sampling: batch = round(q n))")
     p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
                    help="neighbouring relation (ISRL-DP is replace-one)")
-    p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default="pld")
+    p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default=None,
+                   help="default: pld (with --algorithm: the tightest one that supports the transcript)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -56,7 +57,7 @@ def _relation(args):
 
 def _names(args) -> list[str]:
     from silodp.accounting import ACCOUNTANTS
-    return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant]
+    return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant or "pld"]
 
 
 def _for_each(args, compute):
@@ -85,7 +86,7 @@ def _epsilon(args) -> int:
     z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
     results = _for_each(args, lambda name: epsilon(_event_fn(args)(z), delta, name, _relation(args)))
-    payload = {"epsilon": results[args.accountant]} if args.accountant != "all" else results
+    payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else results
     human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
     emit(payload, args.json, f"epsilon at delta={delta:g}\n{human}")
     return 0
@@ -103,7 +104,7 @@ def _noise_generic(args) -> int:
         return {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon}
 
     results = _for_each(args, one)
-    payload = results[args.accountant] if args.accountant != "all" else results
+    payload = results[_names(args)[0]] if args.accountant != "all" else results
     human = "\n".join(
         f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={v['noise_multiplier']:.6g} (certified eps={v['epsilon']:.6g})")
         for k, v in results.items())
@@ -120,7 +121,7 @@ def _noise_algorithm(args) -> int:
         local_steps=args.local_steps, beta=args.beta, num_silos=args.silos, silos_per_round=args.silos_per_round,
         dimension=args.dimension, replacement=not args.without_replacement,
     )
-    accountant = None if args.accountant in ("all", "pld") and args.accountant != "pld" else args.accountant
+    accountant = None if args.accountant == "all" else args.accountant
     if args.method == "both":
         payload = paper_vs_tight(args.algorithm, cfg, args.epsilon, args.delta, accountant)
     else:

@@ -68,3 +68,11 @@ def test_accounting_commands_do_not_import_torch():
             "main(['epsilon','--noise-multiplier','2','--delta','1e-5','--json']); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_noise_algorithm_with_replacement_picks_a_supporting_accountant(capsys):
+    """Alg 3 samples with replacement: only the advanced accountant certifies it, chosen by default."""
+    code, out, _ = run(capsys, "noise", "--algorithm", "isrl-spider", "--method", "tight", "--epsilon", "4",
+                       "--delta", "1e-5", "--n", "1000", "--rounds", "4", "--batch-size", "100", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["accountant"] == "advanced" and data["epsilon"] <= 4.0
