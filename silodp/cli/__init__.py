@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 # Subcommand modules, in the order they appear in ``silodp --help``.
-_MODULES = ("accounting", "bounds", "run")
+_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce")
 
 
 def build_parser() -> argparse.ArgumentParser:
