@@ -291,12 +291,12 @@ class AdvancedAccountant(Accountant):
         flexible = [b for b in self._blocks if b.kind != "epsilon_delta"]
         log_keep_fixed = sum(b.count * math.log1p(-b.delta) for b in fixed)
         remaining = 1.0 - (1.0 - delta) / math.exp(log_keep_fixed)
-        if not flexible and len(fixed) == 1 and fixed[0].count == 1 and fixed[0].delta <= delta:
-            return fixed[0].epsilon  # a single (epsilon, delta) event: nothing to compose
-        if remaining <= 0:
+        if remaining < -1e-12 * delta:
             raise ValueError(
                 f"delta={delta:g} is unreachable: the (epsilon, delta) events alone spend {-math.expm1(log_keep_fixed):.3g}"
             )
+        if not flexible and remaining <= 1e-12 * delta:
+            return sum(b.count * b.epsilon for b in fixed)  # no slack left: basic composition
         steps = sum(b.count for b in flexible)
         best = math.inf
         for eta in self._ETAS if flexible else (0.0,):
