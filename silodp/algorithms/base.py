@@ -65,6 +65,9 @@ class FederatedAlgorithm:
     message_groups: ClassVar[tuple[str, ...]] = ("grad",)
     uniform_output: ClassVar[bool] = False
     default_replacement: ClassVar[bool] = True
+    #: the per-run :class:`Context` class (None: :class:`Context`); a hook for instruments that
+    #: record more of a run (privacy audits) or alter one step (deliberately broken variants)
+    context_class: ClassVar[type | None] = None
 
     def __init__(self, *, rounds: int = 10, batch_size: int = 32, step_size: float | None = None,
                  epsilon: float | None = None, delta: float | None = None,
@@ -193,7 +196,7 @@ class FederatedAlgorithm:
         """
         self._validate(problem, federation)
         sigmas, epsilon, delta, shuffle = self.resolve_noise(problem, federation)
-        ctx = Context(self, problem, federation, int(seed), sigmas, shuffle, replay)
+        ctx = (self.context_class or Context)(self, problem, federation, int(seed), sigmas, shuffle, replay)
         ctx.callback = callback
         w0 = self.w0 if self.w0 is not None else problem.model.init(ctx.gen, dtype=federation.x.dtype)
         w_last = self._run(ctx, w0.to(federation.x.dtype).clone())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .baselines import MBSGD, IsrlLocalSGD, IsrlMBSGD, LocalSGD
 from .proxsgd import IsrlProxSGD, SdpProxSGD
+from .scaffold import DpFedAvg, DpFedSGD, DpScaffold, DpScaffoldWarm
 from .spider import IsrlFedSpider, IsrlSpider, SdpSpider
 from .svrg import IsrlPLSVRG, IsrlProxSVRG, SdpPLSVRG, SdpProxSVRG
 
@@ -12,6 +13,7 @@ ALGORITHMS = {
     for cls in (
         IsrlProxSGD, SdpProxSGD, IsrlProxSVRG, IsrlPLSVRG, SdpProxSVRG, SdpPLSVRG,
         IsrlSpider, SdpSpider, IsrlFedSpider, MBSGD, IsrlMBSGD, LocalSGD, IsrlLocalSGD,
+        DpScaffold, DpScaffoldWarm, DpFedAvg, DpFedSGD,
     )
 }
 

@@ -22,17 +22,64 @@ def register(subparsers) -> None:
     p.add_argument("--calibration", choices=("tight", "paper"), default="tight")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
+    g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
+    g.add_argument("--local-steps", type=int, default=None, help="K local steps per round (default: the algorithm's)")
+    g.add_argument("--user-sampling", type=float, default=None, help="l: each user takes part w.p. l per round")
+    g.add_argument("--data-sampling", type=float, default=None, help="s: each local step uses round(s n) records")
+    g.add_argument("--global-step-size", type=float, default=None, help="eta_g (server step)")
+    g.add_argument("--privacy-against", choices=("server", "third-party", "both"), default=None,
+                   help="which guarantee --epsilon calibrates (default: server)")
+    g.add_argument("--participation", choices=("worst-case", "expected"), default=None,
+                   help="rounds charged toward the server (default: worst-case, all rounds)")
+    g.add_argument("--alpha", type=float, default=None, help="synthetic: FedProx Synthetic(alpha, beta) model heterogeneity")
+    g.add_argument("--beta", type=float, default=None, help="synthetic: FedProx Synthetic(alpha, beta) input heterogeneity")
+    g.add_argument("--iid", action="store_true", help="synthetic: FedProx's i.i.d. variant")
+    g.add_argument("--similarity", type=float, default=None, help="mnist: label-skew partition, fraction of i.i.d. data")
+    g.add_argument("--users", type=int, default=None, help="number of users for --alpha/--beta/--iid/--similarity data")
     p.set_defaults(handler=handle)
+
+#: run.py flag -> constructor parameter of the DP-SCAFFOLD family
+_FAMILY_FLAGS = {"local_steps": "--local-steps", "user_sampling": "--user-sampling", "data_sampling": "--data-sampling",
+                 "global_step_size": "--global-step-size", "privacy_against": "--privacy-against",
+                 "participation": "--participation"}
 
 
 def _default_hidden(dataset: str) -> list[int]:
     return {"wbcd": [5], "mnist": [64], "synthetic": []}[dataset]
 
 
+def _load_data(args):
+    from silodp.algorithms import mnist, synthetic, wbcd
+    from silodp.algorithms.fedprox_data import fedprox_synthetic, mnist_label_skew
+
+    fedprox = args.alpha is not None or args.beta is not None or args.iid
+    if fedprox and args.dataset != "synthetic":
+        raise ValueError("--alpha/--beta/--iid: only with --dataset synthetic")
+    if args.similarity is not None and args.dataset != "mnist":
+        raise ValueError("--similarity: only with --dataset mnist")
+    users = {} if args.users is None else {"num_users": args.users}
+    if fedprox:
+        return fedprox_synthetic(args.alpha or 0.0, args.beta or 0.0, iid=args.iid, seed=args.seed, **users)
+    if args.similarity is not None:
+        return mnist_label_skew(similarity=args.similarity, seed=args.seed, **users)
+    if args.users is not None:
+        raise ValueError("--users: only with --alpha/--beta/--iid (synthetic) or --similarity (mnist)")
+    return {"wbcd": wbcd, "mnist": mnist, "synthetic": synthetic}[args.dataset](seed=args.seed)
+
+
+def _family_params(cls, args) -> dict:
+    given = {k: getattr(args, k) for k in _FAMILY_FLAGS if getattr(args, k) is not None}
+    accepted = cls().get_params()
+    bad = [_FAMILY_FLAGS[k] for k in given if k not in accepted]
+    if bad:
+        raise ValueError(f"{bad[0]}: not a parameter of {cls.name}")
+    return given
+
+
 def handle(args) -> int:
     import torch  # noqa: F401  (heavy import stays inside the handler)
 
-    from silodp.algorithms import ALGORITHMS, Problem, get_algorithm, mlp, mnist, synthetic, wbcd
+    from silodp.algorithms import ALGORITHMS, Problem, get_algorithm, mlp
     from silodp.cli import emit
 
     if args.algorithm not in ALGORITHMS:
@@ -41,13 +88,14 @@ def handle(args) -> int:
         raise ValueError(f"--epsilon: must be > 0, got {args.epsilon}")
     if args.rounds < 1:
         raise ValueError(f"--rounds: must be >= 1, got {args.rounds}")
-    data = {"wbcd": wbcd, "mnist": mnist, "synthetic": synthetic}[args.dataset](seed=args.seed)
+    data = _load_data(args)
     train = data.train.with_availability(args.silos_per_round)
     hidden = _default_hidden(args.dataset) if args.hidden is None else args.hidden
     problem = Problem(mlp(data.num_features, hidden, data.num_outputs), data.loss, clip=args.clip)
     batch = args.batch_size or max(1, train.min_size // 4)
     cls = ALGORITHMS[args.algorithm]
-    params = dict(rounds=args.rounds, batch_size=batch, step_size=args.step_size, calibration=args.calibration)
+    params = dict(rounds=args.rounds, batch_size=batch, step_size=args.step_size, calibration=args.calibration,
+                  **_family_params(cls, args))
     if cls.private:
         params.update(epsilon=args.epsilon, delta=args.delta)
     algo = get_algorithm(args.algorithm, **params, metrics_every=0 if args.json else 1)
@@ -66,6 +114,11 @@ def handle(args) -> int:
         "batch_size": batch,
         "seed": args.seed,
     }
+    privacy = getattr(algo, "privacy_", None)
+    if privacy is not None:  # DP-SCAFFOLD family: sigma_g and both guarantees
+        payload.update({k: algo.get_params()[k] for k in ("local_steps", "user_sampling", "data_sampling")})
+        payload["batch_size"] = algo.batch(train)
+        payload.update({k: privacy.get(k) for k in ("sigma_g", "epsilon_server", "epsilon_third_party")})
     human = "\n".join(f"{k:>16}: {v}" for k, v in payload.items())
     emit(payload, args.json, human)
     return 0
