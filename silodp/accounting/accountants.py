@@ -162,10 +162,16 @@ class PldAccountant(Accountant):
     name = "pld"
 
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
-                 value_discretization_interval: float = 1e-4) -> None:
+                 value_discretization_interval: float = 1e-4, log_mass_truncation_bound: float = -50.0) -> None:
+        """``log_mass_truncation_bound``: ln of the noise mass each step may discard; with the
+        pessimistic estimate that mass is charged to delta (as infinite privacy loss), so a larger
+        bound is faster and still certified, at a cost of about count * e^bound in delta."""
         super().__init__(neighbouring)
         self.value_discretization_interval = check_positive(
             "value_discretization_interval", value_discretization_interval)
+        if not log_mass_truncation_bound < 0:
+            raise ValueError(f"log_mass_truncation_bound must be < 0, got {log_mass_truncation_bound}")
+        self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
     def _check(self, block: Block) -> None:
         if block.kind == "zcdp":
@@ -187,13 +193,13 @@ class PldAccountant(Accountant):
             # so sigma / (2C) = z becomes standard deviation 2z at sensitivity 1.
             one = pld_lib.from_gaussian_mechanism(
                 2.0 * block.noise_multiplier, sampling_prob=block.q, value_discretization_interval=disc,
-                neighboring_relation=ev.REPLACE_ONE)
+                neighboring_relation=ev.REPLACE_ONE, log_mass_truncation_bound=self.log_mass_truncation_bound)
         else:
             # Un-sampled Gaussian (any relation), Poisson under add/remove, and without
             # replacement under replace-one (dominated by the add/remove pair at shift 2C).
             one = pld_lib.from_gaussian_mechanism(
                 block.noise_multiplier, sampling_prob=block.q if block.sampling != "none" else 1.0,
-                value_discretization_interval=disc)
+                value_discretization_interval=disc, log_mass_truncation_bound=self.log_mass_truncation_bound)
         return one.self_compose(block.count) if block.count > 1 else one
 
     def _pld(self) -> pld_lib.PrivacyLossDistribution:

@@ -154,11 +154,14 @@ def calibrate(
         # (measured); choose disc so that this stays below 0.2% of the target. Any disc certifies.
         steps = sum(b.count for b in flatten(event_fn(1.0)))
         disc = min(2e-3, max(1e-4, math.sqrt(0.002 * eps / (_BIAS * steps))))
-        accountant_kwargs = {"value_discretization_interval": disc}
+        # Discarded noise tails are charged to delta; keep their total below 1e-4 delta.
+        truncation = min(-20.0, math.log(1e-4 * dl / steps))
+        accountant_kwargs = {"value_discretization_interval": disc, "log_mass_truncation_bound": truncation}
         name = f"pld(value_discretization_interval={disc:.2g})"
         rtol = min(rtol, 0.003)
         if disc < 5e-4:  # fine PLDs are costly: locate the answer on a 4x coarser grid first
-            coarse = _certifier(event_fn, dl, "pld", neighbouring, value_discretization_interval=4 * disc)
+            coarse = _certifier(event_fn, dl, "pld", neighbouring, value_discretization_interval=4 * disc,
+                                log_mass_truncation_bound=truncation)
             z_c, e_c, slope = _search(coarse, eps, 0.03, start, slope)
             # predict the fine epsilon at z_c from the bias model, then step toward the goal
             e_f = max(0.5 * e_c, e_c - _BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
