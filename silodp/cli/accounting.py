@@ -112,8 +112,29 @@ def _noise_generic(args) -> int:
     return 0
 
 
+SCAFFOLD_FAMILY = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "dp-fedsgd")
+
+
+def _noise_scaffold(args) -> int:
+    """DP-SCAFFOLD family (Noble et al.): sigma_g toward the server and toward a third party."""
+    from silodp.accounting.scaffold import noise_report
+
+    warm = args.warm_steps if args.algorithm == "dp-scaffold-warm" else 0
+    payload = noise_report(
+        args.epsilon, args.delta, num_users=args.silos, records_per_user=args.n, rounds=args.rounds,
+        local_steps=1 if args.algorithm == "dp-fedsgd" else args.local_steps,
+        user_sampling=args.user_sampling, data_sampling=args.data_sampling, clip=args.clip,
+        warm_steps=warm, accountant=args.accountant or "pld")
+    payload["algorithm"] = args.algorithm
+    emit(payload, args.json)
+    return 0
+
+
 def _noise_algorithm(args) -> int:
     from silodp.accounting import TranscriptConfig, calibrate_algorithm, paper_vs_tight
+
+    if args.algorithm in SCAFFOLD_FAMILY:
+        return _noise_scaffold(args)
 
     cfg = TranscriptConfig(
         n=args.n, rounds=args.rounds, batch_size=args.batch_size, clip=args.clip,
@@ -174,6 +195,9 @@ def register(sub) -> None:
     g.add_argument("--silos-per-round", type=int, default=None, help="M")
     g.add_argument("--dimension", type=int, default=1, help="d (shuffle protocol)")
     g.add_argument("--without-replacement", action="store_true", help="minibatches without replacement")
+    g.add_argument("--user-sampling", type=float, default=1.0, help="DP-SCAFFOLD: user sampling ratio l")
+    g.add_argument("--data-sampling", type=float, default=0.1, help="DP-SCAFFOLD: data sampling ratio s")
+    g.add_argument("--warm-steps", type=int, default=1, help="DP-SCAFFOLD-warm: noisy initialisation steps")
     p.set_defaults(handler=_noise)
 
     p = sub.add_parser("shuffle", help="amplification by shuffling of an eps0-LDP randomizer")

@@ -76,3 +76,13 @@ def test_noise_algorithm_with_replacement_picks_a_supporting_accountant(capsys):
                        "--delta", "1e-5", "--n", "1000", "--rounds", "4", "--batch-size", "100", "--json")
     data = json.loads(out)
     assert code == 0 and data["accountant"] == "advanced" and data["epsilon"] <= 4.0
+
+
+def test_noise_dp_scaffold_reports_both_threat_models(capsys):
+    code, out, _ = run(capsys, "noise", "--algorithm", "dp-scaffold", "--epsilon", "4", "--delta", "1e-5",
+                       "--silos", "10", "--n", "100", "--rounds", "5", "--local-steps", "3",
+                       "--user-sampling", "0.5", "--data-sampling", "0.2", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["epsilon_server"] <= 4.0 and data["epsilon_third_party"] <= 4.0
+    assert data["sigma_g_third_party"] < data["sigma_g_server"]  # aggregation + user sampling help
