@@ -73,7 +73,9 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
     if isinstance(event, ev.SampledWithReplacementDpEvent):
         z = _effective_noise_multiplier(event.event)
         n, m = int(event.source_dataset_size), int(event.sample_size)
-        return [Block("gaussian", count, z, "with_replacement", q=m / n, dataset_size=n, sample_size=m)]
+        # q: probability that a given record is drawn at least once (multiplicities are kept in m, n)
+        q = 1.0 - (1.0 - 1.0 / n) ** m if n > 1 else 1.0
+        return [Block("gaussian", count, z, "with_replacement", q=q, dataset_size=n, sample_size=m)]
     if isinstance(event, ev.EpsilonDeltaDpEvent):
         return [Block("epsilon_delta", count, epsilon=float(event.epsilon), delta=float(event.delta))]
     if isinstance(event, ev.ZCDpEvent):

@@ -70,7 +70,9 @@ def with_replacement_gaussian_delta(
     m = check_count("sample_size", sample_size)
     n = check_count("dataset_size", dataset_size)
     gamma = with_replacement_gamma(m, n)
-    eps_base = math.log1p(math.expm1(eps_out) / gamma)
+    # eps = log(1 + (e^eps' - 1)/gamma), written to stay finite for large eps'
+    eps_base = eps_out - math.log(gamma) + math.log1p(-math.exp(-eps_out) * (1 - gamma)) if eps_out > 30 \
+        else math.log1p(math.expm1(eps_out) / gamma)
     kmax = int(min(m, binom.isf(tail, m, 1.0 / n) + 1))
     k = np.arange(1, kmax + 1)
     pk = binom.pmf(k, m, 1.0 / n)

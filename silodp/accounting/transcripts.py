@@ -123,11 +123,11 @@ def privacy_event(name: str, cfg: TranscriptConfig, sigmas: dict[str, float]) ->
         if not value > 0:
             raise ValueError(f"sigmas[{key!r}] must be > 0, got {value}")
     L, K, R = cfg.clip, cfg.batch_size, cfg.rounds
-    if name == "isrl-prox-sgd":  # Alg 6: disjoint batches without replacement -> parallel composition
+    if name == "isrl-prox-sgd":
         z = _z(sigmas["sigma"], 2 * L / K)
-        if R * K <= cfg.n:
+        if R * K <= cfg.n and not cfg.replacement:  # Alg 6: disjoint batches -> parallel composition
             return ev.ParallelComposedDpEvent(ev.GaussianDpEvent(z), R)
-        return ev.SelfComposedDpEvent(ev.SampledWithoutReplacementDpEvent(cfg.n, K, ev.GaussianDpEvent(z)), R)
+        return ev.SelfComposedDpEvent(_sampled(cfg, K, z), R)
     if name in ("isrl-mb-sgd", "isrl-local-sgd"):
         steps = R * (cfg.local_steps if name == "isrl-local-sgd" else 1)
         return ev.SelfComposedDpEvent(_sampled(cfg, K, _z(sigmas["sigma"], 2 * L / K)), steps)

@@ -125,3 +125,21 @@ def test_with_replacement_bound_dominates_a_concrete_instance(eps):
 
 def test_every_registered_accountant_has_a_name():
     assert set(ACCOUNTANTS) == {"rdp", "pld", "zcdp", "advanced", "dwork-roth"}
+
+
+def test_with_replacement_full_size_batch_keeps_multiplicities():
+    """Found by the audit: a with-replacement batch of n draws from n records (q = 1) is not the
+    un-sampled Gaussian -- a record can be drawn several times. The certified epsilon at delta must
+    dominate the exact divergence of the homogeneous-silo pair P = N(0, z^2), Q = sum_k P[k] N(k, z^2)."""
+    z, m, n, delta = 2.0, 20, 20, 1e-5
+    ev_wr = SampledWithReplacementDpEvent(n, m, GaussianDpEvent(z))
+    eps = epsilon(ev_wr, delta, "advanced")
+    k = np.arange(0, m + 1)
+    pk = binom.pmf(k, m, 1.0 / n)
+    x = np.linspace(-40 * z, m + 40 * z, 400001)
+    P = norm.pdf(x, 0, z)
+    Q = (pk[:, None] * norm.pdf(x[None, :], k[:, None], z)).sum(0)
+    exact = max(np.trapezoid(np.maximum(P - math.exp(eps) * Q, 0), x),
+                np.trapezoid(np.maximum(Q - math.exp(eps) * P, 0), x))
+    assert exact <= delta
+    assert eps > epsilon(GaussianDpEvent(z), delta, "advanced")

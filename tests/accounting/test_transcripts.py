@@ -117,3 +117,18 @@ def test_ledger_worst_silo_and_appendix_b():
     assert cdp_guarantee(0.5, 1e-6) == (0.5, 1e-6)
     with pytest.raises(ValueError, match="silo"):
         led.record(3, GaussianDpEvent(1.0))
+
+
+def test_prox_sgd_with_replacement_is_not_parallel_composition():
+    """Found by the audit: batches drawn with replacement are not disjoint."""
+    from silodp.accounting import SampledWithReplacementDpEvent, SelfComposedDpEvent
+    cfg = TranscriptConfig(n=1000, rounds=10, batch_size=100, replacement=True)
+    event = privacy_event("isrl-prox-sgd", cfg, {"sigma": 0.2})
+    assert isinstance(event, SelfComposedDpEvent) and isinstance(event.event, SampledWithReplacementDpEvent)
+
+
+def test_tiny_noise_is_a_clear_error_not_an_overflow():
+    from silodp.accounting import subsampling
+    assert subsampling.with_replacement_gaussian_delta(800.0, 1e-7, 20, 20) <= 1.0
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        get_accountant("pld").compose(GaussianDpEvent(1e-7))
