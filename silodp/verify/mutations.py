@@ -1,0 +1,173 @@
+"""Deliberately broken variants of the library's mechanisms: the privacy bugs an audit must catch.
+
+Each :class:`Mutation` keeps the *claim* of the correct mechanism (the accounting layer's
+certified epsilon for the intended configuration) and changes what is actually released. It acts
+in both games:
+
+* vectorized (:func:`silodp.verify.audit_game.build_plan`): a clip function, a noise factor per
+  release, the minibatch sampling, or one noise draw shared by all releases;
+* end to end: :meth:`Mutation.context_class` is a :class:`~silodp.algorithms.base.Context`
+  subclass that breaks the real algorithm the same way (set it as ``algo.context_class``).
+
+The bugs (the first five are found in the two papers' public code, see issue 7):
+
+============================== ======================================================================
+``halve-noise``                 noise std halved after calibration
+``per-layer-clip``              each parameter tensor clipped to L separately (norm up to
+                                sqrt(#tensors) L), accounted as if the whole gradient were clipped
+``median-clip``                 clip threshold = median per-sample gradient norm of the batch
+                                (data-dependent), noise calibrated to that threshold
+``missing-k``                   noise calibrated for the batch *average* (sensitivity 2L/K) added
+                                to the batch *sum*: the released average has std sigma / K
+``spider-sensitivity``          SPIDER/SVRG differences noised as if their sensitivity were
+                                2L/K instead of 4L/K: their std is halved
+``shared-seed``                 every release (all rounds, all silos) draws the same noise
+``with-replacement-as-disjoint`` minibatches drawn with replacement, accounted as disjoint
+                                batches (parallel composition)
+``noise-on-average-not-sum``    each silo adds sigma / sqrt(M): calibrated so that the *average* of
+                                M silos' messages has the noise one message needs (valid only behind
+                                secure aggregation; the ISRL-DP server sees every summand)
+============================== ======================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import torch
+
+from silodp.algorithms import grads as _grads
+from silodp.algorithms.models import PARAMETRIC
+from silodp.verify.audit_game import ClipFn, RecordingContext, clip_whole
+
+CLIPS = ("whole", "per-layer", "median")
+
+
+def clip_per_layer(model, clip: float) -> ClipFn:
+    """Clip every parameter tensor (each layer's weight and bias) to ``clip`` separately."""
+    slices = [s for layer, pair in zip(model.layers, model.slices) if isinstance(layer, PARAMETRIC) for s in pair]
+
+    def fn(raw: torch.Tensor):
+        out = raw.clone()
+        for sl in slices:
+            out[..., sl] = _grads.clip_rows(raw[..., sl], clip)
+        return out, float(clip)
+
+    return fn
+
+
+def clip_median(raw: torch.Tensor):
+    """Clip to the median per-sample gradient norm of the batch (all rows of ``raw``)."""
+    threshold = float(raw.norm(dim=-1).flatten().median())
+    return _grads.clip_rows(raw, threshold), max(threshold, 1e-300)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    """A privacy bug: what changes in the released messages while the claim stays the same.
+
+    ``noise_factor(group, batch_size, silos_per_round)`` scales a release's noise std;
+    ``clip`` is "whole" | "per-layer" | "median"; ``params`` are algorithm parameters the broken
+    code uses (the claim is calibrated without them); ``shared_noise``: one draw for all releases.
+    ``algorithm`` names the algorithm of the scenario where docs/audit.md reports its detection.
+    """
+
+    name: str
+    description: str
+    algorithm: str
+    noise_factor: Callable[[str, int, int], float] | None = None
+    clip: str = "whole"
+    params: dict = dataclasses.field(default_factory=dict)
+    shared_noise: bool = False
+    groups: tuple[str, ...] | None = None
+
+    def clip_fn(self, problem) -> ClipFn:
+        if self.clip == "per-layer":
+            return clip_per_layer(problem.model, problem.clip)
+        if self.clip == "median":
+            return clip_median
+        return clip_whole(problem.clip)
+
+    def check(self, algo) -> None:
+        """ValueError when the bug has nothing to act on in ``algo``."""
+        if algo.shuffled or not algo.private:
+            raise ValueError(f"mutation: {self.name!r} applies to Gaussian ISRL-DP algorithms, not {algo.name!r}")
+        if self.groups is not None and not set(self.groups) & set(algo.message_groups):
+            raise ValueError(f"mutation: {self.name!r} needs a message group in {self.groups}; "
+                             f"{algo.name!r} sends {algo.message_groups}")
+
+    def context_class(self) -> type:
+        """A Context subclass that realizes this bug in a real run (records like RecordingContext)."""
+        return type(f"Mutated{self.name.title().replace('-', '')}Context", (MutatedContext,), {"mutation": self})
+
+
+class MutatedContext(RecordingContext):
+    """Context of a broken algorithm; ``mutation`` is set by :meth:`Mutation.context_class`."""
+
+    mutation: Mutation
+    _threshold: float | None = None
+    _noise_seed: int | None = None
+
+    def term(self, data, w, w_old=None, diff_clip=None):
+        if self.mutation.clip == "whole":
+            return super().term(data, w, w_old, diff_clip)
+        if self.fed.num_silos != 1 and self.mutation.clip == "median":
+            raise ValueError("mutation: the median-clip context takes the batch median over one silo (use 1 silo)")
+        self._query = (w.detach().clone(), None if w_old is None else w_old.detach().clone(), diff_clip)
+        x, y, weights, _ = data
+        clip_fn = self.mutation.clip_fn(self.problem)
+        wb = w.expand(x.shape[0], -1) if w.dim() == 1 else w
+        terms, self._threshold = clip_fn(_grads.per_sample_grads(self.problem, wb, x, y))
+        if w_old is not None:
+            wo = w_old.expand(x.shape[0], -1) if w_old.dim() == 1 else w_old
+            terms = terms - clip_fn(_grads.per_sample_grads(self.problem, wo, x, y))[0]
+            if diff_clip is not None:
+                terms = _grads.clip_rows(terms, diff_clip)
+        return torch.einsum("nk,nkd->nd", weights, terms)
+
+    def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):
+        m = self.mutation
+        k = self.fed.min_size if data[3] is None else int(data[3].shape[1])
+        if m.noise_factor is not None:
+            std = std * m.noise_factor(group, k, self.fed.silos_per_round)
+        if self._threshold is not None and m.clip == "median":
+            std = std * self._threshold / self.problem.clip
+        if not m.shared_noise:
+            return super().send(group, term, data, avail, std=std, bound=bound, offset=offset)
+        if self._noise_seed is None:
+            self._noise_seed = int(torch.randint(2**62, (1,), generator=self.gen))
+        own, self.gen = self.gen, torch.Generator().manual_seed(self._noise_seed)  # the same noise every release
+        try:
+            return super().send(group, term, data, avail, std=std, bound=bound, offset=offset)
+        finally:
+            self.gen = own
+
+
+MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
+    Mutation("halve-noise", "noise standard deviation halved after calibration", "isrl-prox-sgd",
+             noise_factor=lambda group, k, m: 0.5),
+    Mutation("per-layer-clip", "each parameter tensor clipped to L (norm up to sqrt(#tensors) L), accounted "
+             "as whole-gradient clipping to L", "isrl-prox-sgd", clip="per-layer"),
+    Mutation("median-clip", "clip threshold and noise scale set to the batch's median gradient norm "
+             "(data-dependent)", "isrl-prox-sgd", clip="median"),
+    Mutation("missing-k", "noise calibrated for the batch average (2L/K) added to the batch sum: the "
+             "released average has std sigma/K", "isrl-prox-sgd", noise_factor=lambda group, k, m: 1.0 / k),
+    Mutation("spider-sensitivity", "SPIDER differences noised as if their sensitivity were 2L/K, not 4L/K "
+             "(std halved)", "isrl-spider", noise_factor=lambda group, k, m: 0.5 if group == "diff" else 1.0,
+             groups=("diff",)),
+    Mutation("shared-seed", "every release of every silo and round draws the same noise", "isrl-prox-sgd",
+             shared_noise=True),
+    Mutation("with-replacement-as-disjoint", "minibatches drawn with replacement, accounted as disjoint "
+             "batches (parallel composition)", "isrl-prox-sgd", params={"replacement": True}),
+    Mutation("noise-on-average-not-sum", "each silo adds sigma/sqrt(M), so that the average over M silos "
+             "carries the noise one message needs", "isrl-prox-sgd",
+             noise_factor=lambda group, k, m: 1.0 / math.sqrt(m)),
+)}
+
+
+def get_mutation(name: str) -> Mutation:
+    if name not in MUTATIONS:
+        raise ValueError(f"mutation: must be one of {sorted(MUTATIONS)}, got {name!r}")
+    return MUTATIONS[name]

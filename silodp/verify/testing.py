@@ -1,0 +1,91 @@
+"""``assert_dp``: a privacy audit as a pytest assertion.
+
+    from silodp.verify.testing import assert_dp
+
+    def test_my_mechanism_is_dp():
+        assert_dp(lambda world, trials, gen: my_mechanism(world, trials, gen), epsilon=1.0, delta=1e-5)
+
+The assertion fails when the audit's epsilon lower bound (Clopper-Pearson by default: a proof
+at confidence 1 - alpha that the mechanism is *not* (epsilon, delta)-DP) exceeds the claim.
+Passing is evidence, not proof: an audit only bounds epsilon from below.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from silodp.accounting._checks import check_delta, check_positive
+from silodp.verify import audit_game as game
+from silodp.verify.audit import AuditResult, Claim, judge
+from silodp.verify.estimators import Scores
+
+Mechanism = Callable[[int, int, torch.Generator], "torch.Tensor | np.ndarray"]
+
+
+def _as_matrix(out, trials: int) -> np.ndarray:
+    arr = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+    arr = arr.astype(float).reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.astype(float)[:, None]
+    if arr.shape[0] != trials:
+        raise ValueError(f"mechanism: must return {trials} transcripts (one row per trial), got {arr.shape[0]}")
+    return arr
+
+
+def linear_statistic(null: np.ndarray, alt: np.ndarray, ridge: float = 1e-9) -> Callable[[np.ndarray], np.ndarray]:
+    """A learned statistic: Fisher's linear discriminant fitted on transcripts ``[T, p]`` of each
+    world (the likelihood ratio when both are Gaussian with a shared covariance)."""
+    m0, m1 = null.mean(0), alt.mean(0)
+    cov = 0.5 * (np.cov(null, rowvar=False) + np.cov(alt, rowvar=False))
+    cov = np.atleast_2d(cov) + ridge * np.eye(null.shape[1])
+    direction = np.linalg.solve(cov, m1 - m0)
+    mid = 0.5 * (m0 + m1)
+    return lambda x: (x - mid) @ direction
+
+
+def black_box_scores(mechanism: Mechanism, trials: int, seed: int = 0,
+                     score: Callable[[np.ndarray], np.ndarray] | None = None) -> Scores:
+    """Scores of a black-box ``mechanism(world, trials, generator)`` (world 0: D, 1: D').
+    Without ``score``, a :func:`linear_statistic` is fitted on ``trials`` separate runs."""
+    gen = torch.Generator().manual_seed(int(seed))
+    if score is None:
+        score = linear_statistic(*(_as_matrix(mechanism(w, trials, gen), trials) for w in (0, 1)))
+    out = [np.asarray(score(_as_matrix(mechanism(w, trials, gen), trials)), dtype=float).ravel() for w in (0, 1)]
+    return Scores(out[0], out[1])
+
+
+def audit(mechanism, epsilon: float, delta: float, trials: int = 20_000, *, score=None,
+          estimator: str = "clopper-pearson", alpha: float = 0.05, seed: int = 0) -> AuditResult:
+    """Audit ``mechanism`` against the claim (``epsilon``, ``delta``).
+
+    ``mechanism``: an :class:`~silodp.verify.audit.AlgorithmGame` (or anything with
+    ``collect(trials, seed) -> Scores``), a vectorized :class:`~silodp.verify.audit_game.Plan`,
+    or a black box ``mechanism(world, trials, generator) -> [trials, ...]`` scored by ``score``
+    (default: a learned linear statistic).
+    """
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    if isinstance(mechanism, game.Plan):
+        scores, name = game.collect(mechanism, trials, seed), "plan"
+    elif hasattr(mechanism, "collect"):
+        scores, name = mechanism.collect(trials, seed), type(mechanism).__name__
+    elif callable(mechanism):
+        scores, name = black_box_scores(mechanism, trials, seed, score), getattr(mechanism, "__name__", "mechanism")
+    else:
+        raise ValueError("mechanism: expected a game (with .collect), a Plan or a callable(world, trials, generator)")
+    return judge(scores, Claim(eps, dl, "asserted", {}), name, estimator, alpha, seed=seed)
+
+
+def assert_dp(mechanism, epsilon: float, delta: float, trials: int = 20_000, **kwargs) -> AuditResult:
+    """Raise ``AssertionError`` when the audited epsilon lower bound exceeds ``epsilon``.
+
+    Arguments as :func:`audit`; returns the :class:`~silodp.verify.audit.AuditResult` otherwise.
+    """
+    result = audit(mechanism, epsilon, delta, trials, **kwargs)
+    if result.violation:
+        b = result.bounds[result.estimator]
+        raise AssertionError(
+            f"privacy claim violated: {result.estimator} lower bound epsilon >= {result.epsilon_lower:.3f} > "
+            f"claimed {epsilon:g} at delta={delta:g} ({result.trials} trials per world, FPR={b.fpr:.2e}, "
+            f"FNR={b.fnr:.2e}, confidence {1 - b.alpha:.0%})")
+    return result

@@ -1,0 +1,68 @@
+"""``silodp audit`` prints the contracted JSON keys and rejects bad input with exit status 2."""
+
+import json
+
+import pytest
+
+from silodp.accounting import gaussian
+from silodp.cli import main
+
+KEYS = {"epsilon_claimed", "epsilon_lower", "violation", "trials"}
+
+
+def run(capsys, *argv):
+    code = main(["audit", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_gaussian_mechanism_json(capsys):
+    code, out, _ = run(capsys, "--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "1e-5",
+                       "--trials", "20000", "--json")
+    data = json.loads(out)
+    assert code == 0 and KEYS <= set(data)
+    assert data["epsilon_claimed"] == pytest.approx(gaussian.epsilon_for_delta(1.0, 1e-5))
+    assert data["trials"] == 20000 and data["violation"] is False
+    assert 0 < data["epsilon_lower"] <= data["epsilon_claimed"]
+
+
+def test_algorithm_with_mutation_is_flagged(capsys):
+    code, out, _ = run(capsys, "--algorithm", "isrl-prox-sgd", "--mutation", "halve-noise", "--epsilon", "2", "--json")
+    data = json.loads(out)
+    assert code == 0 and KEYS <= set(data)
+    assert data["violation"] is True and data["epsilon_lower"] > data["epsilon_claimed"]
+    assert data["trials"] == 100000 and data["mutation"] == "halve-noise"
+
+
+def test_correct_algorithm_is_not_flagged(capsys):
+    code, out, _ = run(capsys, "--algorithm", "isrl-spider", "--trials", "20000", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["violation"] is False and data["epsilon_claimed"] <= 2.0
+
+
+def test_detection_rate_mode(capsys):
+    code, out, _ = run(capsys, "--algorithm", "isrl-prox-sgd", "--mutation", "missing-k", "--repeats", "2",
+                       "--trials", "20000", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["repeats"] == 2 and data["rate"] == 1.0
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--algorithm", "nope", "--json"], "--algorithm"),
+    (["--algorithm", "isrl-prox-sgd", "--mutation", "nope", "--json"], "--mutation"),
+    (["--mechanism", "gaussian", "--json"], "--noise-multiplier"),
+    (["--mechanism", "gaussian", "--noise-multiplier", "1", "--trials", "1", "--json"], "--trials"),
+    (["--mechanism", "gaussian", "--noise-multiplier", "1", "--delta", "2", "--json"], "delta"),
+    (["--algorithm", "isrl-prox-sgd", "--repeats", "3", "--json"], "--repeats"),
+])
+def test_bad_input_exits_2_naming_the_flag(capsys, argv, flag):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and flag in err
+
+
+def test_pvec_mechanism_json(capsys):
+    code, out, _ = run(capsys, "--mechanism", "pvec", "--epsilon", "1", "--messages", "50", "--trials", "20000",
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and KEYS <= set(data) and data["messages"] == 50
+    assert data["epsilon_claimed"] <= 1.0 and 0 < data["epsilon_lower"] <= data["epsilon_claimed"]
