@@ -1,0 +1,21 @@
+"""Verify layer: privacy audits (``audit*``, ``estimators``, ``mutations``, ``testing``) and
+empirical rates against the bounds (``rates``, ``families``, ``stats``). torch is imported here.
+"""
+
+from silodp.verify.audit import (
+    AlgorithmGame,
+    AuditResult,
+    Claim,
+    Scenario,
+    audit_algorithm,
+    audit_gaussian,
+    audit_papers,
+    audit_pvec,
+    detection_rate,
+    judge,
+)
+from silodp.verify.estimators import Scores, clopper_pearson_epsilon, estimate, gdp_epsilon
+from silodp.verify.mutations import MUTATIONS
+from silodp.verify.testing import assert_dp
+
+__all__ = [name for name in dir() if not name.startswith("_")]
