@@ -15,7 +15,10 @@ from silodp.verify.audit import (
     judge,
 )
 from silodp.verify.estimators import Scores, clopper_pearson_epsilon, estimate, gdp_epsilon
+from silodp.verify.families import Constants, Family, get_family, least_squares_ball, logistic_ridge, sigmoid_l1
 from silodp.verify.mutations import MUTATIONS
+from silodp.verify.rates import Comparison, RateResult, RateSetup, compare, full_setup, quick_setup, run_rates
+from silodp.verify.stats import PowerLawFit, bootstrap_means, fit_power_law
 from silodp.verify.testing import assert_dp
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,136 @@
+"""What each rate experiment checks: the theorem's algorithm, family, metric and bounds.
+
+A :class:`Theorem` ties an algorithm of Lowy, Ghafelebashi & Razaviyayn 2023 (arXiv:2203.06735) to
+
+* the problem family it is run on (:mod:`silodp.verify.families`) and the setting of the theorem
+  ("SO": fresh i.i.d. data every trial, population excess risk; "ERM": one data set, expectation
+  over the algorithm only, as Thms 2.2 and 3.1 state);
+* the rate-form bound whose dominant term's exponent the fitted slope is compared with, and the
+  explicit bound (if the paper has one) checked against the measured mean at the run's constants;
+* the algorithm parameters at a grid point (:meth:`Theorem.plan`) -- the proof's prescriptions
+  from :mod:`silodp.bounds` where they are runnable -- and the explicit bound's parameters at the
+  noise actually used (:meth:`Theorem.explicit_params`).
+
+Noise always comes from the accounting layer (the algorithm's ``calibration``); the explicit bounds
+are evaluated at that noise, not at a formula's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from silodp.bounds import get_bound
+
+
+@dataclass(frozen=True)
+class Theorem:
+    """One theorem's rate experiment (see module docstring)."""
+
+    algorithm: str
+    theorem: str
+    bound: str
+    explicit: str | None
+    printed: str | None
+    family: str
+    setting: str
+    metric: str
+    plan_fn: Callable
+    explicit_fn: Callable | None = None
+
+    def plan(self, point: dict, rounds: int | None, constants, ref) -> dict:
+        """Algorithm keyword arguments (rounds, batch sizes, step size, ...) at ``point``."""
+        return self.plan_fn(point, rounds, constants, ref)
+
+    def explicit_params(self, point: dict, plan: dict, constants, ref, sigmas: dict) -> dict | None:
+        """Parameters of :attr:`explicit` at the run's actual constants and noise (or None)."""
+        if self.explicit_fn is None:
+            return None
+        return self.explicit_fn(point, plan, constants, ref, sigmas)
+
+
+def problem_params(point: dict, constants, ref) -> dict:
+    """The bound parameters a problem and grid point determine (before filtering per bound); the
+    point's values may be arrays (a dense grid)."""
+    out = {k: point[k] for k in ("n", "N", "M", "d", "eps", "delta")}
+    out.update(L=constants.L, beta=constants.beta)
+    if constants.mu is not None:
+        out["mu"] = constants.mu
+    if ref.Delta > 0:
+        out["Delta"] = ref.Delta
+    if ref.upsilon2_max > 0:
+        out["upsilon"] = math.sqrt(ref.upsilon2_max)
+    return out
+
+
+def for_bound(bound_id: str, params: dict) -> dict:
+    """``params`` restricted to what bound ``bound_id`` can use."""
+    return get_bound(bound_id).split_params(params)[0]
+
+
+# --------------------------------------------------------------------- Thm 2.1: Prox-SGD
+def _prox_sgd_plan(point, rounds, constants, ref) -> dict:
+    rounds = 15 if rounds is None else int(rounds)
+    k = int(point["n"]) // rounds
+    if k < 1:
+        raise ValueError(f"n: must be >= rounds ({rounds}) so that K = floor(n/R) >= 1, got {point['n']}")
+    return {"rounds": rounds, "batch_size": k}
+
+
+def _prox_sgd_explicit(point, plan, constants, ref, sigmas) -> dict:
+    """eq. (19) unrolled (``eq20-corrected``) at the run's sigma: its ``eps`` is the one for which
+    Prop D.2's sigma^2 = 16 L^2 ln(1/delta) / (eps K)^2 equals the sigma used."""
+    k, sigma = plan["batch_size"], sigmas["sigma"]
+    eps_eff = 4 * constants.L * math.sqrt(math.log(1 / point["delta"])) / (k * sigma)
+    return {"Delta": ref.Delta, "K": k, "L": constants.L, "M": point["M"], "R": plan["rounds"],
+            "n": point["n"], "d": point["d"], "delta": point["delta"], "eps": eps_eff, "kappa": constants.kappa,
+            "mu": constants.mu}
+
+
+# ------------------------------------------------------------------- Thm 2.2: PL-SVRG
+def _pl_svrg_plan(point, rounds, constants, ref) -> dict:
+    """Thm E.2's prescription (R = 12 kappa, S, K, E, eta) as printed, M = N."""
+    p = get_bound("thm2.2-isrl").prescribe(for_bound("thm2.2-isrl", problem_params(point, constants, ref)))
+    k = min(int(point["n"]), int(p["K"]))
+    return {"rounds": int(p["E"]) if rounds is None else int(rounds), "batch_size": k,
+            "inner_steps": max(1, int(point["n"]) // k), "restarts": int(p["S"]), "step_size": float(p["eta"])}
+
+
+# -------------------------------------------------------------------- Thm 3.1: SPIDER
+def _spider_plan(point, rounds, constants, ref) -> dict:
+    """Thm F.1's corrected prescription (q with q eta^2 tau_2^2 <= 1/4, R, eta = 1/(2 beta),
+    K1 = K2 = n; docs/paper-notes.md notes 16-18), M = N."""
+    p = get_bound("thm3.1").prescribe(for_bound("thm3.1", problem_params(point, constants, ref)), variant="corrected")
+    n = int(point["n"])
+    return {"rounds": max(1, math.ceil(p["R"])) if rounds is None else int(rounds), "batch_size": n,
+            "batch_size2": n, "q": int(p["q"]), "step_size": float(p["eta"])}
+
+
+def _spider_explicit(point, plan, constants, ref, sigmas) -> dict:
+    """eq. (45) re-derived (``eq45-corrected``) at the run's sigma_1 (and sigma_2 for q_small)."""
+    return {"Delta": ref.Delta, "L": constants.L, "M": point["M"], "N": point["N"], "R": plan["rounds"],
+            "d": point["d"], "eta": plan["step_size"], "n": point["n"], "sigma1": sigmas["sigma1"],
+            "q": plan["q"], "beta": constants.beta, "sigma2": max(sigmas["sigma2"], 1e-300)}
+
+
+THEOREMS: dict[str, Theorem] = {
+    t.algorithm: t
+    for t in (
+        Theorem("isrl-prox-sgd", "Thm 2.1 (ISRL-DP)", "thm2.1-isrl", "eq20-corrected", "eq20", "logistic-ridge",
+                "SO", "excess risk", _prox_sgd_plan, _prox_sgd_explicit),
+        Theorem("sdp-prox-sgd", "Thm 2.1 (SDP)", "thm2.1-sdp", None, None, "logistic-ridge",
+                "SO", "excess risk", _prox_sgd_plan),
+        Theorem("isrl-pl-svrg", "Thm 2.2 (ISRL-DP)", "thm2.2-isrl", None, None, "logistic-ridge",
+                "ERM", "excess empirical risk", _pl_svrg_plan),
+        Theorem("isrl-spider", "Thm 3.1 (ISRL-DP)", "thm3.1", "eq45-corrected", "eq45", "sigmoid-l1",
+                "ERM", "squared gradient mapping norm", _spider_plan, _spider_explicit),
+    )
+}
+
+
+def get_theorem(algorithm: str) -> Theorem:
+    """The rate experiment for ``algorithm`` (one of :data:`THEOREMS`)."""
+    if algorithm not in THEOREMS:
+        raise ValueError(f"algorithm: rates are available for {sorted(THEOREMS)}, got {algorithm!r}")
+    return THEOREMS[algorithm]
