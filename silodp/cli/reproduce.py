@@ -1,0 +1,76 @@
+"""``silodp reproduce`` (run or resume a paper grid into a results store and summarize it) and
+``silodp plot`` (test error versus epsilon from a store)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CALIBRATION_CHOICES = {"tight": ("tight",), "paper": ("paper",), "both": ("tight", "paper")}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("reproduce", help="reproduce a paper experiment: resumable sweep, summary, claims")
+    p.add_argument("preset", metavar="PRESET",
+                   help="wbcd | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
+    p.add_argument("--quick", action="store_true", help="the preset's small variant (seconds)")
+    p.add_argument("--store", default="results.db", help="SQLite results store (created; resumed if present)")
+    p.add_argument("--scheduler", default=None, metavar="ADDR", help="Dask scheduler address, e.g. tcp://host:8786")
+    p.add_argument("--workers", type=int, default=None, help="local worker processes (default: all CPUs; 1 = in-process)")
+    p.add_argument("--data-path", default=None, help="local MNIST IDX files or CIFAR-10 python batches")
+    p.add_argument("--calibration", choices=sorted(CALIBRATION_CHOICES), default=None,
+                   help="override the preset's calibrations (both: tight and the paper's closed form side by side)")
+    p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (resume later)")
+    p.add_argument("--retry-failed", action="store_true", help="run failed and skipped runs again")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=handle_reproduce)
+
+    q = subparsers.add_parser("plot", help="test error versus epsilon from a results store")
+    q.add_argument("--store", default="results.db", help="SQLite results store written by silodp reproduce")
+    q.add_argument("--out", required=True, help="image file to write (png, pdf, svg)")
+    q.add_argument("--calibration", choices=sorted(CALIBRATION_CHOICES), default=None,
+                   help="panels to draw (default: every calibration in the store)")
+    q.add_argument("--output", choices=("algorithm", "last"), default="algorithm",
+                   help="evaluate each algorithm's own output (default) or its last iterate")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(handler=handle_plot)
+
+
+def handle_reproduce(args) -> int:
+    from silodp.cli import emit
+    from silodp.experiments import format_summary, reproduce
+
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
+    if args.max_runs is not None and args.max_runs < 0:
+        raise ValueError(f"--max-runs: must be >= 0, got {args.max_runs}")
+    payload = reproduce(args.preset, quick=args.quick, store=args.store, workers=args.workers,
+                        scheduler=args.scheduler, data_path=args.data_path,
+                        calibrations=CALIBRATION_CHOICES.get(args.calibration), max_runs=args.max_runs,
+                        retry_failed=args.retry_failed)
+    runs = payload["runs"]
+    human = (f"{payload['grid']}: {runs['total']} runs, {runs['already_done']} already in {payload['store']}, "
+             f"ran {runs['ran']} ({runs['failed']} failed, {runs['skipped']} skipped) in {runs['wall_s']:.1f} s\n"
+             + format_summary(payload["summary"], payload["claims"]))
+    emit(payload, args.json, human)
+    return 0
+
+
+def handle_plot(args) -> int:
+    from silodp.cli import emit
+    from silodp.experiments import Store, error_vs_epsilon, store_summary
+
+    if not Path(args.store).is_file():
+        raise ValueError(f"--store: no such file {args.store!r}")
+    with Store(args.store) as st:
+        rows, claims = store_summary(st, output=args.output)
+    if not rows:
+        raise ValueError(f"--store: no finished runs in {args.store!r}")
+    fig = error_vs_epsilon(rows, CALIBRATION_CHOICES.get(args.calibration))
+    try:
+        fig.savefig(args.out, dpi=120)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--out: cannot write {args.out!r}: {exc}") from exc
+    payload = {"out": str(args.out), "experiments": sorted({r["experiment"] for r in rows}), "summary": rows,
+               "claims": claims}
+    emit(payload, args.json, f"wrote {args.out} ({len(payload['experiments'])} experiments, {len(rows)} rows)")
+    return 0

@@ -1,0 +1,227 @@
+"""One run of a sweep: data, model, noise, algorithm, metrics -- and the calibration it needs.
+
+Noise comes from :func:`silodp.accounting.transcripts.calibrate_algorithm` like everywhere else,
+but a sweep calibrates each distinct *transcript* once instead of once per run: the accounting
+config of a run (its :class:`~silodp.accounting.transcripts.TranscriptConfig`, built by the
+algorithm itself) is taken with clip L = 1, and the resulting noise standard deviations are
+multiplied by the run's clip. This is exact, not an approximation: every sensitivity of the
+paper's ISRL-DP messages is proportional to L (2L/K, 4L/K, 2L/n), so the event of a run with clip
+L and noise L * sigma is *the same event* as the one calibrated (tested). Runs of algorithms the
+accounting layer does not know (e.g. ``dp-scaffold``) calibrate inside the algorithm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .grid import RunConfig
+
+if TYPE_CHECKING:
+    from .datasets import ExperimentData
+
+
+class SkipRun(Exception):
+    """A run that cannot be done as configured, for a documented reason (recorded as skipped)."""
+
+
+def paper_batch_size(n: int, rounds: int, epsilon: float = 24.0) -> int:
+    """App H.2: K = n sqrt(epsilon) / (2 sqrt(R)), at least 1 and at most n (the authors' code
+    evaluates it at epsilon = 24, "the largest epsilon that we test", for every run)."""
+    return max(1, min(int(n), int(n * math.sqrt(epsilon) / (2.0 * math.sqrt(rounds)))))
+
+
+def regularizer(spec: str | None):
+    """f1 from a short spec: None (f1 = 0), "l1:LAM" or "l2:LAM" (silodp.algorithms.prox)."""
+    from silodp.algorithms.prox import L1, L2Squared
+
+    if spec is None:
+        return None
+    kind, _, lam = spec.partition(":")
+    kinds = {"l1": L1, "l2": L2Squared}
+    try:
+        return kinds[kind](float(lam))
+    except (KeyError, ValueError):
+        raise ValueError(f"regularizer: must be 'l1:LAM' or 'l2:LAM', got {spec!r}") from None
+
+
+@dataclass
+class Prepared:
+    """What a run needs before its noise is known."""
+
+    data: "ExperimentData"
+    train: object
+    problem: object
+    params: dict
+    delta: float
+    private: bool
+    algorithm_class: type
+
+
+def prepare(cfg: RunConfig) -> Prepared:
+    """Load (cached) data, build the problem and the algorithm's non-privacy parameters."""
+    from silodp.algorithms import Problem
+    from silodp.algorithms.registry import ALGORITHMS
+
+    from .datasets import load_cached
+
+    cls = ALGORITHMS.get(cfg.algorithm)
+    if cls is None:
+        raise SkipRun(f"algorithm {cfg.algorithm!r} is not registered (have {sorted(ALGORITHMS)})")
+    data = load_cached(cfg.dataset, cfg.seed, cfg.val_fraction, cfg.test_fraction, cfg.data)
+    train = data.train.with_availability(cfg.silos_per_round)
+    problem = Problem(data.model(cfg.model), data.loss, regularizer=regularizer(cfg.regularizer), clip=cfg.clip)
+    n = train.min_size
+    batch = cfg.batch_size if cfg.batch_size is not None else paper_batch_size(n, cfg.rounds, cfg.batch_epsilon)
+    params = dict(rounds=cfg.rounds, batch_size=batch, step_size=cfg.step_size, replacement=cfg.replacement,
+                  metrics_every=0)
+    if cfg.q is not None:
+        params["q"] = cfg.q
+    if cfg.local_steps is not None:
+        params["local_steps"] = cfg.local_steps
+        if cfg.batch_size is None:  # the rule's K records per round, spread over the local steps
+            params["batch_size"] = max(1, batch // cfg.local_steps)
+    params.update(dict(cfg.params))
+    delta = cfg.delta if cfg.delta is not None else 1.0 / n ** 2
+    return Prepared(data, train, problem, params, delta, bool(cls.private) and cfg.epsilon is not None, cls)
+
+
+def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | None:
+    """The calibration a private run needs, as plain data (None when the algorithm calibrates
+    itself or is not private). Runs differing only in step size and clip share it."""
+    from silodp.accounting import transcripts
+
+    prep = prep or prepare(cfg)
+    if not prep.private or cfg.algorithm not in transcripts.ALGORITHMS:
+        return None
+    algo = prep.algorithm_class(**prep.params)
+    tc = dataclasses.replace(algo.transcript_config(prep.problem, prep.train), clip=1.0)
+    return {"algorithm": cfg.algorithm, "method": cfg.calibration, "epsilon": cfg.epsilon, "delta": prep.delta,
+            "transcript": dataclasses.asdict(tc)}
+
+
+def request_key(request: dict) -> str:
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def calibrate_request(request: dict) -> dict:
+    """Noise for one request (clip 1): ``status`` ok | skipped (no closed form in the paper) | failed."""
+    from silodp.accounting import transcripts
+
+    try:
+        tc = transcripts.TranscriptConfig(**request["transcript"])
+        name, eps, delta, method = request["algorithm"], request["epsilon"], request["delta"], request["method"]
+        if method == "paper":
+            try:
+                transcripts.paper_sigmas(name, tc, eps, delta)
+            except ValueError as exc:
+                return {"status": "skipped", "error": f"paper calibration: {exc}"}
+        cal = transcripts.calibrate_algorithm(name, tc, eps, delta, method=method)
+        return {"status": "ok", "sigmas": dict(cal.sigmas), "epsilon": float(cal.epsilon), "delta": float(cal.delta),
+                "accountant": cal.accountant}
+    except Exception as exc:  # recorded; the runs that need it fail with this message
+        return {"status": "failed", "error": f"calibration: {type(exc).__name__}: {exc}"}
+
+
+def evaluate(problem, w, federation) -> tuple[float | None, float | None]:
+    """(error rate, objective F(w)) on a federation, as ``Problem.accuracy`` / ``Problem.objective``
+    define them (pooled error; F = mean over silos of each silo's mean loss, plus f1), computed on
+    the silos' real records flattened to one batch, so convolutional models work too."""
+    import torch
+
+    from silodp.algorithms.problems import loss_from_outputs, predict_from_outputs
+
+    x, y, weights = federation.x[federation.mask], federation.y[federation.mask], federation.weights[federation.mask]
+    with torch.no_grad():
+        out = problem.model.forward(w, x)
+        loss = float((loss_from_outputs(problem.loss, out, y) * weights).sum() / federation.num_silos
+                     + problem.regularizer.value(w))
+        error = None
+        if problem.loss != "squared":
+            error = float((predict_from_outputs(problem.loss, out) != y).to(torch.float64).mean())
+    return error, (loss if math.isfinite(loss) else None)
+
+
+def _metrics(prep: Prepared, w, prefix: str) -> dict:
+    (test_error, test_loss), (val_error, val_loss) = evaluate(prep.problem, w, prep.data.test), evaluate(prep.problem, w, prep.data.val)
+    return {f"{prefix}test_error": test_error, f"{prefix}val_error": val_error, f"{prefix}test_loss": test_loss,
+            f"{prefix}val_loss": val_loss, f"{prefix}train_loss": evaluate(prep.problem, w, prep.train)[1]}
+
+
+def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:
+    """Run ``cfg`` and return its record: status, metrics, certified epsilon, noise, wall time.
+
+    Metrics are those of the algorithm's output ``w_priv`` (``test_error``, ``val_error``, losses)
+    and, prefixed ``last_``, of the last iterate ``w_last`` (post-processing of the same released
+    messages, so the same privacy): for SPIDER and SVRG, whose output is a uniformly random iterate
+    (Alg 1, 3 line 17), selection can also be made for the last-iterate rule of MB-SGD.
+
+    ``calibration``: the result of :func:`calibrate_request` for this run's request (required for
+    private runs of algorithms the accounting layer knows)."""
+    start = time.perf_counter()
+    prep = prepare(cfg)
+    kwargs = dict(prep.params)
+    if prep.private:
+        if calibration is not None:
+            if calibration["status"] == "skipped":
+                raise SkipRun(calibration["error"])
+            if calibration["status"] != "ok":
+                raise RuntimeError(calibration["error"])
+            kwargs.update(sigmas={k: v * cfg.clip for k, v in calibration["sigmas"].items()},
+                          epsilon=calibration["epsilon"], delta=calibration["delta"])
+        elif cfg.algorithm in _known():
+            raise ValueError("calibration: a private run of a known algorithm needs its calibration")
+        else:
+            kwargs.update(epsilon=cfg.epsilon, delta=prep.delta, calibration=cfg.calibration)
+    algo = prep.algorithm_class(**kwargs)
+    result = algo.run(prep.problem, prep.train, seed=cfg.seed)
+    metrics = {**_metrics(prep, result.w_priv, ""), "n": prep.train.min_size, "batch_size": kwargs["batch_size"]}
+    if result.w_last is result.w_priv or bool((result.w_last == result.w_priv).all()):
+        metrics.update({f"last_{k}": v for k, v in metrics.items() if k.endswith(("error", "loss"))})
+    else:  # uniform-output algorithms (Alg 1, 3, 11): the last iterate too, as an ablation
+        metrics.update(_metrics(prep, result.w_last, "last_"))
+    eps = result.epsilon if prep.private else None
+    return {"status": "ok", "error": None, "metrics": metrics,
+            "certified_epsilon": eps if eps is not None and math.isfinite(eps) else None,
+            "delta": result.delta if prep.private else None,
+            "sigmas": {k: (v if math.isfinite(v) else None) for k, v in result.sigmas.items()},
+            "wall_s": time.perf_counter() - start}
+
+
+def _known() -> tuple[str, ...]:
+    from silodp.accounting.transcripts import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def execute_safely(cfg: RunConfig | dict, calibration: dict | None = None) -> dict:
+    """:func:`execute`, with any exception turned into a failed (or skipped) record."""
+    start = time.perf_counter()
+    try:
+        return execute(cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(cfg), calibration)
+    except SkipRun as exc:
+        return {"status": "skipped", "error": str(exc), "wall_s": time.perf_counter() - start}
+    except Exception as exc:
+        tb = traceback.format_exc(limit=6)
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": tb,
+                "wall_s": time.perf_counter() - start}
+
+
+def run_chunk(chunk: list[tuple[dict, dict | None]]) -> list[dict]:
+    """Execute ``[(config dict, calibration or None), ...]`` with one torch thread; the worker
+    task of the sweep runner (local pool or Dask)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return [execute_safely(c, cal) for c, cal in chunk]
+    finally:
+        torch.set_num_threads(threads)

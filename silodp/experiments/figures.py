@@ -1,0 +1,94 @@
+"""Figures: test error versus epsilon per algorithm (as the paper's Figures 4-10), one row per
+experiment, with tight accounting and the paper's closed-form calibration side by side.
+
+Functions take summary rows (:func:`silodp.experiments.report.summarize`) and return a
+:class:`matplotlib.figure.Figure`; saving is the caller's choice. No pyplot state is touched.
+"""
+
+from __future__ import annotations
+
+import collections
+
+LABELS = {
+    "isrl-spider": "ISRL-DP SPIDER", "isrl-fed-spider": "ISRL-DP Fed-SPIDER", "isrl-mb-sgd": "ISRL-DP MB-SGD",
+    "isrl-local-sgd": "ISRL-DP Local SGD", "mb-sgd": "MB-SGD (non-private)", "local-sgd": "Local SGD (non-private)",
+}
+STYLES = {"isrl-spider": ("C3", "o"), "isrl-fed-spider": ("C4", "D"), "isrl-mb-sgd": ("C0", "s"),
+          "isrl-local-sgd": ("C2", "^"), "mb-sgd": ("C0", None), "local-sgd": ("C2", None)}
+CALIBRATION_TITLES = {"tight": "tight accounting (silodp)", "paper": "paper's closed-form noise (App H.2)"}
+
+
+def _style(algorithm: str, index: int):
+    return STYLES.get(algorithm, (f"C{5 + index % 5}", "v"))
+
+
+def _by_algorithm(rows: list[dict], calibration: str) -> dict:
+    out = collections.defaultdict(list)
+    for r in sorted(rows, key=lambda r: r["epsilon"] or 0.0):
+        if r["epsilon"] is not None and r["calibration"] == calibration:
+            out[r["algorithm"]].append(r)
+    return out
+
+
+def plot_error_vs_epsilon(rows: list[dict], ax, calibration: str) -> None:
+    """Draw one panel: private algorithms as mean +- std over trials against epsilon (log axis);
+    non-private baselines (epsilon-independent) as horizontal lines with a +- std band. A panel
+    other than "tight" also shows, faint and dashed, the tight-accounting curve of each of its
+    algorithms (the utility the accounting buys)."""
+    private = _by_algorithm(rows, calibration)
+    if calibration != "tight":
+        tight = _by_algorithm(rows, "tight")
+        for i, alg in enumerate(sorted(set(private) & set(tight))):
+            color, _ = _style(alg, i)
+            ax.plot([r["epsilon"] for r in tight[alg]], [r["mean_test_error"] for r in tight[alg]], color=color,
+                    linestyle=":", alpha=0.6, label=f"{LABELS.get(alg, alg)}, tight accounting")
+    epsilons = sorted({r["epsilon"] for rs in private.values() for r in rs})
+    for i, (alg, rs) in enumerate(sorted(private.items())):
+        color, marker = _style(alg, i)
+        ax.errorbar([r["epsilon"] for r in rs], [r["mean_test_error"] for r in rs],
+                    yerr=[r["std_test_error"] for r in rs], color=color, marker=marker, capsize=3,
+                    label=LABELS.get(alg, alg))
+    for i, r in enumerate(r for r in rows if r["epsilon"] is None):
+        color, _ = _style(r["algorithm"], i)
+        m, s = r["mean_test_error"], r["std_test_error"]
+        ax.axhline(m, color=color, linestyle="--", linewidth=1, label=LABELS.get(r["algorithm"], r["algorithm"]))
+        ax.axhspan(m - s, m + s, color=color, alpha=0.08)
+    if epsilons:
+        ax.set_xscale("log")
+        ax.set_xticks(epsilons)
+        ax.set_xticklabels([f"{e:g}" for e in epsilons])
+        ax.minorticks_off()
+    else:
+        ax.text(0.5, 0.5, "no private runs", transform=ax.transAxes, ha="center", va="center")
+    ax.set_xlabel("epsilon")
+    ax.set_ylabel("test error")
+    ax.grid(True, alpha=0.3)
+
+
+def error_vs_epsilon(rows: list[dict], calibrations: tuple[str, ...] | None = None, title: str | None = None):
+    """Figure with one row per experiment and one column per calibration (tight, paper)."""
+    from matplotlib.figure import Figure
+
+    if not rows:
+        raise ValueError("rows: nothing to plot (no finished runs)")
+    experiments = sorted({r["experiment"] for r in rows})
+    present = [c for c in ("tight", "paper") if any(r["calibration"] == c for r in rows)] or ["tight"]
+    cals = list(calibrations or present)
+    fig = Figure(figsize=(5.2 * len(cals), 3.8 * len(experiments)), layout="constrained")
+    axes = fig.subplots(len(experiments), len(cals), squeeze=False, sharey="row")
+    for i, exp in enumerate(experiments):
+        mine = [r for r in rows if r["experiment"] == exp]
+        for j, cal in enumerate(cals):
+            ax = axes[i][j]
+            plot_error_vs_epsilon(mine, ax, cal)
+            ax.set_title(f"{exp}: {CALIBRATION_TITLES.get(cal, cal)}", fontsize=9)
+            missing = sorted({r["algorithm"] for r in mine if r["epsilon"] is not None}
+                             - {r["algorithm"] for r in mine if r["calibration"] == cal and r["epsilon"] is not None})
+            if missing:
+                ax.text(0.02, 0.02, "no runs: " + ", ".join(LABELS.get(a, a) for a in missing), fontsize=7,
+                        transform=ax.transAxes, va="bottom", color="0.4")
+        for ax in axes[i]:
+            ax.legend(fontsize=7, loc="upper right")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -1,0 +1,318 @@
+"""The sweep runner: run the configs a store does not hold yet, locally or on a Dask cluster.
+
+``run_grid(configs, store)`` skips every run already recorded (``ok``; ``failed`` and ``skipped``
+too unless ``retry_failed``; runs skipped because their algorithm was not registered are retried
+once it is), calibrates each distinct transcript once (:mod:`.execute`), then executes the rest in
+chunks on
+
+* the calling process (``workers=1``),
+* a local process pool (``workers=K``, default: all CPUs; one torch thread per worker), or
+* a Dask distributed cluster (``scheduler="tcp://host:port"``; its workers need silodp installed).
+
+Results come back to this process, which writes each run in its own transaction, so killing the
+sweep at any point loses at most the runs in flight, never a recorded one, and never writes a run
+twice. A failing run is recorded with its error and the grid goes on. A tqdm bar shows runs done,
+the ETA and the failures.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import multiprocessing
+import os
+import subprocess
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures import wait as futures_wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Iterable
+
+from . import execute as ex
+from .grid import RunConfig
+from .store import Store
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """``silodp.__version__`` plus the git commit of the checkout (``+dirty`` with local changes)."""
+    import silodp
+
+    version = silodp.__version__
+    root = Path(silodp.__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "silodp"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return version
+    return f"{version}+g{sha}{'.dirty' if dirty else ''}" if sha else version
+
+
+@dataclasses.dataclass
+class SweepReport:
+    """What :func:`run_grid` did."""
+
+    total: int
+    already_done: int = 0
+    ran: int = 0
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    calibrations: int = 0
+    stopped: bool = False
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# -- executors ------------------------------------------------------------------------------------
+class _Task:
+    """A deferred call for the inline executor."""
+
+    def __init__(self, fn, arg):
+        self.fn, self.arg = fn, arg
+
+
+class InlineExecutor:
+    """Runs each task in the calling process when waited on (``workers=1``)."""
+
+    window = 1
+
+    def submit(self, fn, arg):
+        return _Task(fn, arg)
+
+    def wait(self, handles):
+        task = next(iter(handles))
+        try:
+            return [(task, task.fn(task.arg), None)]
+        except Exception as exc:  # pragma: no cover - tasks catch their own errors
+            return [(task, None, exc)]
+
+    def close(self):
+        pass
+
+
+def _watch_parent(parent: int, every: float = 1.0) -> None:
+    """Pool-worker initializer: exit when the sweep's process is gone (killed sweeps leave no
+    orphaned workers behind)."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+class PoolExecutor:
+    """A local process pool (spawned workers: no fork after torch has started threads)."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.window = 2 * workers
+        self._start()
+
+    def _start(self):
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_watch_parent, initargs=(os.getpid(),))
+
+    def submit(self, fn, arg):
+        return self.pool.submit(fn, arg)
+
+    def wait(self, handles):
+        done, _ = futures_wait(handles, return_when=FIRST_COMPLETED)
+        out = [(f, None if f.exception() else f.result(), f.exception()) for f in done]
+        if any(isinstance(e, BrokenProcessPool) for _, _, e in out):
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self._start()
+        return out
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class DaskExecutor:
+    """Tasks on a Dask distributed cluster (``distributed.Client(address)``)."""
+
+    def __init__(self, address: str, timeout: float = 30.0):
+        try:
+            from distributed import Client
+        except ImportError as exc:  # pragma: no cover - distributed is a dev dependency
+            raise ValueError("scheduler: the Dask path needs the 'distributed' package") from exc
+        try:
+            self.client = Client(address, timeout=timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ValueError(f"scheduler: cannot reach a Dask scheduler at {address!r}: {exc}") from exc
+        self.window = max(2, 2 * sum(self.client.nthreads().values()))
+
+    def submit(self, fn, arg):
+        return self.client.submit(fn, arg, pure=False)
+
+    def wait(self, handles):
+        from distributed import wait
+
+        out = []
+        for f in wait(list(handles), return_when="FIRST_COMPLETED").done:
+            if f.status == "finished":
+                out.append((f, f.result(), None))
+                continue
+            try:
+                exc = f.exception()
+            except Exception as err:  # cancelled futures raise instead of returning
+                exc = err
+            out.append((f, None, exc or RuntimeError(f"dask future {f.status}")))
+        return out
+
+    def close(self):
+        self.client.close()
+
+
+def make_executor(workers: int | None = None, scheduler: str | None = None):
+    if scheduler:
+        return DaskExecutor(scheduler)
+    workers = (os.cpu_count() or 1) if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
+    return InlineExecutor() if workers == 1 else PoolExecutor(workers)
+
+
+_END = object()
+
+
+def _drain(executor, fn, items: Iterable, on_done) -> None:
+    """For each ``(payload, context)`` of ``items`` (pulled lazily), run ``fn(payload)`` with at
+    most ``executor.window`` in flight; call ``on_done(context, result, exception)`` as each ends."""
+    items = iter(items)
+    inflight = {}
+    exhausted = False
+    while True:
+        while not exhausted and len(inflight) < executor.window:
+            item = next(items, _END)
+            if item is _END:
+                exhausted = True
+                break
+            payload, context = item
+            inflight[executor.submit(fn, payload)] = context
+        if not inflight:
+            return
+        for handle, result, exc in executor.wait(inflight):
+            on_done(inflight.pop(handle), result, exc)
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+def _sort_key(cfg: RunConfig):
+    return (cfg.dataset, repr(cfg.data), cfg.trial, cfg.algorithm, cfg.calibration, cfg.epsilon or 0.0,
+            cfg.silos_per_round or 0, cfg.rounds, cfg.q or 0, cfg.local_steps or 0, cfg.step_size, cfg.clip)
+
+
+def _plan(pending: list[RunConfig]):
+    """Calibration request (or an immediate outcome) of every pending run, prepared once per
+    group of runs that differ only in step size and clip."""
+    requests, outcomes, groups = {}, {}, collections.defaultdict(list)
+    for cfg in pending:
+        groups[dataclasses.replace(cfg, step_size=1.0, clip=1.0)].append(cfg)
+    for key_cfg, members in groups.items():
+        try:
+            request = ex.calibration_request(key_cfg)
+        except ex.SkipRun as exc:
+            outcomes.update({c: {"status": "skipped", "error": str(exc)} for c in members})
+            continue
+        except Exception as exc:
+            outcomes.update({c: {"status": "failed", "error": f"{type(exc).__name__}: {exc}"} for c in members})
+            continue
+        if request is not None:
+            requests.update({c: request for c in members})
+    return requests, outcomes
+
+
+def _registered() -> set[str]:
+    from silodp.algorithms.registry import ALGORITHMS
+
+    return set(ALGORITHMS)
+
+
+def run_grid(configs: Iterable[RunConfig], store: Store, *, workers: int | None = None, scheduler: str | None = None,
+             progress: bool | None = None, max_runs: int | None = None, retry_failed: bool = False,
+             chunk_size: int | None = None, desc: str = "sweep") -> SweepReport:
+    """Run every config of ``configs`` that ``store`` does not hold; see the module docstring.
+
+    ``progress``: True / False / None (a bar when stderr is a terminal). ``max_runs``: stop after
+    executing that many runs (the rest stay pending; a later call resumes).
+    """
+    start = time.perf_counter()
+    configs = list(dict.fromkeys(configs))
+    if max_runs is not None and int(max_runs) < 0:
+        raise ValueError(f"max_runs: must be >= 0, got {max_runs}")
+    statuses = store.statuses()
+    final = ("ok",) if retry_failed else ("ok", "failed", "skipped")
+    registered = _registered()
+    unregistered = {h for h in store.unregistered_skips()} if not retry_failed else set()
+    pending = [c for c in configs if statuses.get(c.config_hash) not in final
+               or (c.config_hash in unregistered and c.algorithm in registered)]
+    report = SweepReport(total=len(configs), already_done=len(configs) - len(pending))
+    if not pending:
+        report.wall_s = time.perf_counter() - start
+        return report
+    version = code_version()
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(pending), desc=desc, unit="run", disable=None if progress is None else not progress,
+               dynamic_ncols=True)
+
+    def record(cfg: RunConfig, outcome: dict) -> None:
+        store.record(cfg, outcome, version)
+        setattr(report, outcome["status"], getattr(report, outcome["status"]) + 1)
+        bar.update(1)
+        bar.set_postfix(failed=report.failed, skipped=report.skipped, refresh=False)
+
+    executor = make_executor(workers, scheduler)
+    try:
+        requests, outcomes = _plan(pending)
+        for cfg, outcome in outcomes.items():
+            record(cfg, outcome)
+        cached = {k: v for k, v in store.calibrations().items() if v.get("status") in ("ok", "skipped")}
+        keyed = {ex.request_key(r): r for r in requests.values()}
+        missing = [(k, r) for k, r in keyed.items() if k not in cached]
+
+        def calibrated(context, result, exc):
+            key, request = context
+            cached[key] = result if exc is None else {"status": "failed", "error": f"calibration: {exc}"}
+            store.record_calibration(key, request, cached[key], version)
+            report.calibrations += 1
+
+        bar.set_description(f"{desc} (calibrating {len(missing)})")
+        _drain(executor, ex.calibrate_request, ((r, (k, r)) for k, r in missing), calibrated)
+        bar.set_description(desc)
+
+        runnable = []
+        for cfg in sorted((c for c in pending if c not in outcomes), key=_sort_key):
+            cal = cached[ex.request_key(requests[cfg])] if cfg in requests else None
+            if cal is not None and cal["status"] != "ok":
+                record(cfg, {"status": cal["status"], "error": cal.get("error")})
+            else:
+                runnable.append((cfg, cal))
+        if max_runs is not None:
+            report.stopped = len(runnable) > int(max_runs)
+            runnable = runnable[: int(max_runs)]
+        size = chunk_size or max(1, min(64, len(runnable) // (8 * executor.window)))
+        chunks = [runnable[i:i + size] for i in range(0, len(runnable), size)]
+
+        def finished(chunk, results, exc):
+            if exc is not None:
+                results = [{"status": "failed", "error": f"worker: {type(exc).__name__}: {exc}"}] * len(chunk)
+            for (cfg, _), outcome in zip(chunk, results):
+                record(cfg, outcome)
+                report.ran += 1
+
+        _drain(executor, ex.run_chunk, (([(c.to_dict(), cal) for c, cal in chunk], chunk) for chunk in chunks), finished)
+    finally:
+        executor.close()
+        bar.close()
+    report.wall_s = time.perf_counter() - start
+    return report

@@ -1,0 +1,93 @@
+"""`silodp reproduce` and `silodp plot`: the quick WBCD preset end to end (the CI reproduction),
+CIFAR-10 from generated pickle batches, plots, and bad input as exit status 2."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from silodp.cli import main
+
+FIVE = {"mb-sgd", "local-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-spider"}
+
+
+@pytest.fixture(scope="module")
+def quick_store(tmp_path_factory):
+    return tmp_path_factory.mktemp("cli") / "results.db"
+
+
+def _json(capsys, argv) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_reproduce_wbcd_quick(quick_store, capsys):
+    out = _json(capsys, ["reproduce", "wbcd", "--quick", "--store", str(quick_store), "--workers", "1", "--json"])
+    assert out["grid"] == "wbcd-quick" and out["quick"] is True
+    runs = out["runs"]
+    assert runs["total"] == 72 and runs["stored"] == {"ok": 56, "failed": 0, "skipped": 16}
+    tight = [r for r in out["summary"] if r["calibration"] in ("tight", "none")]
+    assert {r["algorithm"] for r in tight} == FIVE
+    for r in out["summary"]:
+        assert 0 <= r["mean_test_error"] <= 1 and r["std_test_error"] >= 0 and r["trials"] == 2
+        if r["epsilon"] is not None:
+            assert r["certified_epsilon"] <= r["epsilon"] or r["calibration"] == "paper"
+    paper = [r for r in out["summary"] if r["calibration"] == "paper"]
+    assert {r["algorithm"] for r in paper} == {"isrl-spider"}  # the only one with a closed form (App H.2)
+    claims = {c["id"]: c for c in out["claims"]}
+    assert claims["spider-never-worse-than-mb-sgd"]["reproduced"] in (True, False)
+    assert claims["tight-accounting-vs-paper-calibration"]["measured"]["points"] == 2
+
+
+def test_rerun_does_no_work_and_prints_a_table(quick_store, capsys):
+    assert main(["reproduce", "wbcd", "--quick", "--store", str(quick_store), "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "72 already in" in text and "ran 0" in text and "isrl-spider" in text
+
+
+def test_plot_from_the_store(quick_store, tmp_path, capsys):
+    out = _json(capsys, ["plot", "--store", str(quick_store), "--out", str(tmp_path / "fig.png"), "--json"])
+    assert out["experiments"] == ["wbcd M=2 R=25"] and len(out["summary"]) == 10
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cifar10_quick_from_local_pickles(tmp_path, capsys):
+    root = tmp_path / "cifar-10-batches-py"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    labels = list(np.repeat(np.arange(10), 5))
+    with open(root / "data_batch_1", "wb") as fh:
+        pickle.dump({b"data": (rng.random((50, 3072)) * 255).astype(np.uint8), b"labels": labels}, fh, protocol=2)
+    out = _json(capsys, ["reproduce", "cifar10", "--quick", "--data-path", str(tmp_path), "--store",
+                         str(tmp_path / "c.db"), "--workers", "1", "--calibration", "tight", "--json"])
+    assert out["runs"]["failed"] == 0 and out["runs"]["ok"] == out["runs"]["total"] == 12
+    assert {r["algorithm"] for r in out["summary"]} == FIVE
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["reproduce", "imagenet"], "preset"),
+    (["reproduce", "wbcd", "--workers", "0"], "--workers"),
+    (["reproduce", "wbcd", "--max-runs", "-1"], "--max-runs"),
+    (["reproduce", "wbcd", "--data-path", "/tmp"], "data_path"),
+    (["reproduce", "cifar10", "--quick", "--workers", "1"], None),  # no data path: every run fails, recorded
+    (["plot", "--store", "/nonexistent/results.db", "--out", "x.png"], "--store"),
+])
+def test_bad_input(argv, match, tmp_path, capsys):
+    argv = argv + ["--store", str(tmp_path / "r.db")] if argv[0] == "reproduce" else argv
+    code = main(argv + ["--json"])
+    if match is None:
+        assert code == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["runs"]["ok"] == 0 and "path" in out["failures"][0]["error"]
+    else:
+        assert code == 2 and match in capsys.readouterr().err
+
+
+def test_plot_of_an_empty_store(tmp_path, capsys):
+    from silodp.experiments import Store
+
+    with Store(tmp_path / "empty.db") as st:
+        st.counts()
+    assert main(["plot", "--store", str(tmp_path / "empty.db"), "--out", str(tmp_path / "f.png")]) == 2
+    assert "no finished runs" in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""silodp.experiments.runner: resumable sweeps (stopped, killed, re-run), failures recorded, the
+local process pool and the Dask path giving the same results as the in-process runner."""
+
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from silodp.algorithms import registry
+from silodp.algorithms.baselines import IsrlMBSGD
+from silodp.experiments import runner
+from silodp.experiments.grid import AlgorithmGrid, GridSpec
+from silodp.experiments.store import Store
+
+
+def _spec(rounds=5, trials=2, extra=()):
+    algs = (AlgorithmGrid("mb-sgd", (0.5,)), AlgorithmGrid("isrl-mb-sgd", (0.2, 0.5)), *extra)
+    return GridSpec("tiny", "wbcd", algs, (2.0,), ((2, rounds),), trials=trials)
+
+
+def _results(store) -> dict:
+    return {r.config_hash: (r.status, r.test_error, r.val_error, r.certified_epsilon) for r in store.records(None)}
+
+
+def _finished_at(path) -> dict:
+    return dict(sqlite3.connect(path).execute("SELECT config_hash, finished_at FROM runs"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The tiny grid run once, uninterrupted, in-process."""
+    path = tmp_path_factory.mktemp("ref") / "ref.db"
+    with Store(path) as st:
+        report = runner.run_grid(_spec().expand(), st, workers=1)
+        return report, _results(st)
+
+
+def test_a_grid_runs_and_rerunning_it_does_no_work(reference, tmp_path):
+    report, results = reference
+    assert (report.total, report.ran, report.ok, report.failed) == (6, 6, 6, 0)
+    assert report.calibrations == 1  # one transcript: the two step sizes and trials share it
+    with Store(tmp_path / "r.db") as st:
+        runner.run_grid(_spec().expand(), st, workers=1)
+        before = _finished_at(tmp_path / "r.db")
+        again = runner.run_grid(_spec().expand(), st, workers=1)
+        assert (again.already_done, again.ran, again.calibrations) == (6, 0, 0)
+        assert _finished_at(tmp_path / "r.db") == before and _results(st) == results
+
+
+def test_stopped_sweep_resumes_without_loss_or_duplicates(reference, tmp_path):
+    _, results = reference
+    with Store(tmp_path / "r.db") as st:
+        first = runner.run_grid(_spec().expand(), st, workers=1, max_runs=2)
+        assert first.ran == 2 and first.stopped and st.counts()["ok"] == 2
+        kept = {h: v for h, v in _results(st).items()}
+        second = runner.run_grid(_spec().expand(), st, workers=1)
+        assert (second.already_done, second.ran, second.calibrations) == (2, 4, 0)
+        assert _results(st) == results and all(results[h] == v for h, v in kept.items())
+    n, distinct = sqlite3.connect(tmp_path / "r.db").execute(
+        "SELECT COUNT(*), COUNT(DISTINCT config_hash) FROM runs").fetchone()
+    assert n == distinct == 6
+
+
+def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
+    bad = AlgorithmGrid("isrl-mb-sgd", (0.3,), params={"no_such_option": 1})
+    with Store(tmp_path / "r.db") as st:
+        report = runner.run_grid(_spec(extra=(bad,)).expand(), st, workers=1)
+        assert (report.ok, report.failed) == (6, 2)
+        failed = st.records("failed")
+        assert len(failed) == 2 and all("no_such_option" in r.error for r in failed)
+        assert runner.run_grid(_spec(extra=(bad,)).expand(), st, workers=1).ran == 0  # failures are final ...
+        assert runner.run_grid(_spec(extra=(bad,)).expand(), st, workers=1, retry_failed=True).failed == 2  # unless retried
+
+
+def test_unregistered_algorithms_are_skipped_until_registered(tmp_path, monkeypatch):
+    new = AlgorithmGrid("later-mb-sgd", (0.5,))
+    with Store(tmp_path / "r.db") as st:
+        report = runner.run_grid(_spec(extra=(new,)).expand(), st, workers=1)
+        assert report.skipped == 2 and "not registered" in st.records("skipped")[0].error
+
+        class Later(IsrlMBSGD):
+            name = "isrl-mb-sgd"  # the accounting layer knows this transcript
+
+        monkeypatch.setitem(registry.ALGORITHMS, "later-mb-sgd", Later)
+        report = runner.run_grid(_spec(extra=(new,)).expand(), st, workers=1)
+        assert (report.ran, report.ok) == (2, 2) and st.counts() == {"ok": 8, "failed": 0, "skipped": 0}
+
+
+def test_progress_bar_shows_runs_and_failures(tmp_path, monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with Store(tmp_path / "r.db") as st:
+        runner.run_grid(_spec().expand(), st, workers=1, progress=True, desc="tiny")
+    text = err.getvalue()
+    assert "6/6" in text and "failed=0" in text and "run/s" in text
+
+
+def test_local_process_pool_matches_in_process(reference, tmp_path):
+    _, results = reference
+    with Store(tmp_path / "r.db") as st:
+        report = runner.run_grid(_spec().expand(), st, workers=2, chunk_size=2)
+        assert report.ok == 6, [r.error for r in st.records("failed")]
+        assert _results(st) == results
+
+
+def test_dask_local_cluster_matches_in_process(reference, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    _, results = reference
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        with Store(tmp_path / "r.db") as st:
+            report = runner.run_grid(_spec().expand(), st, scheduler=cluster.scheduler_address, chunk_size=1)
+            assert report.ok == 6, [r.error for r in st.records("failed")]
+            assert _results(st) == results
+
+
+def test_unreachable_scheduler_is_a_value_error():
+    pytest.importorskip("distributed")
+    with pytest.raises(ValueError, match="scheduler"):
+        runner.DaskExecutor("tcp://127.0.0.1:9", timeout=1)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="workers"):
+        runner.make_executor(workers=0)
+    with pytest.raises(ValueError, match="max_runs"):
+        runner.run_grid([], Store(":memory:"), max_runs=-1)
+
+
+def test_killed_sweep_resumes(tmp_path):
+    """SIGKILL a `silodp reproduce` process mid-sweep, re-run it: every run once, same results."""
+    spec = {"name": "killme", "dataset": "wbcd", "epsilons": [2.0], "settings": [[2, 25]], "trials": 8,
+            "algorithms": {"isrl-mb-sgd": {"step_sizes": {"exp_linspace": [-3, 0, 10]}, "clips": [1, 5]}}}
+    grid, db = tmp_path / "grid.json", tmp_path / "r.db"
+    grid.write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "silodp", "reproduce", str(grid), "--store", str(db), "--workers", "1", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    done, deadline = 0, time.time() + 300
+    while done < 5 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+        if db.exists():
+            try:
+                done = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+            except sqlite3.OperationalError:  # schema not created yet
+                pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with Store(db) as st:
+        at_kill = st.counts()["ok"]
+    assert 5 <= at_kill < 160, "the sweep was not interrupted mid-run"
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
+    payload = json.loads(out.stdout)
+    assert payload["runs"]["already_done"] == at_kill and payload["runs"]["ran"] == 160 - at_kill
+    n, distinct = sqlite3.connect(db).execute("SELECT COUNT(*), COUNT(DISTINCT config_hash) FROM runs").fetchone()
+    assert n == distinct == 160
+    with Store(tmp_path / "clean.db") as clean, Store(db) as resumed:
+        from silodp.experiments.grid import load_grid
+
+        runner.run_grid(load_grid(grid).expand(), clean, workers=1)
+        assert _results(clean) == _results(resumed)
