@@ -105,7 +105,10 @@ class RunConfig:
         for name in ("epsilon", "delta", "step_size", "clip", "batch_epsilon", "val_fraction", "test_fraction"):
             value = getattr(self, name)
             if value is not None:  # 1 and 1.0 must hash alike
-                object.__setattr__(self, name, float(value))
+                try:
+                    object.__setattr__(self, name, float(value))
+                except (TypeError, ValueError):
+                    raise ValueError(f"{name}: must be a number, got {value!r}") from None
         if self.calibration not in CALIBRATIONS + ("none",):
             raise ValueError(f"calibration: must be one of {CALIBRATIONS + ('none',)}, got {self.calibration!r}")
         if (self.epsilon is None) != (self.calibration == "none"):

@@ -33,7 +33,7 @@ def test_config_roundtrips_through_json():
 
 @pytest.mark.parametrize("field, value", [
     ("epsilon", 0.0), ("epsilon", math.inf), ("calibration", "loose"), ("rounds", 0), ("q", 1.5),
-    ("step_size", -1.0), ("clip", 0.0), ("trial", -1), ("delta", 1.0), ("batch_size", 0),
+    ("step_size", -1.0), ("clip", 0.0), ("trial", -1), ("delta", 1.0), ("batch_size", 0), ("clip", "big"),
 ])
 def test_bad_config_fields_are_named(field, value):
     with pytest.raises(ValueError, match=field):
