@@ -2,10 +2,11 @@
 
 Every noise scale in silodp comes from here with the theorem or accountant that backs it named.
 The neighbouring relation defaults to ``REPLACE_ONE`` (ISRL-DP: one record of one silo replaced).
-Pure numpy/scipy/dp-accounting: importing this package never imports torch.
+Self-contained numpy/scipy.special code: importing this package imports neither torch nor
+dp-accounting (which the tests use as an independent reference; events convert both ways).
 """
 
-from silodp.accounting import composition, gaussian, papers, shuffle, subsampling, zcdp
+from silodp.accounting import composition, gaussian, papers, pld, rdp, shuffle, subsampling, zcdp
 from silodp.accounting.accountants import (
     ACCOUNTANTS,
     Accountant,
@@ -40,6 +41,9 @@ from silodp.accounting.events import (
     SampledWithoutReplacementDpEvent,
     SampledWithReplacementDpEvent,
     SelfComposedDpEvent,
+    ZCDpEvent,
+    from_dp_accounting,
+    to_dp_accounting,
 )
 from silodp.accounting.ledger import IsrlLedger, cdp_guarantee, user_level_guarantee
 from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_numerical, shuffle_bounds

@@ -7,14 +7,16 @@ Every accountant takes the neighbouring relation explicitly; silodp's default is
 
 Which accountant certifies what (see docs/accounting.md):
 
-* ``rdp`` -- Renyi DP (Mironov 2017) through dp-accounting's ``RdpAccountant`` and its improved
-  RDP -> (eps, delta) conversion (Canonne-Kamath-Steinke 2020 / Balle et al. 2020). Under
+* ``rdp`` -- Renyi DP (Mironov 2017; Mironov, Talwar & Zhang 2019 for Poisson subsampling, see
+  :mod:`silodp.accounting.rdp`) with the improved RDP -> (eps, delta) conversion
+  (Canonne-Kamath-Steinke 2020 / Balle et al. 2020); tested against dp-accounting's. Under
   replace-one, Poisson- and without-replacement-subsampled Gaussians are charged as the
   add/remove Poisson-subsampled Gaussian at sensitivity 2C, which dominates both (BBG18
   advanced joint convexity); with-replacement sampling is not supported.
-* ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022) through
-  dp-accounting, pessimistic discretization: tight up to the discretization. Poisson under
-  replace-one uses dp-accounting's exact replace-one PLD.
+* ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
+  :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
+  discretization. Poisson under replace-one uses the exact replace-one pair; tested against
+  dp-accounting's PLD library.
 * ``zcdp`` -- Gaussian steps without subsampling only (paper Prop D.2 + Lemma D.1), converted by
   Canonne-Kamath-Steinke 2020 (``conversion="paper"`` gives paper Prop D.1).
 * ``advanced`` -- per-step (eps, delta) from the analytic Gaussian (Balle-Wang 2018) and BBG18
@@ -28,22 +30,19 @@ import abc
 import math
 from typing import Callable
 
-import dp_accounting as dpa
 import numpy as np
-from dp_accounting.pld import common as pld_common
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from dp_accounting.rdp import rdp_privacy_accountant as _rdp_lib
 
-from silodp.accounting import composition, gaussian, subsampling, zcdp
+from silodp.accounting import composition, gaussian, pld as pld_lib, rdp as rdp_lib, subsampling, zcdp
 from silodp.accounting import events as ev
 from silodp.accounting._checks import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.blocks import Block, UnsupportedEventError, flatten
 
-#: dp-accounting's default orders, refined below 11 and extended with integer orders (exact and fast).
-RDP_ORDERS = tuple(sorted(set(_rdp_lib.DEFAULT_RDP_ORDERS)
-                          | set(np.round(np.linspace(1.1, 10.9, 50), 2))
-                          | set(float(x) for x in np.unique(np.geomspace(12, 4096, 40).astype(int)))))
+#: dp-accounting's default orders (1.1 ... 10.9 by 0.1, 11 ... 63, 128 ... 1024) and integer
+#: orders up to 4096 (exact and fast).
+RDP_ORDERS = tuple(sorted({round(1.0 + x / 10.0, 1) for x in range(1, 100)} | set(range(11, 64))
+                          | {128, 256, 512, 1024}
+                          | {int(x) for x in np.unique(np.geomspace(12, 4096, 40).astype(int))}))
 
 
 class Accountant(abc.ABC):
@@ -52,9 +51,7 @@ class Accountant(abc.ABC):
     name: str = ""
 
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> None:
-        if neighbouring not in (ev.REPLACE_ONE, ev.ADD_OR_REMOVE_ONE):
-            raise ValueError(f"neighbouring must be REPLACE_ONE or ADD_OR_REMOVE_ONE, got {neighbouring}")
-        self.neighbouring = neighbouring
+        self.neighbouring = ev.relation(neighbouring)
         self._blocks: list[Block] = []
 
     def __len__(self) -> int:
@@ -124,7 +121,7 @@ class Accountant(abc.ABC):
 
 
 class RdpAccountant(Accountant):
-    """Renyi-DP accountant (dp-accounting's RdpAccountant under the dominating relation)."""
+    """Renyi-DP accountant (:mod:`silodp.accounting.rdp`) under the dominating relation."""
 
     name = "rdp"
 
@@ -140,36 +137,35 @@ class RdpAccountant(Accountant):
 
     def _block_rdp(self, block: Block) -> np.ndarray:
         """RDP curve of one block on RDP_ORDERS. A subsampled step is charged the smaller of its
-        subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019, via dp-accounting) and the
-        un-sampled Gaussian's alpha / (2 z^2): subsampling is post-processing of the full release
-        (data processing), so both bound it, and orders where dp-accounting's series did not
-        converge fall back to the latter."""
+        subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019) and the un-sampled Gaussian's
+        alpha / (2 z^2): subsampling is post-processing of the full release (data processing),
+        so both bound it, and orders where the series did not converge fall back to the latter."""
         orders = np.asarray(RDP_ORDERS)
         if block.kind == "zcdp":
             return block.count * block.rho * orders
         full = orders / (2.0 * block.noise_multiplier ** 2)
         if block.sampling in ("poisson", "without_replacement") and block.q < 1:
-            sub = _rdp_lib._compute_rdp_poisson_subsampled_gaussian(block.q, block.noise_multiplier, orders)
-            full = np.minimum(np.where(np.isfinite(sub), sub, np.inf), full)
+            full = np.minimum(rdp_lib.poisson_subsampled_gaussian_rdp(block.q, block.noise_multiplier, orders), full)
         return block.count * full
 
     def _rdp(self) -> np.ndarray:
         return np.sum([self._block_rdp(b) for b in self._blocks], axis=0)
 
     def _epsilon(self, delta: float) -> float:
-        return float(_rdp_lib.compute_epsilon(RDP_ORDERS, self._rdp(), delta)[0])
+        return rdp_lib.epsilon_from_rdp(RDP_ORDERS, self._rdp(), delta)
 
     def _delta(self, epsilon: float) -> float:
-        return float(min(1.0, _rdp_lib.compute_delta(RDP_ORDERS, self._rdp(), epsilon)[0]))
+        return rdp_lib.delta_from_rdp(RDP_ORDERS, self._rdp(), epsilon)
 
 
 class PldAccountant(Accountant):
-    """Privacy-loss-distribution accountant (dp-accounting PLDs, pessimistic discretization)."""
+    """Privacy-loss-distribution accountant (:mod:`silodp.accounting.pld`, pessimistic)."""
 
     name = "pld"
 
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
-                 value_discretization_interval: float = 1e-4, log_mass_truncation_bound: float = -50.0) -> None:
+                 value_discretization_interval: float = 1e-4,
+                 log_mass_truncation_bound: float = pld_lib.LOG_TAIL_MASS) -> None:
         """``log_mass_truncation_bound``: ln of the noise mass each step may discard; with the
         pessimistic estimate that mass is charged to delta (as infinite privacy loss), so a larger
         bound is faster and still certified, at a cost of about count * e^bound in delta."""
@@ -180,16 +176,13 @@ class PldAccountant(Accountant):
             raise ValueError(f"log_mass_truncation_bound must be < 0, got {log_mass_truncation_bound}")
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
-    #: Largest number of discretization buckets one step's privacy losses may span.
-    MAX_BUCKETS = 5e7
-
     def _check(self, block: Block) -> None:
         if block.kind == "zcdp":
             raise UnsupportedEventError("pld cannot use a zCDP event; use 'rdp' or 'zcdp'")
         if block.kind == "gaussian":
             z = block.noise_multiplier
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included
-            if span / self.value_discretization_interval > self.MAX_BUCKETS:
+            if span > pld_lib.MAX_LOSS or span / self.value_discretization_interval > pld_lib.MAX_POINTS:
                 raise ValueError(
                     f"noise_multiplier={z:g} is too small for the pld accountant at discretization "
                     f"{self.value_discretization_interval:g} (epsilon is huge); use 'rdp' or a coarser grid")
@@ -201,23 +194,18 @@ class PldAccountant(Accountant):
             raise UnsupportedEventError("sampling without replacement is defined for REPLACE_ONE only")
 
     def _block_pld(self, block: Block) -> pld_lib.PrivacyLossDistribution:
-        disc = self.value_discretization_interval
+        disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
         if block.kind == "epsilon_delta":
-            params = pld_common.DifferentialPrivacyParameters(block.epsilon, block.delta)
-            one = pld_lib.from_privacy_parameters(params, value_discretization_interval=disc)
-        elif block.sampling == "poisson" and block.q < 1 and self.neighbouring == ev.REPLACE_ONE:
-            # dp-accounting's replace-one PLD takes contributions in a ball of radius 1 (shift 2),
-            # so sigma / (2C) = z becomes standard deviation 2z at sensitivity 1.
-            one = pld_lib.from_gaussian_mechanism(
-                2.0 * block.noise_multiplier, sampling_prob=block.q, value_discretization_interval=disc,
-                neighboring_relation=ev.REPLACE_ONE, log_mass_truncation_bound=self.log_mass_truncation_bound)
+            one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
+        elif block.sampling == "poisson" and block.q < 1:
+            # under replace-one: the exact replace-one pair (contributions in the ball of radius C)
+            one = pld_lib.from_gaussian_mechanism(block.noise_multiplier, block.q, self.neighbouring, disc, bound)
         else:
-            # Un-sampled Gaussian (any relation), Poisson under add/remove, and without
-            # replacement under replace-one (dominated by the add/remove pair at shift 2C).
-            one = pld_lib.from_gaussian_mechanism(
-                block.noise_multiplier, sampling_prob=block.q if block.sampling != "none" else 1.0,
-                value_discretization_interval=disc, log_mass_truncation_bound=self.log_mass_truncation_bound)
-        return one.self_compose(block.count) if block.count > 1 else one
+            # Un-sampled Gaussian (any relation), and without replacement under replace-one
+            # (dominated by the add/remove Poisson pair at shift 2C, BBG18).
+            q = block.q if block.sampling != "none" else 1.0
+            one = pld_lib.from_gaussian_mechanism(block.noise_multiplier, q, ev.ADD_OR_REMOVE_ONE, disc, bound)
+        return one.self_compose(block.count)
 
     def _pld(self) -> pld_lib.PrivacyLossDistribution:
         total = None

@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from silodp.accounting import composition
+from silodp.accounting import _binomial
 from silodp.accounting._checks import check_count, check_delta, check_positive, check_probability
 from silodp.accounting._profiles import DiscreteProfile
 
@@ -46,7 +47,6 @@ def shifted_binomial_epsilon(delta: float, trials: int, p: float, shift: int) ->
 
     Points beyond 40 standard deviations are charged to delta in full (mass below 1e-300).
     """
-    from scipy.stats import binom  # lazy: keeps CLI start-up fast
     m = check_count("trials", trials)
     pp = check_probability("p", p)
     k = check_count("shift", shift, minimum=0)
@@ -54,8 +54,8 @@ def shifted_binomial_epsilon(delta: float, trials: int, p: float, shift: int) ->
         return 0.0
     sd = math.sqrt(m * pp * (1 - pp))
     x = np.arange(max(0, int(m * pp - 40 * sd) - k), min(m + k, int(m * pp + 40 * sd) + k) + 1)
-    lq = binom.logpmf(x, m, pp)
-    lp = binom.logpmf(x - k, m, pp)
+    lq = _binomial.logpmf(x, m, pp)
+    lp = _binomial.logpmf(x - k, m, pp)
     outside = max(0.0, 1.0 - float(np.exp(lp).sum()), 1.0 - float(np.exp(lq).sum()))
     return max(DiscreteProfile(lp, lq, outside).epsilon(delta), DiscreteProfile(lq, lp, outside).epsilon(delta))
 

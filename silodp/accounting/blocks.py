@@ -50,7 +50,15 @@ def _effective_noise_multiplier(event: ev.DpEvent) -> float:
 
 
 def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
-    """The blocks of ``event`` repeated ``count`` times (adaptive composition)."""
+    """The blocks of ``event`` repeated ``count`` times (adaptive composition).
+
+    dp-accounting's own events are accepted and read as the silodp events of the same name.
+    """
+    if ev.is_dp_accounting_event(event):
+        try:
+            event = ev.from_dp_accounting(event)
+        except ValueError as exc:
+            raise UnsupportedEventError(f"unsupported event: {event} ({exc})") from None
     if isinstance(event, ev.NoOpDpEvent):
         return []
     if isinstance(event, ev.NonPrivateDpEvent):

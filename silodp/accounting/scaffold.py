@@ -58,10 +58,10 @@ import dataclasses
 import math
 
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import stats
 
 from silodp.accounting import events as ev
+from silodp.accounting import pld as pld_lib
+from silodp.accounting import _binomial
 from silodp.accounting._checks import check_count, check_delta, check_positive, check_probability
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import get_accountant
@@ -143,13 +143,13 @@ def aggregation_groups(cfg: ScaffoldConfig, groups: int = 16) -> dict[int, float
     the lower tail (1e-12 ... 0.05) and evenly in the bulk (0.1 ... 0.9)."""
     m, l = cfg.num_users, cfg.user_sampling
     sizes = np.arange(1, m + 1)
-    weights = stats.binom.pmf(sizes - 1, m - 1, l)
+    weights = _binomial.pmf(sizes - 1, m - 1, l)
     if m <= check_count("groups", groups):
         edges = sizes
     else:
         tail, bulk = np.geomspace(1e-12, 0.05, groups // 2), np.linspace(0.1, 0.9, groups - groups // 2)
         qs = np.concatenate([[0.0], tail, bulk])
-        edges = np.unique(np.clip(1 + stats.binom.ppf(qs, m - 1, l), 1, m).astype(int))
+        edges = np.unique(np.clip(1 + np.array([_binomial.ppf(x, m - 1, l) for x in qs]), 1, m).astype(int))
     reps = edges[np.searchsorted(edges, sizes, side="right") - 1]
     out: dict[int, float] = {}
     for rep, w in zip(reps.tolist(), weights.tolist()):
@@ -160,8 +160,7 @@ def aggregation_groups(cfg: ScaffoldConfig, groups: int = 16) -> dict[int, float
 
 def _steps_pld(cfg: ScaffoldConfig, z: float, count: int, disc: float) -> pld_lib.PrivacyLossDistribution:
     q = cfg.batch_size / cfg.records_per_user
-    one = pld_lib.from_gaussian_mechanism(z, sampling_prob=q, value_discretization_interval=disc)
-    return one.self_compose(count) if count > 1 else one
+    return pld_lib.from_gaussian_mechanism(z, q, ev.ADD_OR_REMOVE_ONE, disc).self_compose(count)
 
 
 def mixture_pld(cfg: ScaffoldConfig, sigma_g: float, against: str, disc: float = 1e-3,

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from silodp.accounting import _binomial
 from silodp.accounting._checks import check_count, check_delta, check_positive
 from silodp.accounting._profiles import DiscreteProfile
 
@@ -45,20 +46,19 @@ def fmt21_closed_form(eps0: float, n: int, delta: float) -> float:
 
 
 def _fmt21_pair(eps0: float, n: int, tail: float = 1e-14, width: float = 9.0) -> DiscreteProfile:
-    from scipy.stats import binom  # lazy: keeps CLI start-up fast
     q = math.exp(-eps0)
     p = math.exp(eps0) / (math.exp(eps0) + 1.0)
-    c_lo, c_hi = int(binom.ppf(tail, n - 1, q)), int(binom.isf(tail, n - 1, q))
+    c_lo, c_hi = int(_binomial.ppf(tail, n - 1, q)), int(_binomial.isf(tail, n - 1, q))
     cs = np.arange(max(c_lo, 0), c_hi + 1)
-    left_out = float(binom.cdf(c_lo - 1, n - 1, q) + binom.sf(c_hi, n - 1, q))
-    log_pc = binom.logpmf(cs, n - 1, q)
+    left_out = float(_binomial.cdf(c_lo - 1, n - 1, q) + _binomial.sf(c_hi, n - 1, q))
+    log_pc = _binomial.logpmf(cs, n - 1, q)
     l0s, l1s = [], []
     for c, lpc in zip(cs, log_pc):
         half = width * math.sqrt(c + 1) / 2.0 + 2
         xs = np.arange(max(0, int(c / 2 - half)), min(c + 1, int(c / 2 + half)) + 1)
         # P0(x) = p b(x-1) + (1-p) b(x), P1(x) = (1-p) b(x-1) + p b(x), b = Bin(c, 1/2)
-        lb = binom.logpmf(xs, c, 0.5)
-        lbm = binom.logpmf(xs - 1, c, 0.5)
+        lb = _binomial.logpmf(xs, c, 0.5)
+        lbm = _binomial.logpmf(xs - 1, c, 0.5)
         l0 = np.logaddexp(math.log(p) + lbm, math.log1p(-p) + lb)
         l1 = np.logaddexp(math.log1p(-p) + lbm, math.log(p) + lb)
         kept = np.exp(l0).sum()

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from silodp.accounting import _binomial
 from silodp.accounting._checks import check_count, check_nonnegative, check_positive, check_probability
 from silodp.accounting.gaussian import analytic_log_delta
 
@@ -64,7 +65,6 @@ def with_replacement_gaussian_delta(
     eps' = ``epsilon`` maps to the base level eps = log(1 + (e^eps' - 1)/gamma); multiplicities k
     beyond the (1 - ``tail``) quantile are charged delta_k = 1 (sound).
     """
-    from scipy.stats import binom  # lazy: keeps CLI start-up fast
     eps_out = check_nonnegative("epsilon", epsilon)
     z = check_positive("noise_multiplier", noise_multiplier)
     m = check_count("sample_size", sample_size)
@@ -73,8 +73,8 @@ def with_replacement_gaussian_delta(
     # eps = log(1 + (e^eps' - 1)/gamma), written to stay finite for large eps'
     eps_base = eps_out - math.log(gamma) + math.log1p(-math.exp(-eps_out) * (1 - gamma)) if eps_out > 30 \
         else math.log1p(math.expm1(eps_out) / gamma)
-    kmax = int(min(m, binom.isf(tail, m, 1.0 / n) + 1))
+    kmax = int(min(m, _binomial.isf(tail, m, 1.0 / n) + 1))
     k = np.arange(1, kmax + 1)
-    pk = binom.pmf(k, m, 1.0 / n)
+    pk = _binomial.pmf(k, m, 1.0 / n)
     deltas = np.exp(analytic_log_delta(eps_base, z / k))
-    return float(min(1.0, np.sum(pk * deltas) + binom.sf(kmax, m, 1.0 / n)))
+    return float(min(1.0, np.sum(pk * deltas) + _binomial.sf(kmax, m, 1.0 / n)))

@@ -113,7 +113,9 @@ class Model:
                 h = h @ W.T + b
             elif isinstance(layer, Conv2d):
                 W, b = self.params(w, i)
-                h = F.conv2d(h, W, b)
+                lead = h.shape[:-3]  # conv2d takes [B, C, H, W]: fold any leading dims into B
+                out = F.conv2d(h.reshape(-1, *h.shape[-3:]), W, b)
+                h = out.reshape(*lead, *out.shape[1:])
             else:
                 h = apply_activation(layer, h)
         return h

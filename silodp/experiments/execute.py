@@ -131,22 +131,12 @@ def calibrate_request(request: dict) -> dict:
 
 
 def evaluate(problem, w, federation) -> tuple[float | None, float | None]:
-    """(error rate, objective F(w)) on a federation, as ``Problem.accuracy`` / ``Problem.objective``
-    define them (pooled error; F = mean over silos of each silo's mean loss, plus f1), computed on
-    the silos' real records flattened to one batch, so convolutional models work too."""
-    import torch
-
-    from silodp.algorithms.problems import loss_from_outputs, predict_from_outputs
-
-    x, y, weights = federation.x[federation.mask], federation.y[federation.mask], federation.weights[federation.mask]
-    with torch.no_grad():
-        out = problem.model.forward(w, x)
-        loss = float((loss_from_outputs(problem.loss, out, y) * weights).sum() / federation.num_silos
-                     + problem.regularizer.value(w))
-        error = None
-        if problem.loss != "squared":
-            error = float((predict_from_outputs(problem.loss, out) != y).to(torch.float64).mean())
-    return error, (loss if math.isfinite(loss) else None)
+    """(error rate, objective F(w)) on a federation: ``1 - Problem.accuracy`` (pooled over the
+    real records) and ``Problem.objective`` (mean over silos of each silo's mean loss, plus f1);
+    a non-finite objective is ``None``."""
+    accuracy = problem.accuracy(w, federation)
+    loss = problem.objective(w, federation)
+    return (None if accuracy is None else 1.0 - accuracy), (loss if math.isfinite(loss) else None)
 
 
 def _metrics(prep: Prepared, w, prefix: str) -> dict:

@@ -51,3 +51,17 @@ def test_bad_method_raises():
     problem = Problem(linear_model(2), "squared")
     with pytest.raises(ValueError, match="method"):
         clipped_grad_sum(problem, torch.zeros(3), torch.zeros(1, 2, 2), torch.zeros(1, 2), torch.ones(1, 2), 1.0, "nope")
+
+
+def test_forward_takes_any_leading_shape_for_convolutional_models():
+    """``Model.forward`` on [N, K, C, H, W] equals the per-silo batched forward with shared w, so
+    ``Problem.accuracy`` and ``Problem.objective`` evaluate LeNet directly."""
+    torch.manual_seed(0)
+    model = lenet(1, 16, 4)
+    w = model.init(torch.Generator().manual_seed(1))
+    x = torch.randn(3, 5, 1, 16, 16, dtype=torch.float64)
+    shared = model.forward(w, x)
+    batched = model.forward_batched(w.expand(3, -1).contiguous(), x)
+    assert shared.shape == (3, 5, 4)
+    torch.testing.assert_close(shared, batched)
+    torch.testing.assert_close(model.forward(w, x[1, 2]), shared[1, 2])  # one unbatched sample

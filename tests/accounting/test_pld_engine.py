@@ -1,0 +1,114 @@
+"""silodp's own PLD engine against exact curves, numerical integration and dp-accounting.
+
+Tolerances: a pessimistic PLD may only over-state delta (resp. epsilon); ``1e-12`` relative slack
+covers floating point. Agreement with dp-accounting (same connect-the-dots discretization, a
+different implementation) is required to 1e-6 relative in epsilon.
+"""
+
+import math
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from silodp.accounting import composition, gaussian, pld
+from silodp.accounting.events import ADD_OR_REMOVE_ONE, REPLACE_ONE
+
+
+def exact_mixture_delta(a: float, b: float, s: float, eps: float) -> float:
+    """Hockey-stick divergence of the mixture pair by quadrature of (p - e^eps q)_+."""
+    p = lambda x: (1 - a) * stats.norm.pdf(x, 0, s) + a * stats.norm.pdf(x, 1, s)
+    q = lambda x: (1 - b) * stats.norm.pdf(x, 0, s) + b * stats.norm.pdf(x, -1, s)
+    f = lambda x: max(0.0, p(x) - math.exp(eps) * q(x))
+    return integrate.quad(f, -12 * s - 1, 12 * s + 1, points=[-1, 0, 1], limit=400, epsabs=1e-15)[0]
+
+
+@pytest.mark.parametrize("a,b,s", [(1.0, 0.0, 0.7), (0.05, 0.0, 1.0), (0.0, 0.05, 1.0), (0.2, 0.2, 1.5)])
+@pytest.mark.parametrize("eps", [0.0, 0.05, 0.4, 1.3])
+def test_pair_curve_matches_quadrature(a, b, s, eps):
+    ours = float(pld.GaussianPair(a, b, s).delta(np.array([eps]))[0])
+    assert ours == pytest.approx(exact_mixture_delta(a, b, s, eps), rel=1e-6, abs=1e-13)
+
+
+@pytest.mark.parametrize("z", [0.6, 1.0, 4.0])
+def test_single_gaussian_is_exact_on_the_grid_and_above_it_between(z):
+    h = 1e-3
+    p = pld.from_gaussian_mechanism(z, value_discretization_interval=h)
+    rng = np.random.default_rng(0)
+    for eps in np.concatenate([np.arange(0, 3, 0.25), rng.uniform(0, 3, 20)]):
+        exact = math.exp(float(gaussian.analytic_log_delta(eps, z)))
+        ours = p.get_delta_for_epsilon(float(eps))
+        assert ours >= exact * (1 - 1e-12)
+        if abs(eps / h - round(eps / h)) < 1e-9:
+            assert ours == pytest.approx(exact, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("z,steps", [(8.0, 100), (30.0, 2000), (3.0, 10)])
+def test_gaussian_composition_is_pessimistic_and_tight(z, steps):
+    """T Gaussian steps are one Gaussian at z / sqrt(T) (exact reference, Balle-Wang)."""
+    ours = pld.from_gaussian_mechanism(z, value_discretization_interval=1e-4).self_compose(steps)
+    exact = gaussian.epsilon_for_delta(z / math.sqrt(steps), 1e-6)
+    got = ours.get_epsilon_for_delta(1e-6)
+    assert exact * (1 - 1e-9) <= got <= exact * 1.002
+
+
+@pytest.mark.parametrize("z,q,steps", [(1.0, 0.01, 1000), (0.8, 0.1, 100), (2.0, 0.001, 5000), (1.5, 0.5, 50)])
+@pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
+def test_subsampled_gaussian_agrees_with_dp_accounting(z, q, steps, relation):
+    nr = ADD_OR_REMOVE_ONE if relation == "add_remove" else REPLACE_ONE
+    ours = pld.from_gaussian_mechanism(z, q, nr, 1e-4).self_compose(steps)
+    # dp-accounting's replace-one pair has shifts +-1 (contributions of norm <= 1): std 2z
+    ref = dpa.pld.privacy_loss_distribution.from_gaussian_mechanism(
+        z if relation == "add_remove" else 2 * z, sampling_prob=q, value_discretization_interval=1e-4,
+        neighboring_relation=dpa.NeighboringRelation[nr.name]).self_compose(steps)
+    for delta in (1e-3, 1e-5, 1e-8):
+        assert ours.get_epsilon_for_delta(delta) == pytest.approx(ref.get_epsilon_for_delta(delta), rel=1e-6)
+    assert ours.get_delta_for_epsilon(1.0) == pytest.approx(ref.get_delta_for_epsilon(1.0), rel=1e-5, abs=1e-14)
+
+
+def test_single_subsampled_step_is_pessimistic_against_quadrature():
+    p = pld.from_gaussian_mechanism(1.0, 0.05, ADD_OR_REMOVE_ONE, 1e-3)
+    for eps in (0.0, 0.0371, 0.1, 0.25):
+        exact = max(exact_mixture_delta(0.05, 0.0, 1.0, eps), exact_mixture_delta(0.0, 0.05, 1.0, eps))
+        assert exact * (1 - 1e-9) <= p.get_delta_for_epsilon(eps) <= exact + 1e-6
+
+
+@pytest.mark.parametrize("eps0,delta0,k", [(0.3, 1e-6, 20), (1.0, 0.0, 5), (0.05, 1e-8, 200)])
+def test_epsilon_delta_events_compose_to_the_optimal_theorem(eps0, delta0, k):
+    """Composing the canonical (eps, delta) pair is the optimal composition (Kairouz-Oh-Viswanath)."""
+    ours = pld.from_privacy_parameters(eps0, delta0, 1e-4).self_compose(k).get_epsilon_for_delta(1e-5 + k * delta0)
+    kov = composition.kov(eps0, delta0, k, 1e-5 + k * delta0)
+    assert kov * (1 - 1e-6) <= ours <= kov + k * 1e-4 + 1e-3
+
+
+def test_mixture_with_identity_scales_delta():
+    """A release that happens w.p. w (label public) has delta(eps) = w delta_G(eps)."""
+    g = pld.from_gaussian_mechanism(1.0, value_discretization_interval=1e-3)
+    mix = g.compute_mixture(pld.identity(1e-3), 0.3)
+    for eps in (0.0, 0.5, 2.0):
+        assert mix.get_delta_for_epsilon(eps) == pytest.approx(0.3 * g.get_delta_for_epsilon(eps), rel=1e-12)
+
+
+def test_truncation_only_moves_mass_up():
+    g = pld.from_gaussian_mechanism(2.0, 0.1, ADD_OR_REMOVE_ONE, 1e-3).remove
+    cut = g.truncate(math.log(1e-6))
+    assert len(cut.masses) < len(g.masses)
+    for eps in (0.0, 0.1, 0.3):
+        assert cut.delta(eps) >= g.delta(eps) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    ({"noise_multiplier": 0.01}, "noise_multiplier"),
+    ({"noise_multiplier": -1.0}, "noise_multiplier"),
+    ({"noise_multiplier": 1.0, "value_discretization_interval": 0.0}, "value_discretization_interval"),
+    ({"noise_multiplier": 1.0, "sampling_prob": 1.5}, "sampling_prob"),
+])
+def test_bad_input_names_the_argument(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        pld.from_gaussian_mechanism(**kwargs)
+
+
+def test_grids_must_match():
+    with pytest.raises(ValueError, match="value_discretization_interval"):
+        pld.identity(1e-3).compose(pld.identity(1e-4))
