@@ -68,9 +68,27 @@ def _next_fast_length(n: int) -> int:
     return best
 
 
-def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
-    top = np.max(x, axis=1)
-    return top + np.log(np.sum(np.exp(x - top[:, None]), axis=1))
+def _logsumexp(x: np.ndarray) -> float:
+    top = float(np.max(x))
+    return top + math.log(float(np.sum(np.exp(x - top))))
+
+
+def _min_over_t(fn, spread: float) -> float:
+    """Minimum of a unimodal ``fn`` over t in [1e-6, 1e4] / spread (golden section on log t)."""
+    a, b = math.log(1e-6 / spread), math.log(1e4 / spread)
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = fn(math.exp(c)), fn(math.exp(d))
+    for _ in range(48):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = fn(math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = fn(math.exp(d))
+    return min(fc, fd)
 
 
 def _convolve(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -152,22 +170,14 @@ class LossPmf:
 
     def _chernoff_window(self, count: int, log_tau: float) -> tuple[int, int]:
         """Grid indices [lo, hi] outside which the sum of ``count`` losses has mass <= e^log_tau
-        on each side (Chernoff: P(S >= u) <= exp(count K(t) - t u), K the log-MGF)."""
-        # Coarsen to <= 1024 chunks: each chunk's mass at its largest loss bounds the upper
-        # tail, at its smallest the lower one (so the window only widens).
-        edges = np.unique(np.linspace(0, len(self.masses), 1025).astype(int))[:-1]
-        m = np.add.reduceat(self.masses, edges)
-        l_low = self.losses[edges]
-        l_high = np.append(l_low[1:] - self.interval, self.losses[-1])
-        keep = m > 0
-        log_m, l_low, l_high = np.log(m[keep]), l_low[keep], l_high[keep]
-        spread = max(float(l_high[-1] - l_low[0]), self.interval)
-        t = np.geomspace(1e-6, 1e4, 121)[:, None] / spread
-        k_up = _logsumexp_rows(log_m + t * l_high)
-        k_down = _logsumexp_rows(log_m - t * l_low)
-        t = t[:, 0]
-        upper = float(np.min((count * k_up - log_tau) / t))
-        lower = float(np.max((log_tau - count * k_down) / t))
+        on each side (Chernoff: P(S >= u) <= exp(count K(t) - t u) for every t > 0, K the
+        log-MGF, and likewise below). Any t gives a valid bound; t is chosen by golden-section
+        search, exact because u(t) = (count K(t) - log_tau) / t is unimodal (K is convex)."""
+        keep = self.masses > 0
+        l, log_m = self.losses[keep], np.log(self.masses[keep])
+        spread = max(float(l[-1] - l[0]), self.interval)
+        upper = _min_over_t(lambda t: (count * _logsumexp(log_m + t * l) - log_tau) / t, spread)
+        lower = -_min_over_t(lambda t: (count * _logsumexp(log_m - t * l) - log_tau) / t, spread)
         first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)
         return max(first, math.floor(lower / self.interval)), min(last, math.ceil(upper / self.interval))
 
@@ -180,8 +190,8 @@ class LossPmf:
         lo, hi = self._chernoff_window(count, log_mass_truncation_bound)
         n = hi - lo + 1
         if n > MAX_POINTS:
-            raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points; "
-                             "use a coarser grid")
+            raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points "
+                             "(epsilon is huge); use a coarser grid or the 'rdp' accountant")
         size = _next_fast_length(n)
         positions = (self.offset + np.arange(len(self.masses))) % size
         wrapped = np.bincount(positions, weights=self.masses, minlength=size)

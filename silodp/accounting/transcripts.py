@@ -136,21 +136,29 @@ def privacy_event(name: str, cfg: TranscriptConfig, sigmas: dict[str, float]) ->
         inner = _sampled(cfg, K, _z(sigmas["sigma2"], 4 * L / K))
         epoch = ev.ComposedDpEvent([full, ev.SelfComposedDpEvent(inner, cfg.inner_steps)])
         return ev.SelfComposedDpEvent(epoch, R * (cfg.restarts if name == "isrl-pl-svrg" else 1))
-    if name == "isrl-spider":  # Alg 3, rounds r = 0..R
-        anchors = R // cfg.q + 1
+    if name == "isrl-spider":  # Alg 3 as IsrlSpider runs it: rounds r = 0..R-1, anchors where q | r
+        anchors = _spider_anchors(cfg)
         K2 = cfg.k2
         z1 = _z(sigmas["sigma1"], 2 * L / K)
         # noise std min(sigma2 ||dw||, sigma2_hat) against sensitivity min(2 beta ||dw||, 4L)/K2
         z2 = min(_z(sigmas["sigma2"], 2 * cfg.beta / K2), _z(sigmas["sigma2_hat"], 4 * L / K2))
         parts = [ev.SelfComposedDpEvent(_sampled(cfg, K, z1), anchors)]
-        if R + 1 - anchors > 0:
-            parts.append(ev.SelfComposedDpEvent(_sampled(cfg, K2, z2), R + 1 - anchors))
+        if R - anchors > 0:
+            parts.append(ev.SelfComposedDpEvent(_sampled(cfg, K2, z2), R - anchors))
         return ev.ComposedDpEvent(parts)
-    # isrl-fed-spider, Alg 11: one initial gradient, then per round a difference and a gradient.
+    # isrl-fed-spider, Alg 11 as IsrlFedSpider runs it: one initial gradient, then in each of the
+    # other R - 1 rounds a difference and a gradient (2R - 1 releases).
     K2 = cfg.k2
     grad = _sampled(cfg, K2, _z(sigmas["sigma2"], 2 * L / K2))
     diff = _sampled(cfg, K, _z(sigmas["sigma1"], 4 * L / K))
-    return ev.ComposedDpEvent([grad, ev.SelfComposedDpEvent(ev.ComposedDpEvent([diff, grad]), R)])
+    if R == 1:
+        return grad
+    return ev.ComposedDpEvent([grad, ev.SelfComposedDpEvent(ev.ComposedDpEvent([diff, grad]), R - 1)])
+
+
+def _spider_anchors(cfg: TranscriptConfig) -> int:
+    """Rounds r = 0..R-1 of Alg 3 / Alg 10 with q | r (fresh minibatch gradients): ceil(R / q)."""
+    return -(-cfg.rounds // cfg.q)
 
 
 def _sdp_budgets(name: str, cfg: TranscriptConfig, epsilon: float, delta: float) -> list[tuple[int, float, float, int]]:
@@ -166,8 +174,8 @@ def _sdp_budgets(name: str, cfg: TranscriptConfig, epsilon: float, delta: float)
         return [(S * cfg.rounds, b["epsilon"], b["delta"], M * n),
                 (S * cfg.rounds * cfg.inner_steps, b["epsilon"], b["delta"], M * K)]
     b = papers.alg10_pvec(epsilon, delta, N, M, n, K, cfg.k2, cfg.rounds, cfg.q)  # Alg 10
-    anchors = cfg.rounds // cfg.q + 1
-    return [(anchors, b["epsilon1"], b["delta1"], M * K), (cfg.rounds + 1 - anchors, b["epsilon2"], b["delta2"], M * cfg.k2)]
+    anchors = _spider_anchors(cfg)
+    return [(anchors, b["epsilon1"], b["delta1"], M * K), (cfg.rounds - anchors, b["epsilon2"], b["delta2"], M * cfg.k2)]
 
 
 def _sdp_event(name: str, cfg: TranscriptConfig, budgets: dict[str, float]) -> ev.DpEvent:

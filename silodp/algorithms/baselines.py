@@ -3,8 +3,6 @@ non-private and ISRL-DP (Lowy and Razaviyayn 2021, arXiv:2106.09779)."""
 
 from __future__ import annotations
 
-import torch
-
 from .base import FederatedAlgorithm, _positive_int
 from .proxsgd import IsrlProxSGD
 

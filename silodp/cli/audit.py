@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import math
-
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
 
 
@@ -37,14 +35,6 @@ def register(subparsers) -> None:
     p.set_defaults(handler=handle)
 
 
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
-
-
 def _human(payload: dict) -> str:
     return "\n".join(f"{k:>30}: {v}" for k, v in payload.items())
 
@@ -61,7 +51,7 @@ def _check_args(args) -> None:
 
 
 def handle(args) -> int:
-    from silodp.cli import emit
+    from silodp.cli import emit, strict_json
     from silodp.verify import audit
 
     _check_args(args)
@@ -79,7 +69,7 @@ def handle(args) -> int:
         payload = {"mechanism": "pvec", "messages": args.messages, **res.as_dict()}
     elif args.papers:
         rows = audit.audit_papers(args.epsilon, args.delta, args.trials or 100_000, args.estimator, args.seed)
-        payload = {"papers": [_clean(r) for r in rows], "trials": args.trials or 100_000}
+        payload = {"papers": rows, "trials": args.trials or 100_000}
         human = "\n".join(f"{r['formula']:<22} target {r['target_epsilon']:g}  certified {r['certified_epsilon']:.3f}"
                           f"  audit >= {r['epsilon_lower_clopper_pearson']:.3f} (cp) / {r['epsilon_lower_gdp']:.3f} (gdp)"
                           for r in rows)
@@ -99,7 +89,7 @@ def handle(args) -> int:
         res = audit.audit_algorithm(args.algorithm, args.epsilon, args.delta, trials, args.mutation, args.estimator,
                                     args.alpha, args.seed)
         payload = {"algorithm": args.algorithm, **res.as_dict()}
-    payload = _clean(payload)
+    payload = strict_json(payload)
     emit(payload, args.json, _human(payload))
     return 0
 

@@ -1,6 +1,5 @@
 """Monotonicity and composition properties (hypothesis), and numerical hygiene at the extremes."""
 
-import math
 import warnings
 
 import numpy as np

@@ -94,3 +94,16 @@ def test_noise_dp_scaffold_reports_both_threat_models(capsys):
     assert code == 0
     assert data["epsilon_server"] <= 4.0 and data["epsilon_third_party"] <= 4.0
     assert data["sigma_g_third_party"] < data["sigma_g_server"]  # aggregation + user sampling help
+
+
+def test_json_is_strict_when_a_noise_scale_is_infinite(capsys):
+    """App. H.2 sets SPIDER's sigma_2 = inf: printed as null, never as the non-JSON `Infinity`."""
+    code, out, _ = run(capsys, "noise", "--algorithm", "isrl-spider", "--method", "both", "--epsilon", "2",
+                       "--delta", "1e-5", "--n", "1000", "--rounds", "20", "--batch-size", "100",
+                       "--without-replacement", "--json")
+
+    def refuse(token):
+        raise AssertionError(f"non-JSON constant {token}")
+
+    data = json.loads(out, parse_constant=refuse)
+    assert code == 0 and data["paper_sigmas"]["sigma2"] is None

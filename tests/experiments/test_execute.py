@@ -59,7 +59,7 @@ def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
 
 @pytest.mark.parametrize("algorithm, extra, key, releases", [
     ("isrl-mb-sgd", {}, "sigma", 5),            # R = 5 full-batch releases
-    ("isrl-spider", {"q": 1}, "sigma1", 6),     # Alg 3 is accounted over rounds 0..R: R + 1 anchors
+    ("isrl-spider", {"q": 1}, "sigma1", 5),     # Alg 3 with q = 1: one anchor gradient per round
 ])
 def test_certified_epsilon_against_the_exact_gaussian(algorithm, extra, key, releases):
     """Full batches (K = n, no subsampling): the transcript is `releases` Gaussian mechanisms of
