@@ -12,11 +12,11 @@ Which accountant certifies what (see docs/accounting.md):
   (Canonne-Kamath-Steinke 2020 / Balle et al. 2020); tested against dp-accounting's. Under
   replace-one, Poisson- and without-replacement-subsampled Gaussians are charged as the
   add/remove Poisson-subsampled Gaussian at sensitivity 2C, which dominates both (BBG18
-  advanced joint convexity); with-replacement sampling is not supported.
+  advanced joint convexity); with-replacement sampling by the labelled-multiplicity bound.
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
-  discretization. Poisson under replace-one uses the exact replace-one pair; tested against
-  dp-accounting's PLD library.
+  discretization. Poisson under replace-one uses the exact replace-one pair; with-replacement
+  sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library.
 * ``zcdp`` -- Gaussian steps without subsampling only (paper Prop D.2 + Lemma D.1), converted by
   Canonne-Kamath-Steinke 2020 (``conversion="paper"`` gives paper Prop D.1).
 * ``advanced`` -- per-step (eps, delta) from the analytic Gaussian (Balle-Wang 2018) and BBG18
@@ -128,21 +128,22 @@ class RdpAccountant(Accountant):
     def _check(self, block: Block) -> None:
         if block.kind == "epsilon_delta":
             raise UnsupportedEventError("rdp cannot use an (epsilon, delta)-only event; use 'advanced' or 'pld'")
-        if block.sampling == "with_replacement":
-            raise UnsupportedEventError(
-                "rdp has no bound for sampling with replacement; use 'advanced' (BBG18 Thm 10)"
-            )
-        if block.sampling == "without_replacement" and self.neighbouring != ev.REPLACE_ONE:
-            raise UnsupportedEventError("sampling without replacement is defined for REPLACE_ONE only")
+        if block.sampling in ("with_replacement", "without_replacement") and self.neighbouring != ev.REPLACE_ONE:
+            raise UnsupportedEventError(f"sampling {block.sampling.replace('_', ' ')} is defined for REPLACE_ONE only")
 
     def _block_rdp(self, block: Block) -> np.ndarray:
         """RDP curve of one block on RDP_ORDERS. A subsampled step is charged the smaller of its
         subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019) and the un-sampled Gaussian's
         alpha / (2 z^2): subsampling is post-processing of the full release (data processing),
-        so both bound it, and orders where the series did not converge fall back to the latter."""
+        so both bound it, and orders where the series did not converge fall back to the latter.
+        With replacement: the labelled-multiplicity bound (:mod:`silodp.accounting.rdp`); a record
+        drawn twice moves the sum by 4C, so the un-sampled Gaussian does not bound it."""
         orders = np.asarray(RDP_ORDERS)
         if block.kind == "zcdp":
             return block.count * block.rho * orders
+        if block.sampling == "with_replacement":
+            return block.count * rdp_lib.with_replacement_gaussian_rdp(
+                block.noise_multiplier, block.sample_size, block.dataset_size, orders)
         full = orders / (2.0 * block.noise_multiplier ** 2)
         if block.sampling in ("poisson", "without_replacement") and block.q < 1:
             full = np.minimum(rdp_lib.poisson_subsampled_gaussian_rdp(block.q, block.noise_multiplier, orders), full)
@@ -186,17 +187,16 @@ class PldAccountant(Accountant):
                 raise ValueError(
                     f"noise_multiplier={z:g} is too small for the pld accountant at discretization "
                     f"{self.value_discretization_interval:g} (epsilon is huge); use 'rdp' or a coarser grid")
-        if block.sampling == "with_replacement":
-            raise UnsupportedEventError(
-                "pld has no dominating pair for sampling with replacement; use 'advanced' (BBG18 Thm 10)"
-            )
-        if block.sampling == "without_replacement" and self.neighbouring != ev.REPLACE_ONE:
-            raise UnsupportedEventError("sampling without replacement is defined for REPLACE_ONE only")
+        if block.sampling in ("with_replacement", "without_replacement") and self.neighbouring != ev.REPLACE_ONE:
+            raise UnsupportedEventError(f"sampling {block.sampling.replace('_', ' ')} is defined for REPLACE_ONE only")
 
     def _block_pld(self, block: Block) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
         if block.kind == "epsilon_delta":
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
+        elif block.sampling == "with_replacement":  # labelled-multiplicity bound
+            one = pld_lib.from_with_replacement_gaussian(block.noise_multiplier, block.sample_size,
+                                                         block.dataset_size, disc, bound)
         elif block.sampling == "poisson" and block.q < 1:
             # under replace-one: the exact replace-one pair (contributions in the ball of radius C)
             one = pld_lib.from_gaussian_mechanism(block.noise_multiplier, block.q, self.neighbouring, disc, bound)
@@ -235,7 +235,8 @@ class ZcdpAccountant(Accountant):
     def _check(self, block: Block) -> None:
         if block.kind == "epsilon_delta":
             raise UnsupportedEventError("zcdp cannot use an (epsilon, delta)-only event; use 'advanced'")
-        if block.kind == "gaussian" and block.sampling != "none" and block.q < 1:
+        if block.kind == "gaussian" and (block.sampling == "with_replacement"
+                                         or (block.sampling != "none" and block.q < 1)):
             raise UnsupportedEventError(
                 f"zcdp has no amplification by subsampling ({block.sampling}); use 'rdp', 'pld' or 'advanced'"
             )

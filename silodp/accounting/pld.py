@@ -241,7 +241,7 @@ class GaussianPair:
         big_e = np.exp(epsilon)
         qb = (1.0 - a) - big_e * (1.0 - b)
         qc = -big_e * b * math.exp(-1.0 / s ** 2)
-        root = np.sqrt(qb * qb - 4.0 * a * qc)
+        root = np.hypot(qb, 2.0 * np.sqrt(-a * qc))  # sqrt(qb^2 - 4 a qc) without overflow
         with np.errstate(divide="ignore", invalid="ignore"):
             w = np.where(qb >= 0, -2.0 * qc / (qb + root), (root - qb) / (2.0 * a) if a > 0 else np.inf)
             w = np.where(np.isnan(w), 0.0, w)  # qb = qc = 0: {L > eps} is everything
@@ -353,6 +353,45 @@ def from_gaussian_mechanism(
     remove = GaussianPair(sampling_prob, 0.0, z).loss_pmf(h, bound)
     add = GaussianPair(0.0, sampling_prob, z).loss_pmf(h, bound)
     return PrivacyLossDistribution(remove, add, bound)
+
+
+def from_with_replacement_gaussian(
+    noise_multiplier: float,
+    sample_size: int,
+    dataset_size: int,
+    value_discretization_interval: float = 1e-4,
+    log_mass_truncation_bound: float = LOG_TAIL_MASS,
+) -> PrivacyLossDistribution:
+    """PLD of the labelled-multiplicity bound for a Gaussian sum over ``sample_size`` draws *with
+    replacement* from ``dataset_size`` records (replace-one; ``noise_multiplier`` relative to 2C).
+
+    The changed record is drawn K ~ Bin(m, 1/n) times and the release given K is a Gaussian shift
+    of at most 2KC. Releasing K too only adds leakage, and makes the step the labelled mixture
+    sum_k P[K = k] PLD(Gaussian at z / k) (k = 0: loss 0). Multiplicities beyond the binomial's
+    1 - e^bound quantile, and any whose Gaussian is too sharp for the grid, are charged as
+    infinite loss.
+    """
+    from silodp.accounting import _binomial
+
+    z = check_positive("noise_multiplier", noise_multiplier)
+    h = check_positive("value_discretization_interval", value_discretization_interval)
+    m, n = int(sample_size), int(dataset_size)
+    if m < 1 or n < 1:
+        raise ValueError(f"sample_size and dataset_size must be >= 1, got {m}, {n}")
+    kmax = min(m, _binomial.isf(math.exp(log_mass_truncation_bound), m, 1.0 / n))
+    mixture, weight, charged = identity(h), float(_binomial.pmf(0, m, 1.0 / n)), _binomial.sf(kmax, m, 1.0 / n)
+    for k in range(1, kmax + 1):
+        p_k = float(_binomial.pmf(k, m, 1.0 / n))
+        try:
+            part = from_gaussian_mechanism(z / k, 1.0, ev.ADD_OR_REMOVE_ONE, h, log_mass_truncation_bound)
+        except ValueError:  # too sharp for this grid: multiplicities k, k+1, ... as infinite loss
+            charged = _binomial.sf(k - 1, m, 1.0 / n)
+            break
+        mixture = part.compute_mixture(mixture, p_k / (weight + p_k))
+        weight += p_k
+    pmf = mixture.remove
+    inf = min(1.0, weight * pmf.infinity_mass + charged)
+    return PrivacyLossDistribution(LossPmf(h, pmf.offset, pmf.masses * weight, inf), None, log_mass_truncation_bound)
 
 
 def from_privacy_parameters(epsilon: float, delta: float, value_discretization_interval: float = 1e-4,

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 from silodp.accounting import events as ev
 from silodp.accounting import papers
 from silodp.accounting._checks import check_count, check_delta, check_positive
 from silodp.accounting.accountants import get_accountant
 from silodp.accounting.binomial import binomial_protocol_params
-from silodp.accounting.calibration import calibrate
+from silodp.accounting.blocks import flatten
+from silodp.accounting.calibration import Calibration, calibrate
 
 ISRL = ("isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-prox-svrg", "isrl-pl-svrg",
         "isrl-spider", "isrl-fed-spider")
@@ -213,19 +215,39 @@ def _reference_sigmas(name: str, cfg: TranscriptConfig, epsilon: float, delta: f
         return {"sigma": 2 * cfg.clip / cfg.batch_size}
 
 
-def default_accountant(event: ev.DpEvent) -> str:
-    """The tightest registered accountant that supports ``event``."""
-    for name in ("pld", "rdp", "advanced"):
-        if get_accountant(name).supports(event):
-            return name
-    raise ValueError(f"no accountant supports {event}")
+def candidate_accountants(event: ev.DpEvent) -> list[str]:
+    """Accountants worth trying for ``event``, tightest first: the first of pld, rdp, advanced that
+    supports it; for with-replacement sampling also ``advanced`` (its BBG18 amplification can beat
+    the labelled-multiplicity bound of pld/rdp when a record is rarely drawn)."""
+    names = [name for name in ("pld", "rdp", "advanced") if get_accountant(name).supports(event)]
+    if not names:
+        raise ValueError(f"no accountant supports {event}")
+    with_replacement = any(b.sampling == "with_replacement" for b in flatten(event))
+    return [names[0], "advanced"] if with_replacement and names[0] != "advanced" else names[:1]
+
+
+def default_accountant(event: ev.DpEvent, delta: float | None = None) -> str:
+    """The accountant that certifies ``event`` best: the smallest epsilon at ``delta`` among
+    :func:`candidate_accountants` (the first of them when ``delta`` is None)."""
+    names = candidate_accountants(event)
+    if delta is None or len(names) == 1:
+        return names[0]
+    return min(names, key=lambda name: get_accountant(name).compose(event).get_epsilon(delta))
+
+
+def tightest_calibration(event_fn: Callable[[float], ev.DpEvent], epsilon: float, delta: float,
+                         accountant: str | None = None) -> Calibration:
+    """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
+    certified noise multiplier (each candidate's result is a certificate on its own)."""
+    names = [accountant] if accountant else candidate_accountants(event_fn(1.0))
+    return min((calibrate(event_fn, epsilon, delta, name) for name in names), key=lambda c: c.noise_multiplier)
 
 
 def certify(name: str, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
             accountant: str | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``."""
     event = privacy_event(name, cfg, sigmas)
-    acc = accountant or default_accountant(event)
+    acc = accountant or default_accountant(event, check_delta("delta", delta))
     return get_accountant(acc).compose(event).get_epsilon(check_delta("delta", delta)), acc
 
 
@@ -250,8 +272,7 @@ def calibrate_algorithm(name: str, cfg: TranscriptConfig, epsilon: float, delta:
     def scaled(c: float) -> dict[str, float]:
         return {k: v * c for k, v in ref.items()}
 
-    acc = accountant or default_accountant(privacy_event(name, cfg, ref))
-    cal = calibrate(lambda c: privacy_event(name, cfg, scaled(c)), eps, dl, acc)
+    cal = tightest_calibration(lambda c: privacy_event(name, cfg, scaled(c)), eps, dl, accountant)
     return NoiseCalibration(name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, "tight")
 
 

@@ -237,14 +237,12 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
 
 def _calibrate_shape(name: str, cfg, shape: dict, epsilon: float, delta: float):
     """Noise ``c * shape`` with the smallest c the tightest supporting accountant certifies."""
-    from silodp.accounting.calibration import calibrate
-    from silodp.accounting.transcripts import default_accountant, privacy_event
+    from silodp.accounting.transcripts import privacy_event, tightest_calibration
 
     def scaled(c: float) -> dict:
         return {k: v * c for k, v in shape.items()}
 
-    acc = default_accountant(privacy_event(name, cfg, shape))
-    cal = calibrate(lambda c: privacy_event(name, cfg, scaled(c)), epsilon, delta, acc)
+    cal = tightest_calibration(lambda c: privacy_event(name, cfg, scaled(c)), epsilon, delta)
     return scaled(cal.noise_multiplier), cal.epsilon, cal.accountant
 
 

@@ -80,12 +80,14 @@ def test_advanced_is_valid_but_looser_than_pld():
 
 def test_unsupported_events_are_named():
     wr = SampledWithReplacementDpEvent(100, 10, GaussianDpEvent(1.0))
-    for name in ("rdp", "pld", "zcdp"):
-        reason = get_accountant(name).unsupported_reason(wr)
-        assert reason and "replacement" in reason
-    assert get_accountant("advanced").supports(wr)
-    with pytest.raises(ValueError, match="replacement"):
-        get_accountant("rdp").compose(wr)
+    reason = get_accountant("zcdp").unsupported_reason(wr)
+    assert reason and "with_replacement" in reason
+    for name in ("rdp", "pld", "advanced"):
+        assert get_accountant(name).supports(wr)
+    for name in ("rdp", "pld"):  # with replacement is a replace-one notion
+        assert "REPLACE_ONE" in get_accountant(name, ADD_OR_REMOVE_ONE).unsupported_reason(wr)
+    with pytest.raises(ValueError, match="amplification"):
+        get_accountant("zcdp").compose(wr)
 
 
 def test_epsilon_delta_events_compose_in_pld_and_advanced():
