@@ -215,32 +215,35 @@ def _reference_sigmas(name: str, cfg: TranscriptConfig, epsilon: float, delta: f
         return {"sigma": 2 * cfg.clip / cfg.batch_size}
 
 
-def candidate_accountants(event: ev.DpEvent) -> list[str]:
+def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> list[str]:
     """Accountants worth trying for ``event``, tightest first: the first of pld, rdp, advanced that
     supports it; for with-replacement sampling also ``advanced`` (its BBG18 amplification can beat
     the labelled-multiplicity bound of pld/rdp when a record is rarely drawn)."""
-    names = [name for name in ("pld", "rdp", "advanced") if get_accountant(name).supports(event)]
+    names = [name for name in ("pld", "rdp", "advanced") if get_accountant(name, neighbouring).supports(event)]
     if not names:
         raise ValueError(f"no accountant supports {event}")
     with_replacement = any(b.sampling == "with_replacement" for b in flatten(event))
     return [names[0], "advanced"] if with_replacement and names[0] != "advanced" else names[:1]
 
 
-def default_accountant(event: ev.DpEvent, delta: float | None = None) -> str:
+def default_accountant(event: ev.DpEvent, delta: float | None = None,
+                       neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> str:
     """The accountant that certifies ``event`` best: the smallest epsilon at ``delta`` among
     :func:`candidate_accountants` (the first of them when ``delta`` is None)."""
-    names = candidate_accountants(event)
+    names = candidate_accountants(event, neighbouring)
     if delta is None or len(names) == 1:
         return names[0]
-    return min(names, key=lambda name: get_accountant(name).compose(event).get_epsilon(delta))
+    return min(names, key=lambda name: get_accountant(name, neighbouring).compose(event).get_epsilon(delta))
 
 
 def tightest_calibration(event_fn: Callable[[float], ev.DpEvent], epsilon: float, delta: float,
-                         accountant: str | None = None) -> Calibration:
+                         accountant: str | None = None,
+                         neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> Calibration:
     """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
     certified noise multiplier (each candidate's result is a certificate on its own)."""
-    names = [accountant] if accountant else candidate_accountants(event_fn(1.0))
-    return min((calibrate(event_fn, epsilon, delta, name) for name in names), key=lambda c: c.noise_multiplier)
+    names = [accountant] if accountant else candidate_accountants(event_fn(1.0), neighbouring)
+    return min((calibrate(event_fn, epsilon, delta, name, neighbouring) for name in names),
+               key=lambda c: c.noise_multiplier)
 
 
 def certify(name: str, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,

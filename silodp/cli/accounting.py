@@ -21,7 +21,8 @@ def _mechanism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
                    help="neighbouring relation (ISRL-DP is replace-one)")
     p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default=None,
-                   help="default: pld (with --algorithm: the tightest one that supports the transcript)")
+                   help="default: the tightest certificate (pld; for sampling with replacement the "
+                        "better of pld and advanced)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -82,10 +83,14 @@ def _for_each(args, compute):
 def _epsilon(args) -> int:
     from silodp.accounting import epsilon
     from silodp.accounting._checks import check_delta, check_positive
+    from silodp.accounting.transcripts import default_accountant
 
     z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
-    results = _for_each(args, lambda name: epsilon(_event_fn(args)(z), delta, name, _relation(args)))
+    event = _event_fn(args)(z)
+    if args.accountant is None:  # the tightest certificate (pld; with replacement also advanced)
+        args.accountant = default_accountant(event, delta, _relation(args))
+    results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args)))
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else results
     human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
     emit(payload, args.json, f"epsilon at delta={delta:g}\n{human}")
@@ -93,16 +98,21 @@ def _epsilon(args) -> int:
 
 
 def _noise_generic(args) -> int:
-    from silodp.accounting import calibrate
     from silodp.accounting._checks import check_delta, check_positive
+    from silodp.accounting.transcripts import tightest_calibration
 
     eps = check_positive("epsilon", args.epsilon)
     delta = check_delta("delta", args.delta)
 
-    def one(name: str) -> dict:
-        cal = calibrate(_event_fn(args), eps, delta, name, _relation(args))
+    def one(name: str | None) -> dict:
+        cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args))
         return {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon}
 
+    if args.accountant is None:  # the smallest certified noise (pld; with replacement also advanced)
+        payload = one(None)
+        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}): noise_multiplier="
+                                 f"{payload['noise_multiplier']:.6g} (certified eps={payload['epsilon']:.6g})")
+        return 0
     results = _for_each(args, one)
     payload = results[_names(args)[0]] if args.accountant != "all" else results
     human = "\n".join(

@@ -112,3 +112,18 @@ def test_json_is_strict_when_a_noise_scale_is_infinite(capsys):
 
     data = json.loads(out, parse_constant=refuse)
     assert code == 0 and data["paper_sigmas"]["sigma2"] is None
+
+
+@pytest.mark.parametrize("n,m,steps,z,best", [(100_000, 10, 10, 1.0, "advanced"), (1000, 100, 50, 2.0, "pld")])
+def test_default_accountant_is_the_tightest_for_sampling_with_replacement(capsys, n, m, steps, z, best):
+    """Without --accountant, with-replacement sampling gets the better of pld (labelled
+    multiplicities) and advanced (BBG18 amplification) -- each a certificate on its own."""
+    flags = ["--delta", "1e-5", "--steps", str(steps), "--sampling", "with-replacement", "--q", str(m / n),
+             "--dataset-size", str(n), "--json"]
+    code, out, _ = run(capsys, "epsilon", "--noise-multiplier", str(z), *flags)
+    default = json.loads(out)["epsilon"]
+    _, out, _ = run(capsys, "epsilon", "--noise-multiplier", str(z), *flags, "--accountant", "all")
+    each = json.loads(out)
+    assert code == 0 and default == pytest.approx(each[best]) and default == min(v for v in each.values() if v)
+    _, out, _ = run(capsys, "noise", "--epsilon", str(default * 1.5), *flags)
+    assert json.loads(out)["epsilon"] <= default * 1.5
