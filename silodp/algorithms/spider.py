@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from .base import FederatedAlgorithm, _positive_int
+
+
+def _smaller(a: float, b):
+    return torch.clamp(b, max=a) if isinstance(b, torch.Tensor) else min(a, b)
+
+
+def _larger(a, b: float):
+    return torch.clamp(a, min=b) if isinstance(a, torch.Tensor) else max(a, b)
 
 
 class IsrlSpider(FederatedAlgorithm):
@@ -37,8 +47,12 @@ class IsrlSpider(FederatedAlgorithm):
     def config_fields(self, problem, federation):
         return {**super().config_fields(problem, federation), "batch_size2": self._k2(), "q": int(self.q)}
 
-    def _diff_noise(self, ctx, step: float) -> float:
+    def _diff_noise(self, ctx, step):
+        """min(sigma2 ||w_r - w_{r-1}||, sigma2_hat) (Alg 3 line 10); ``step`` a float, or one
+        norm per stacked run (a tensor) in :mod:`silodp.verify.rate_trials`."""
         s2, s2_hat = ctx.sigmas.get("sigma2", 0.0), ctx.sigmas.get("sigma2_hat", 0.0)
+        if isinstance(step, torch.Tensor):
+            return torch.clamp(s2 * step, max=s2_hat) if math.isfinite(s2) else torch.full_like(step, s2_hat)
         return min(s2 * step if math.isfinite(s2) else math.inf, s2_hat)
 
     def _run(self, ctx, w):
@@ -54,12 +68,13 @@ class IsrlSpider(FederatedAlgorithm):
                 h, _ = ctx.send("grad", ctx.term(data, w), data, avail, std=s1, bound=clip)
             else:
                 data = ctx.batch(sample2)
-                step = float((w - w_prev).norm())
+                step = (w - w_prev).norm(dim=-1)  # one norm per stacked run when w is [T, d]
+                step = float(step) if step.dim() == 0 else step
                 bound = None if clip is None else 2 * clip
                 diff_clip = None
                 if beta is not None:
-                    diff_clip = beta * step if clip is None else min(2 * clip, beta * step)
-                    bound = max(diff_clip, 1e-12)
+                    diff_clip = beta * step if clip is None else _smaller(2 * clip, beta * step)
+                    bound = _larger(diff_clip, 1e-12)
                 diff = ctx.term(data, w, w_old=w_prev, diff_clip=diff_clip)
                 big_h, _ = ctx.send("diff", diff, data, avail, std=self._diff_noise(ctx, step), bound=bound)
                 h = h + big_h

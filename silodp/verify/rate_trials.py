@@ -10,9 +10,12 @@ is calibrated once, on a one-trial federation, by the algorithm itself (the acco
 
 The algorithms pick a uniform random iterate by ``ctx.iterates[random index]`` (Alg 1 line 15,
 Alg 2 line 3); in a :class:`TrialContext` an integer index of ``iterates`` returns an independent
-uniform pick *per trial* instead, so trials stay independent. Algorithms whose noise or clipping
-depends on ``||w_r - w_{r-1}||`` (SPIDER computes it as one float) run one trial per chunk;
-:data:`BATCH_SAFE` lists those that may share a chunk. Output picks ``Unif(iterates)`` per trial.
+uniform pick *per trial* instead, so trials stay independent. SPIDER's noise and clipping depend
+on ``||w_r - w_{r-1}||``: on a ``[T, d]`` iterate it computes one norm per trial, and
+:class:`TrialContext` accepts per-trial noise scales, clip bounds and P_vec bounds.
+:data:`BATCH_SAFE` lists the algorithms whose ``_run`` is correct on stacked trials; the others
+(Local SGD and the DP-SCAFFOLD family keep per-silo local models ``[N, d]``) are refused. Output
+picks ``Unif(iterates)`` per trial.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from silodp.algorithms.shuffle import pvec_fast
 
 #: Algorithms whose ``_run`` is correct on a ``[T, d]`` iterate (no per-run norms or picks).
 BATCH_SAFE = frozenset({"isrl-prox-sgd", "sdp-prox-sgd", "isrl-mb-sgd", "mb-sgd", "isrl-prox-svrg",
-                        "sdp-prox-svrg", "isrl-pl-svrg", "sdp-pl-svrg", "isrl-fed-spider"})
+                        "sdp-prox-svrg", "isrl-pl-svrg", "sdp-pl-svrg", "isrl-spider", "sdp-spider",
+                        "isrl-fed-spider"})
 
 DataFn = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
@@ -77,8 +81,14 @@ class TrialContext(Context):
         keys = torch.rand(self.trials, self.silos, generator=self.gen)
         return (keys.argsort(1).argsort(1) < self.per_round).reshape(-1)
 
+    def _per_silo_scale(self, value):
+        """A per-trial scalar ``[T]`` as one value per silo ``[T * N, 1]`` (floats pass through)."""
+        if isinstance(value, torch.Tensor) and value.dim() == 1:
+            return value.repeat_interleave(self.silos).unsqueeze(-1)
+        return value
+
     def term(self, data, w, w_old=None, diff_clip=None):
-        return super().term(data, self._per_silo(w), self._per_silo(w_old), diff_clip)
+        return super().term(data, self._per_silo(w), self._per_silo(w_old), self._per_silo_scale(diff_clip))
 
     def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):
         """Per-trial aggregate ``[T, d]``; Gaussian messages of all silos in one draw."""
@@ -94,7 +104,8 @@ class TrialContext(Context):
                 agg = agg + (offset.view(t, n, -1) * a).sum(1) / m
             return agg, None
         mean = term if term.dim() == 2 else torch.einsum("nk,nkd->nd", weights, term)
-        noise = torch.randn(mean.shape, generator=self.gen, dtype=mean.dtype) * float(std)
+        scale = self._per_silo_scale(std) if isinstance(std, torch.Tensor) else float(std)
+        noise = torch.randn(mean.shape, generator=self.gen, dtype=mean.dtype) * scale
         messages = mean + noise if offset is None else mean + offset + noise
         return (messages.view(t, n, -1) * a).sum(1) / m, messages
 
@@ -103,7 +114,8 @@ class TrialContext(Context):
         params = self.shuffle[group]
         sent = (weights > 0).to(term.dtype).view(self.trials, self.silos, -1) * a
         per_trial = term.view(self.trials, self.silos, *term.shape[1:])
-        out = [pvec_fast(per_trial[i], bound, params, self.gen, weights=sent[i]) / float(sent[i].sum())
+        bounds = bound.tolist() if isinstance(bound, torch.Tensor) else [bound] * self.trials
+        out = [pvec_fast(per_trial[i], bounds[i], params, self.gen, weights=sent[i]) / float(sent[i].sum())
                for i in range(self.trials)]
         return torch.stack(out)
 
@@ -134,11 +146,13 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
     """Run ``trials`` independent copies of ``algorithm`` on data from ``data(T, generator)``.
 
     ``data`` returns ``x: [T, N, n, ...]``, ``y: [T, N, n]`` (fresh samples for SO, the same data
-    set repeated for ERM). Trials are run in chunks of at most ``max_elements`` data entries (one
-    trial per chunk outside :data:`BATCH_SAFE`). Reproducible from ``seed``.
+    set repeated for ERM). Trials are run in chunks of at most ``max_elements`` data entries.
+    Reproducible from ``seed``.
     """
     if int(trials) < 1:
         raise ValueError(f"trials: must be >= 1, got {trials}")
+    if algorithm.name not in BATCH_SAFE:
+        raise ValueError(f"algorithm: {algorithm.name!r} cannot run as stacked trials; one of {sorted(BATCH_SAFE)}")
     if algorithm.record_transcript:
         raise ValueError("record_transcript: not supported for stacked trials")
     gen = torch.Generator().manual_seed(int(seed))
@@ -149,7 +163,7 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
     algorithm._validate(problem, template)
     sigmas, epsilon, delta, shuffle = algorithm.resolve_noise(problem, template)
     per_trial = max(1, x[0].numel())
-    chunk = max(1, min(int(trials), max_elements // per_trial)) if algorithm.name in BATCH_SAFE else 1
+    chunk = max(1, min(int(trials), max_elements // per_trial))
     seeds = np.random.SeedSequence(int(seed)).generate_state((int(trials) + chunk - 1) // chunk)
     w_priv, w_last = [], []
     for i, start in enumerate(range(0, int(trials), chunk)):

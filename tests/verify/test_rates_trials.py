@@ -53,6 +53,27 @@ def test_without_noise_each_trial_equals_its_own_run(family):
         assert torch.allclose(out.w_last[t], single.w_last, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["isrl-spider", "sdp-spider"])
+def test_stacked_spider_trials_use_their_own_step_norms(family, name):
+    """SPIDER's difference clip min(2L, beta ||w_r - w_{r-1}||) (and, for Alg 10, its P_vec bound)
+    is per trial: without noise each stacked trial equals its own run (beta finite, q = 2)."""
+    n, trials = 24, 3
+    x, y = family.sample(n, trials, torch.Generator().manual_seed(7))
+    assert family.problem.beta is not None
+    kwargs = dict(rounds=5, batch_size=n, q=2, metrics_every=0, step_size=0.5, replacement=False)  # full batches
+    if name == "isrl-spider":
+        kwargs["sigmas"] = {"sigma1": 0.0, "sigma2": 0.0, "sigma2_hat": 0.0}
+    else:
+        kwargs["epsilon"], kwargs["delta"] = 1e9, 0.5  # the shuffle protocol with negligible noise
+    algo = get_algorithm(name, **kwargs)
+    out = run_trials(algo, family.problem, lambda t, g: (x[:t], y[:t]) if t == 1 else (x, y), trials, seed=0)
+    assert out.chunk == trials
+    for t in range(trials):
+        single = algo.run(family.problem, Federation(x[t], y[t], torch.full((3,), n)), seed=0)
+        atol = 1e-12 if name == "isrl-spider" else 0.05
+        assert torch.allclose(out.w_last[t], single.w_last, atol=atol, rtol=0)
+
+
 def test_availability_draws_exactly_m_of_n_per_trial(family):
     x, y, fed = _single(family, 8, seed=0)
     big = Federation(x[0].repeat(5, 1, 1), y[0].repeat(5, 1), torch.full((15,), 8))
@@ -78,18 +99,18 @@ def test_uniform_picks_are_independent_per_trial(family):
 
 
 def test_chunking_rules(family):
-    assert {"isrl-prox-sgd", "isrl-pl-svrg"} <= BATCH_SAFE and "isrl-spider" not in BATCH_SAFE
+    assert {"isrl-prox-sgd", "isrl-pl-svrg", "isrl-spider"} <= BATCH_SAFE and "isrl-local-sgd" not in BATCH_SAFE
     data = lambda t, g: family.sample(16, t, g)  # noqa: E731
+    per_trial = data(1, torch.Generator())[0][0].numel()
     batched = run_trials(get_algorithm("isrl-prox-sgd", rounds=2, batch_size=8, sigmas={"sigma": 0.1}),
-                         family.problem, data, 6, seed=0)
-    single = run_trials(get_algorithm("isrl-spider", rounds=2, batch_size=8, q=1,
-                                      sigmas={"sigma1": 0.1, "sigma2": 0.1, "sigma2_hat": 0.1}),
-                        family.problem, data, 3, seed=0)
-    assert batched.chunk == 6 and batched.w_priv.shape == (6, family.dim)
-    assert single.chunk == 1 and single.w_priv.shape == (3, family.dim)
+                         family.problem, data, 6, seed=0, max_elements=4 * per_trial)
+    assert batched.chunk == 4 and batched.w_priv.shape == (6, family.dim)  # chunks of 4, then 2
     again = run_trials(get_algorithm("isrl-prox-sgd", rounds=2, batch_size=8, sigmas={"sigma": 0.1}),
-                       family.problem, data, 6, seed=0)
+                       family.problem, data, 6, seed=0, max_elements=4 * per_trial)
     assert torch.equal(batched.w_priv, again.w_priv)  # reproducible from the seed
+    with pytest.raises(ValueError, match="stacked trials"):  # per-silo local models
+        run_trials(get_algorithm("isrl-local-sgd", rounds=2, batch_size=8, sigmas={"sigma": 0.1}),
+                   family.problem, data, 3, seed=0)
 
 
 def test_bad_input_raises(family):
