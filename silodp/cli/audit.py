@@ -1,6 +1,7 @@
 """``silodp audit``: an empirical epsilon lower bound against the accounting layer's claim.
 
     silodp audit --algorithm NAME [--mutation NAME] [--epsilon E] [--trials T] --json
+    silodp audit --algorithm sdp-NAME [--epsilon E] [--trials T] --json    (shuffle DP, whole transcript)
     silodp audit --mechanism gaussian --noise-multiplier S --delta D --trials T --json
     silodp audit --mechanism pvec --epsilon E --delta D --messages N --json
     silodp audit --papers [--epsilon E] [--trials T] --json
@@ -10,12 +11,14 @@
 from __future__ import annotations
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
+#: Audited end to end by :mod:`silodp.verify.audit_sdp` (default 20,000 real runs per world).
+SDP_ALGORITHMS = ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("audit", help="audit a privacy claim: empirical epsilon lower bound vs the accountant")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--algorithm", help="Gaussian ISRL-DP algorithm to audit, e.g. isrl-prox-sgd")
+    what.add_argument("--algorithm", help="algorithm to audit, e.g. isrl-prox-sgd (Gaussian game) or sdp-prox-sgd (real runs)")
     what.add_argument("--mechanism", choices=("gaussian", "pvec"),
                       help="audit one release: a Gaussian, or the shuffle protocol P_vec certified for --epsilon")
     what.add_argument("--papers", action="store_true", help="audit the papers' closed-form calibrations")
@@ -83,6 +86,14 @@ def handle(args) -> int:
                              f"{audit.MUTATION_SCENARIOS[args.mutation].algorithm!r}")
         payload = audit.detection_rate(args.mutation, args.repeats, args.trials, args.epsilon, args.delta,
                                        args.estimator, args.seed)
+    elif args.algorithm in SDP_ALGORITHMS:  # shuffle-DP: real runs, whole transcripts
+        from silodp.verify.audit_sdp import audit_sdp
+
+        if args.mutation is not None:
+            raise ValueError("--mutation: the mutation suite targets the Gaussian algorithms")
+        res = audit_sdp(args.algorithm, args.epsilon, args.delta, args.trials or 20_000, args.estimator,
+                        args.alpha, args.seed)
+        payload = {"algorithm": args.algorithm, **res.as_dict()}
     else:
         _check_names(args, audit)
         trials = args.trials or (audit.MUTATION_TRIALS.get(args.mutation, 100_000) if args.mutation else 100_000)

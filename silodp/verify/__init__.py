@@ -14,6 +14,7 @@ from silodp.verify.audit import (
     detection_rate,
     judge,
 )
+from silodp.verify.audit_sdp import SDP_SCENARIOS, audit_sdp
 from silodp.verify.estimators import Scores, clopper_pearson_epsilon, estimate, gdp_epsilon
 from silodp.verify.families import Constants, Family, get_family, least_squares_ball, logistic_ridge, sigmoid_l1
 from silodp.verify.mutations import MUTATIONS
