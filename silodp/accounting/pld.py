@@ -38,7 +38,7 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, logsumexp
 
 from silodp.accounting import events as ev
 from silodp.accounting._checks import check_delta, check_nonnegative, check_positive
@@ -66,11 +66,6 @@ def _next_fast_length(n: int) -> int:
             p35 *= 3
         p5 *= 5
     return best
-
-
-def _logsumexp(x: np.ndarray) -> float:
-    top = float(np.max(x))
-    return top + math.log(float(np.sum(np.exp(x - top))))
 
 
 def _min_over_t(fn, spread: float) -> float:
@@ -162,24 +157,22 @@ class LossPmf:
 
     def compose(self, other: "LossPmf", log_mass_truncation_bound: float) -> "LossPmf":
         """The PLD of running both mechanisms: the sum of the losses (convolution)."""
-        if other.interval != self.interval:
-            raise ValueError("value_discretization_interval: PLDs on different grids cannot be composed")
+        _same_grid([self, other])
         inf = 1.0 - (1.0 - self.infinity_mass) * (1.0 - other.infinity_mass)
         out = LossPmf(self.interval, self.offset + other.offset, _convolve(self.masses, other.masses), inf)
         return out.truncate(log_mass_truncation_bound)
 
     def _chernoff_window(self, count: int, log_tau: float) -> tuple[int, int]:
-        """Grid indices [lo, hi] outside which the sum of ``count`` losses has mass <= e^log_tau
+        """Grid indices [lo, hi] (unclipped) outside which the sum of ``count`` losses has mass <= e^log_tau
         on each side (Chernoff: P(S >= u) <= exp(count K(t) - t u) for every t > 0, K the
         log-MGF, and likewise below). Any t gives a valid bound; t is chosen by golden-section
         search, exact because u(t) = (count K(t) - log_tau) / t is unimodal (K is convex)."""
         keep = self.masses > 0
         l, log_m = self.losses[keep], np.log(self.masses[keep])
         spread = max(float(l[-1] - l[0]), self.interval)
-        upper = _min_over_t(lambda t: (count * _logsumexp(log_m + t * l) - log_tau) / t, spread)
-        lower = -_min_over_t(lambda t: (count * _logsumexp(log_m - t * l) - log_tau) / t, spread)
-        first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)
-        return max(first, math.floor(lower / self.interval)), min(last, math.ceil(upper / self.interval))
+        upper = _min_over_t(lambda t: (count * float(logsumexp(log_m + t * l)) - log_tau) / t, spread)
+        lower = -_min_over_t(lambda t: (count * float(logsumexp(log_m - t * l)) - log_tau) / t, spread)
+        return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
     def self_compose(self, count: int, log_mass_truncation_bound: float) -> "LossPmf":
         """``count``-fold composition in one FFT: the masses, wrapped onto a circle of the size of
@@ -187,7 +180,9 @@ class LossPmf:
         outside the window (at most e^bound per side) wraps into it and is also charged to +inf."""
         if count == 1:
             return self
-        lo, hi = self._chernoff_window(count, log_mass_truncation_bound)
+        first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
+        lower, upper = self._chernoff_window(count, log_mass_truncation_bound)
+        lo, hi = max(first, lower), min(last, upper)
         n = hi - lo + 1
         if n > MAX_POINTS:
             raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points "
@@ -197,22 +192,26 @@ class LossPmf:
         wrapped = np.bincount(positions, weights=self.masses, minlength=size)
         power = np.fft.irfft(np.fft.rfft(wrapped) ** count, size)
         masses = np.maximum(power[(lo + np.arange(n)) % size], 0.0)
-        tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (
-            count * self.offset, count * (self.offset + len(self.masses) - 1)) else 0.0
+        tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (first, last) else 0.0
         inf = min(1.0, -math.expm1(count * math.log1p(-self.infinity_mass)) + tails)
         return LossPmf(self.interval, lo, masses, inf).truncate(log_mass_truncation_bound)
 
-    def mixture(self, other: "LossPmf", self_weight: float) -> "LossPmf":
-        """``self_weight`` self + (1 - self_weight) other: the PLD of a *labelled* mixture."""
-        if other.interval != self.interval:
-            raise ValueError("value_discretization_interval: PLDs on different grids cannot be mixed")
-        lo = min(self.offset, other.offset)
-        hi = max(self.offset + len(self.masses), other.offset + len(other.masses))
-        out = np.zeros(hi - lo)
-        out[self.offset - lo:self.offset - lo + len(self.masses)] += self_weight * self.masses
-        out[other.offset - lo:other.offset - lo + len(other.masses)] += (1.0 - self_weight) * other.masses
-        inf = self_weight * self.infinity_mass + (1.0 - self_weight) * other.infinity_mass
-        return LossPmf(self.interval, lo, out, inf)
+
+def _same_grid(pmfs: list[LossPmf]) -> float:
+    intervals = {p.interval for p in pmfs}
+    if len(intervals) > 1:
+        raise ValueError("value_discretization_interval: PLDs on different grids cannot be combined")
+    return intervals.pop()
+
+
+def _mix(pmfs: list[LossPmf], weights: list[float]) -> LossPmf:
+    """sum_i weights_i pmfs_i on their common grid."""
+    h = _same_grid(pmfs)
+    lo = min(p.offset for p in pmfs)
+    out = np.zeros(max(p.offset + len(p.masses) for p in pmfs) - lo)
+    for p, w in zip(pmfs, weights):
+        out[p.offset - lo:p.offset - lo + len(p.masses)] += w * p.masses
+    return LossPmf(h, lo, out, sum(w * p.infinity_mass for p, w in zip(pmfs, weights)))
 
 
 def _log(p: float) -> float:
@@ -295,19 +294,13 @@ class PrivacyLossDistribution:
     def _directions(self) -> tuple[LossPmf, ...]:
         return (self.remove,) if self.add is None else (self.remove, self.add)
 
-    def _pair(self, other: "PrivacyLossDistribution", op) -> "PrivacyLossDistribution":
-        remove = op(self.remove, other.remove)
-        if self.add is None and other.add is None:
-            return PrivacyLossDistribution(remove, None, self._bound(other))
-        return PrivacyLossDistribution(remove, op(self.add or self.remove, other.add or other.remove),
-                                       self._bound(other))
-
-    def _bound(self, other: "PrivacyLossDistribution") -> float:
-        return min(self.log_mass_truncation_bound, other.log_mass_truncation_bound)
-
     def compose(self, other: "PrivacyLossDistribution") -> "PrivacyLossDistribution":
-        bound = self._bound(other)
-        return self._pair(other, lambda x, y: x.compose(y, bound))
+        bound = min(self.log_mass_truncation_bound, other.log_mass_truncation_bound)
+        remove = self.remove.compose(other.remove, bound)
+        if self.add is None and other.add is None:
+            return PrivacyLossDistribution(remove, None, bound)
+        add = (self.add or self.remove).compose(other.add or other.remove, bound)
+        return PrivacyLossDistribution(remove, add, bound)
 
     def self_compose(self, count: int) -> "PrivacyLossDistribution":
         bound = self.log_mass_truncation_bound
@@ -318,7 +311,7 @@ class PrivacyLossDistribution:
         """``self_weight`` self + (1 - self_weight) other (a labelled mixture of mechanisms)."""
         if not 0.0 <= self_weight <= 1.0:
             raise ValueError(f"self_weight must lie in [0, 1], got {self_weight}")
-        return self._pair(other, lambda x, y: x.mixture(y, self_weight))
+        return mixture([(self_weight, self), (1.0 - self_weight, other)])
 
     def get_delta_for_epsilon(self, epsilon: float) -> float:
         eps = check_nonnegative("epsilon", epsilon)
@@ -327,6 +320,18 @@ class PrivacyLossDistribution:
     def get_epsilon_for_delta(self, delta: float) -> float:
         dl = check_delta("delta", delta)
         return max(p.epsilon(dl) for p in self._directions())
+
+
+def mixture(components: list[tuple[float, PrivacyLossDistribution]]) -> PrivacyLossDistribution:
+    """PLD of the *labelled* mixture that runs mechanism i with probability w_i (the weights, >= 0,
+    sum to 1): the weighted sum of the PLDs, direction by direction."""
+    weights = [float(w) for w, _ in components]
+    plds = [p for _, p in components]
+    if min(weights) < 0 or not math.isclose(sum(weights), 1.0, rel_tol=1e-9):
+        raise ValueError(f"components: weights must be >= 0 and sum to 1, got sum {sum(weights)}")
+    remove = _mix([p.remove for p in plds], weights)
+    add = None if all(p.add is None for p in plds) else _mix([p.add or p.remove for p in plds], weights)
+    return PrivacyLossDistribution(remove, add, min(p.log_mass_truncation_bound for p in plds))
 
 
 def from_gaussian_mechanism(
@@ -379,19 +384,16 @@ def from_with_replacement_gaussian(
     if m < 1 or n < 1:
         raise ValueError(f"sample_size and dataset_size must be >= 1, got {m}, {n}")
     kmax = min(m, _binomial.isf(math.exp(log_mass_truncation_bound), m, 1.0 / n))
-    mixture, weight, charged = identity(h), float(_binomial.pmf(0, m, 1.0 / n)), _binomial.sf(kmax, m, 1.0 / n)
+    parts = [(float(_binomial.pmf(0, m, 1.0 / n)), identity(h, log_mass_truncation_bound))]
+    charged = _binomial.sf(kmax, m, 1.0 / n)
     for k in range(1, kmax + 1):
-        p_k = float(_binomial.pmf(k, m, 1.0 / n))
         try:
             part = from_gaussian_mechanism(z / k, 1.0, ev.ADD_OR_REMOVE_ONE, h, log_mass_truncation_bound)
         except ValueError:  # too sharp for this grid: multiplicities k, k+1, ... as infinite loss
             charged = _binomial.sf(k - 1, m, 1.0 / n)
             break
-        mixture = part.compute_mixture(mixture, p_k / (weight + p_k))
-        weight += p_k
-    pmf = mixture.remove
-    inf = min(1.0, weight * pmf.infinity_mass + charged)
-    return PrivacyLossDistribution(LossPmf(h, pmf.offset, pmf.masses * weight, inf), None, log_mass_truncation_bound)
+        parts.append((float(_binomial.pmf(k, m, 1.0 / n)), part))
+    return mixture(parts + [(charged, non_private(h, log_mass_truncation_bound))])
 
 
 def from_privacy_parameters(epsilon: float, delta: float, value_discretization_interval: float = 1e-4,
@@ -410,7 +412,15 @@ def from_privacy_parameters(epsilon: float, delta: float, value_discretization_i
     return PrivacyLossDistribution(LossPmf(h, bottom, masses, float(delta)), None, log_mass_truncation_bound)
 
 
-def identity(value_discretization_interval: float = 1e-4) -> PrivacyLossDistribution:
+def identity(value_discretization_interval: float = 1e-4,
+             log_mass_truncation_bound: float = LOG_TAIL_MASS) -> PrivacyLossDistribution:
     """PLD of a mechanism that releases nothing (all loss 0)."""
     h = check_positive("value_discretization_interval", value_discretization_interval)
-    return PrivacyLossDistribution(LossPmf(h, 0, np.ones(1), 0.0))
+    return PrivacyLossDistribution(LossPmf(h, 0, np.ones(1), 0.0), None, log_mass_truncation_bound)
+
+
+def non_private(value_discretization_interval: float = 1e-4,
+                log_mass_truncation_bound: float = LOG_TAIL_MASS) -> PrivacyLossDistribution:
+    """PLD of a mechanism with no privacy (all loss +inf)."""
+    h = check_positive("value_discretization_interval", value_discretization_interval)
+    return PrivacyLossDistribution(LossPmf(h, 0, np.zeros(1), 1.0), None, log_mass_truncation_bound)

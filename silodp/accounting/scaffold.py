@@ -171,14 +171,10 @@ def mixture_pld(cfg: ScaffoldConfig, sigma_g: float, against: str, disc: float =
     z = check_positive("sigma_g", sigma_g)
     third = _choice("against", against, ("server", "third-party")) == "third-party"
     comps = aggregation_groups(cfg, groups) if third else {1: 1.0}
-    acc, total = None, 0.0
-    for size, w in sorted(comps.items()):
-        w *= cfg.user_sampling
-        part = _steps_pld(cfg, z * math.sqrt(size), cfg.local_steps, disc)
-        acc = part if acc is None else part.compute_mixture(acc, w / (total + w))
-        total += w
-    if total < 1.0:
-        acc = acc.compute_mixture(pld_lib.identity(disc), total)
+    parts = [(cfg.user_sampling * w, _steps_pld(cfg, z * math.sqrt(size), cfg.local_steps, disc))
+             for size, w in sorted(comps.items())]
+    total = sum(w for w, _ in parts)
+    acc = pld_lib.mixture(parts + ([(1.0 - total, pld_lib.identity(disc))] if total < 1.0 else []))
     run = acc.self_compose(cfg.rounds) if cfg.rounds > 1 else acc
     return run.compose(_steps_pld(cfg, z, cfg.warm_steps, disc)) if cfg.warm_steps else run
 
