@@ -120,9 +120,9 @@ def with_replacement_gaussian_rdp(noise_multiplier: float, sample_size: int, dat
     z, m, n = float(noise_multiplier), int(sample_size), int(dataset_size)
     k = np.arange(m + 1, dtype=float)
     log_p = _binomial.logpmf(k, m, 1.0 / n)
-    alphas = np.asarray(orders, dtype=float)
-    out = np.array([logsumexp(log_p + (a - 1.0) * a * k * k / (2.0 * z * z)) for a in alphas])
-    return np.maximum(out, 0.0) / (alphas - 1.0)
+    alphas = np.asarray(orders, dtype=float)[:, None]
+    out = logsumexp(log_p + (alphas - 1.0) * alphas * k * k / (2.0 * z * z), axis=1)
+    return np.maximum(out, 0.0) / (alphas[:, 0] - 1.0)
 
 
 def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
