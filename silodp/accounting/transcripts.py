@@ -226,14 +226,13 @@ def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelatio
     return [names[0], "advanced"] if with_replacement and names[0] != "advanced" else names[:1]
 
 
-def default_accountant(event: ev.DpEvent, delta: float | None = None,
-                       neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> str:
-    """The accountant that certifies ``event`` best: the smallest epsilon at ``delta`` among
-    :func:`candidate_accountants` (the first of them when ``delta`` is None)."""
-    names = candidate_accountants(event, neighbouring)
-    if delta is None or len(names) == 1:
-        return names[0]
-    return min(names, key=lambda name: get_accountant(name, neighbouring).compose(event).get_epsilon(delta))
+def tightest_epsilon(event: ev.DpEvent, delta: float,
+                     neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> tuple[float, str]:
+    """The smallest certified epsilon of ``event`` at ``delta`` among
+    :func:`candidate_accountants`, and the accountant that certifies it."""
+    dl = check_delta("delta", delta)
+    return min((get_accountant(name, neighbouring).compose(event).get_epsilon(dl), name)
+               for name in candidate_accountants(event, neighbouring))
 
 
 def tightest_calibration(event_fn: Callable[[float], ev.DpEvent], epsilon: float, delta: float,
@@ -250,8 +249,9 @@ def certify(name: str, cfg: TranscriptConfig, sigmas: dict[str, float], delta: f
             accountant: str | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``."""
     event = privacy_event(name, cfg, sigmas)
-    acc = accountant or default_accountant(event, check_delta("delta", delta))
-    return get_accountant(acc).compose(event).get_epsilon(check_delta("delta", delta)), acc
+    if accountant is None:
+        return tightest_epsilon(event, delta)
+    return get_accountant(accountant).compose(event).get_epsilon(check_delta("delta", delta)), accountant
 
 
 def calibrate_algorithm(name: str, cfg: TranscriptConfig, epsilon: float, delta: float,

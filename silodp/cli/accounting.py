@@ -58,7 +58,7 @@ def _relation(args):
 
 def _names(args) -> list[str]:
     from silodp.accounting import ACCOUNTANTS
-    return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant or "pld"]
+    return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant]
 
 
 def _for_each(args, compute):
@@ -83,13 +83,15 @@ def _for_each(args, compute):
 def _epsilon(args) -> int:
     from silodp.accounting import epsilon
     from silodp.accounting._checks import check_delta, check_positive
-    from silodp.accounting.transcripts import default_accountant
+    from silodp.accounting.transcripts import tightest_epsilon
 
     z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
     event = _event_fn(args)(z)
     if args.accountant is None:  # the tightest certificate (pld; with replacement also advanced)
-        args.accountant = default_accountant(event, delta, _relation(args))
+        eps, name = tightest_epsilon(event, delta, _relation(args))
+        emit({"epsilon": eps}, args.json, f"epsilon at delta={delta:g}\n{name:>11}: {eps:.6g}")
+        return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args)))
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else results
     human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
@@ -159,7 +161,6 @@ def _noise_algorithm(args) -> int:
         cal = calibrate_algorithm(args.algorithm, cfg, args.epsilon, args.delta, args.method, accountant)
         payload = {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas,
                    "epsilon": cal.epsilon, "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
-    payload = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in payload.items()}
     emit(payload, args.json)
     return 0
 
