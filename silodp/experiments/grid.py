@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -260,22 +261,18 @@ class GridSpec:
                         continue
                     private = is_private(ag.name)
                     privacy = [(e, c) for e in self.epsilons for c in self.calibrations] if private else [(None, "none")]
-                    for (eps, cal) in privacy:
-                        for step in ag.step_sizes:
-                            for clip in ag.clips:
-                                for q in ag.q:
-                                    for ls in ag.local_steps:
-                                        for trial in range(int(self.trials)):
-                                            cfg = RunConfig(
-                                                dataset=self.dataset, algorithm=ag.name, epsilon=eps, calibration=cal,
-                                                silos_per_round=m, rounds=r, step_size=float(step), clip=float(clip),
-                                                trial=trial, q=q, local_steps=ls, batch_size=self.batch_size,
-                                                batch_epsilon=self.batch_epsilon, delta=self.delta,
-                                                replacement=self.replacement, model=self.model,
-                                                regularizer=self.regularizer, data=data,
-                                                params=ag.params, val_fraction=self.val_fraction,
-                                                test_fraction=self.test_fraction)
-                                            runs.setdefault(cfg, None)
+                    for (eps, cal), step, clip, q, ls, trial in itertools.product(
+                            privacy, ag.step_sizes, ag.clips, ag.q, ag.local_steps, range(int(self.trials))):
+                        cfg = RunConfig(
+                            dataset=self.dataset, algorithm=ag.name, epsilon=eps, calibration=cal,
+                            silos_per_round=m, rounds=r, step_size=float(step), clip=float(clip),
+                            trial=trial, q=q, local_steps=ls, batch_size=self.batch_size,
+                            batch_epsilon=self.batch_epsilon, delta=self.delta,
+                            replacement=self.replacement, model=self.model,
+                            regularizer=self.regularizer, data=data,
+                            params=ag.params, val_fraction=self.val_fraction,
+                            test_fraction=self.test_fraction)
+                        runs.setdefault(cfg, None)
         return tuple(runs)
 
     def with_calibrations(self, calibrations) -> "GridSpec":
