@@ -36,19 +36,20 @@ def sdp_scores(scenario: Scenario, epsilon: float, delta: float, trials: int, se
     from silodp.verify.rate_trials import run_trials
 
     problem, worlds, _ = scenario.build()
-    algo = get_algorithm(scenario.algorithm, epsilon=epsilon, delta=delta, metrics_every=0,
-                         w0=problem.model.init(torch.Generator().manual_seed(seed), dtype=worlds[0].x.dtype),
-                         **scenario.algorithm_params())
+    params = dict(scenario.algorithm_params(), metrics_every=0,
+                  w0=problem.model.init(torch.Generator().manual_seed(seed), dtype=worlds[0].x.dtype))
+    # calibrate once (both worlds have the same sizes), then run both with those P_vec parameters
+    _, certified, dl, shuffle = get_algorithm(scenario.algorithm, epsilon=epsilon, delta=delta,
+                                              **params).resolve_noise(problem, worlds[0])
+    algo = get_algorithm(scenario.algorithm, epsilon=certified, delta=dl, shuffle_params=shuffle, **params)
     free = scenario.d  # weight of the last input feature (the canary's free coordinate)
-    scores, claim = [], None
+    scores = []
     for index, world in enumerate(worlds):
         def data(t, _gen, world=world):
             return world.x.expand(t, *world.x.shape), world.y.expand(t, *world.y.shape)
 
-        out = run_trials(algo, problem, data, trials, seed=seed + index)
-        scores.append(out.w_last[:, free].numpy())
-        claim = Claim(float(out.epsilon), float(out.delta), "advanced (P_vec invocations)", {})
-    return Scores(scores[0], scores[1]), claim
+        scores.append(run_trials(algo, problem, data, trials, seed=seed + index).w_last[:, free].numpy())
+    return Scores(scores[0], scores[1]), Claim(float(certified), float(dl), "advanced (P_vec invocations)", {})
 
 
 def audit_sdp(algorithm: str, epsilon: float = 2.0, delta: float = DEFAULT_DELTA, trials: int = 20_000,
