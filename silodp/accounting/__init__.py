@@ -1,12 +1,15 @@
 """Accounting layer: mechanisms as events, accountants that certify them, and noise calibration.
 
 Every noise scale in silodp comes from here with the theorem or accountant that backs it named.
-The neighbouring relation defaults to ``REPLACE_ONE`` (ISRL-DP: one record of one silo replaced).
-Self-contained numpy/scipy.special code: importing this package imports neither torch nor
-dp-accounting (which the tests use as an independent reference; events convert both ways).
+``noise_multiplier`` is sigma / C (C the per-record contribution bound) under every neighbouring
+relation, as in dp-accounting's PLD, Opacus and Flower; the accountant applies the relation's
+sensitivity (2C for replace-one). The relation defaults to ``REPLACE_ONE`` (ISRL-DP: one record
+of one silo replaced). Self-contained numpy/scipy.special code: importing this package imports
+neither torch nor dp-accounting (which the tests use as an independent reference; events convert
+both ways). It knows mechanisms, never algorithm names: algorithms declare their releases
+(:mod:`silodp.accounting.releases`) and :mod:`silodp.algorithms.privacy` calibrates them.
 """
 
-from silodp.accounting import composition, gaussian, papers, pld, rdp, shuffle, subsampling, zcdp
 from silodp.accounting.accountants import (
     ACCOUNTANTS,
     Accountant,
@@ -25,8 +28,14 @@ from silodp.accounting.binomial import (
     binomial_protocol_params,
     binomial_protocol_variance,
 )
-from silodp.accounting.blocks import UnsupportedEventError
-from silodp.accounting.calibration import Calibration, calibrate
+from silodp.accounting.blocks import Mechanism, Sampling, UnsupportedEventError
+from silodp.accounting.calibration import (
+    Calibration,
+    calibrate,
+    candidate_accountants,
+    tightest_calibration,
+    tightest_epsilon,
+)
 from silodp.accounting.events import (
     ADD_OR_REMOVE_ONE,
     REPLACE_ONE,
@@ -35,6 +44,7 @@ from silodp.accounting.events import (
     EpsilonDeltaDpEvent,
     GaussianDpEvent,
     NeighboringRelation,
+    NoOpDpEvent,
     NonPrivateDpEvent,
     ParallelComposedDpEvent,
     PoissonSampledDpEvent,
@@ -43,16 +53,30 @@ from silodp.accounting.events import (
     SelfComposedDpEvent,
     ZCDpEvent,
     from_dp_accounting,
+    sensitivity,
     to_dp_accounting,
 )
 from silodp.accounting.ledger import IsrlLedger, cdp_guarantee, user_level_guarantee
-from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_numerical, shuffle_bounds
-from silodp.accounting.transcripts import (
-    NoiseCalibration,
-    TranscriptConfig,
-    calibrate_algorithm,
-    paper_vs_tight,
-    privacy_event,
+from silodp.accounting.releases import (
+    BatchSampling,
+    GaussianRelease,
+    ReleaseLedger,
+    ShuffleRelease,
+    gaussian_steps,
+    releases_event,
 )
+from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_numerical, shuffle_bounds
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling",
+    "BinomialProtocolParams", "Calibration", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
+    "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "IsrlLedger", "Mechanism",
+    "NeighboringRelation", "NoOpDpEvent", "NonPrivateDpEvent", "ParallelComposedDpEvent", "PldAccountant",
+    "PoissonSampledDpEvent", "REPLACE_ONE", "RdpAccountant", "ReleaseLedger", "Sampling",
+    "SampledWithReplacementDpEvent", "SampledWithoutReplacementDpEvent", "SelfComposedDpEvent",
+    "ShuffleRelease", "UnsupportedEventError", "ZCDpEvent", "ZcdpAccountant", "binomial_protocol_epsilon",
+    "binomial_protocol_params", "binomial_protocol_variance", "calibrate", "candidate_accountants",
+    "cdp_guarantee", "delta", "epsilon", "erlingsson2019", "fmt21_closed_form", "fmt21_numerical",
+    "from_dp_accounting", "gaussian_steps", "get_accountant", "releases_event", "sensitivity",
+    "shuffle_bounds", "tightest_calibration", "tightest_epsilon", "to_dp_accounting", "user_level_guarantee",
+]

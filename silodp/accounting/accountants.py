@@ -7,6 +7,14 @@ Every accountant takes the neighbouring relation explicitly; silodp's default is
 
 Which accountant certifies what (see docs/accounting.md):
 
+Units: every event's ``noise_multiplier`` is sigma / C, C the per-record contribution bound, under
+every relation (as dp-accounting's PLD, Opacus and Flower); an accountant divides it by the
+relation's sensitivity in units of C (:func:`silodp.accounting.events.sensitivity`: 1 for
+add/remove, 2 for replace-one) before it meets a formula written for a unit shift.
+
+Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies (``CERTIFIES``);
+``supports()`` is a dry run of ``compose()`` that answers False, never raises, for anything else.
+
 * ``rdp`` -- Renyi DP (Mironov 2017; Mironov, Talwar & Zhang 2019 for Poisson subsampling, see
   :mod:`silodp.accounting.rdp`) with the improved RDP -> (eps, delta) conversion
   (Canonne-Kamath-Steinke 2020 / Balle et al. 2020); tested against dp-accounting's. Under
@@ -36,7 +44,10 @@ from silodp.accounting import composition, gaussian, pld as pld_lib, rdp as rdp_
 from silodp.accounting import events as ev
 from silodp.accounting._checks import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
-from silodp.accounting.blocks import Block, UnsupportedEventError, flatten
+from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
+
+_ALL_SAMPLING = frozenset(Sampling)
+_REPLACE_ONE_ONLY = (Sampling.WITH_REPLACEMENT, Sampling.WITHOUT_REPLACEMENT)
 
 #: dp-accounting's default orders (1.1 ... 10.9 by 0.1, 11 ... 63, 128 ... 1024) and integer
 #: orders up to 4096 (exact and fast).
@@ -49,24 +60,37 @@ class Accountant(abc.ABC):
     """Base class: collects blocks; subclasses turn them into (epsilon, delta)."""
 
     name: str = ""
+    #: the mechanisms this accountant certifies, and for Gaussian steps the samplings (allow-list)
+    CERTIFIES: dict[Mechanism, frozenset[Sampling]] = {}
 
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> None:
         self.neighbouring = ev.relation(neighbouring)
         self._blocks: list[Block] = []
 
+    @property
+    def sensitivity(self) -> float:
+        """l2-sensitivity of a sum in units of the contribution bound C under this relation."""
+        return ev.sensitivity(self.neighbouring)
+
+    def _unit_z(self, block: Block) -> float:
+        """The noise multiplier relative to the relation's shift (sigma / (sensitivity C))."""
+        return block.noise_multiplier / self.sensitivity
+
     def __len__(self) -> int:
         return sum(b.count for b in self._blocks)
 
     def unsupported_reason(self, event: ev.DpEvent) -> str | None:
-        """Why ``event`` cannot be accounted here (``None`` if it can): a dry run of ``compose``."""
+        """Why ``event`` cannot be accounted here (``None`` if it can): a dry run of ``compose``.
+        Never raises: a malformed or unknown event is a reason, not an exception."""
         try:
             for block in flatten(event):
                 self._check_block(block)
-        except UnsupportedEventError as exc:
-            return str(exc)
+        except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+            return str(exc) or type(exc).__name__
         return None
 
     def supports(self, event: ev.DpEvent) -> bool:
+        """Whether this accountant certifies ``event`` (False, never an exception, otherwise)."""
         return self.unsupported_reason(event) is None
 
     def compose(self, event: ev.DpEvent, count: int = 1) -> "Accountant":
@@ -77,16 +101,19 @@ class Accountant(abc.ABC):
         return self
 
     def _check_block(self, block: Block) -> None:
-        if block.kind == "gaussian":
-            check_positive("noise_multiplier", block.noise_multiplier)
-        if block.kind == "gaussian" and block.sampling != "none":
-            if not 0 < block.q <= 1:
-                raise ValueError(f"sampling probability must lie in (0, 1], got {block.q}")
+        allowed = self.CERTIFIES.get(block.kind)
+        if allowed is None:
+            raise UnsupportedEventError(f"{self.name} does not certify {block.kind.value} mechanisms")
+        if block.kind == Mechanism.GAUSSIAN:
+            if block.sampling not in allowed:
+                raise UnsupportedEventError(f"{self.name} does not certify Gaussian steps with sampling "
+                                            f"{block.sampling.value}")
+            if block.sampling in _REPLACE_ONE_ONLY and self.neighbouring != ev.REPLACE_ONE:
+                raise UnsupportedEventError(f"sampling {block.sampling.value} is defined for REPLACE_ONE only")
         self._check(block)
 
-    @abc.abstractmethod
     def _check(self, block: Block) -> None:
-        """Raise UnsupportedEventError if this accountant cannot interpret ``block``."""
+        """Raise UnsupportedEventError for an allowed ``block`` that is out of this accountant's range."""
 
     @abc.abstractmethod
     def _epsilon(self, delta: float) -> float: ...
@@ -94,7 +121,7 @@ class Accountant(abc.ABC):
     def get_epsilon(self, delta: float) -> float:
         """Certified epsilon at ``delta`` for everything composed so far (rounded up)."""
         dl = check_delta("delta", delta)
-        if any(b.kind == "non_private" for b in self._blocks):
+        if any(b.kind == Mechanism.NON_PRIVATE for b in self._blocks):
             return math.inf
         if not self._blocks:
             return 0.0
@@ -103,7 +130,7 @@ class Accountant(abc.ABC):
     def get_delta(self, epsilon: float) -> float:
         """Certified delta at ``epsilon`` (rounded up); default: invert ``get_epsilon``."""
         eps = check_nonnegative("epsilon", epsilon)
-        if any(b.kind == "non_private" for b in self._blocks):
+        if any(b.kind == Mechanism.NON_PRIVATE for b in self._blocks):
             return 1.0
         if not self._blocks:
             return 0.0
@@ -124,12 +151,7 @@ class RdpAccountant(Accountant):
     """Renyi-DP accountant (:mod:`silodp.accounting.rdp`) under the dominating relation."""
 
     name = "rdp"
-
-    def _check(self, block: Block) -> None:
-        if block.kind == "epsilon_delta":
-            raise UnsupportedEventError("rdp cannot use an (epsilon, delta)-only event; use 'advanced' or 'pld'")
-        if block.sampling in ("with_replacement", "without_replacement") and self.neighbouring != ev.REPLACE_ONE:
-            raise UnsupportedEventError(f"sampling {block.sampling.replace('_', ' ')} is defined for REPLACE_ONE only")
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.ZCDP: frozenset(), Mechanism.NON_PRIVATE: frozenset()}
 
     def _block_rdp(self, block: Block) -> np.ndarray:
         """RDP curve of one block on RDP_ORDERS. A subsampled step is charged the smaller of its
@@ -139,14 +161,14 @@ class RdpAccountant(Accountant):
         With replacement: the labelled-multiplicity bound (:mod:`silodp.accounting.rdp`); a record
         drawn twice moves the sum by 4C, so the un-sampled Gaussian does not bound it."""
         orders = np.asarray(RDP_ORDERS)
-        if block.kind == "zcdp":
+        if block.kind == Mechanism.ZCDP:
             return block.count * block.rho * orders
-        if block.sampling == "with_replacement":
-            return block.count * rdp_lib.with_replacement_gaussian_rdp(
-                block.noise_multiplier, block.sample_size, block.dataset_size, orders)
-        full = orders / (2.0 * block.noise_multiplier ** 2)
-        if block.sampling in ("poisson", "without_replacement") and block.q < 1:
-            full = np.minimum(rdp_lib.poisson_subsampled_gaussian_rdp(block.q, block.noise_multiplier, orders), full)
+        z = self._unit_z(block)
+        if block.sampling == Sampling.WITH_REPLACEMENT:
+            return block.count * rdp_lib.with_replacement_gaussian_rdp(z, block.sample_size, block.dataset_size, orders)
+        full = rdp_lib.gaussian_rdp(z, orders)
+        if block.subsampled:
+            full = np.minimum(rdp_lib.poisson_subsampled_gaussian_rdp(block.q, z, orders), full)
         return block.count * full
 
     def _rdp(self) -> np.ndarray:
@@ -163,6 +185,8 @@ class PldAccountant(Accountant):
     """Privacy-loss-distribution accountant (:mod:`silodp.accounting.pld`, pessimistic)."""
 
     name = "pld"
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
+                 Mechanism.NON_PRIVATE: frozenset()}
 
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
                  value_discretization_interval: float = 1e-4,
@@ -178,33 +202,31 @@ class PldAccountant(Accountant):
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
     def _check(self, block: Block) -> None:
-        if block.kind == "zcdp":
-            raise UnsupportedEventError("pld cannot use a zCDP event; use 'rdp' or 'zcdp'")
-        if block.kind == "gaussian":
-            z = block.noise_multiplier
+        if block.kind == Mechanism.GAUSSIAN:
+            z = self._unit_z(block)
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included
             if span > pld_lib.MAX_LOSS or span / self.value_discretization_interval > pld_lib.MAX_POINTS:
-                raise ValueError(
-                    f"noise_multiplier={z:g} is too small for the pld accountant at discretization "
-                    f"{self.value_discretization_interval:g} (epsilon is huge); use 'rdp' or a coarser grid")
-        if block.sampling in ("with_replacement", "without_replacement") and self.neighbouring != ev.REPLACE_ONE:
-            raise UnsupportedEventError(f"sampling {block.sampling.replace('_', ' ')} is defined for REPLACE_ONE only")
+                raise UnsupportedEventError(
+                    f"noise_multiplier={block.noise_multiplier:g} is too small for the pld accountant at "
+                    f"discretization {self.value_discretization_interval:g} (epsilon is huge); use 'rdp' "
+                    "or a coarser grid")
 
     def _block_pld(self, block: Block) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
-        if block.kind == "epsilon_delta":
+        z = block.noise_multiplier
+        if block.kind == Mechanism.EPSILON_DELTA:
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
-        elif block.sampling == "with_replacement":  # labelled-multiplicity bound
-            one = pld_lib.from_with_replacement_gaussian(block.noise_multiplier, block.sample_size,
-                                                         block.dataset_size, disc, bound)
-        elif block.sampling == "poisson" and block.q < 1:
+        elif block.sampling == Sampling.WITH_REPLACEMENT:  # labelled-multiplicity bound
+            one = pld_lib.from_with_replacement_gaussian(z, block.sample_size, block.dataset_size, disc, bound)
+        elif block.sampling == Sampling.POISSON and block.subsampled:
             # under replace-one: the exact replace-one pair (contributions in the ball of radius C)
-            one = pld_lib.from_gaussian_mechanism(block.noise_multiplier, block.q, self.neighbouring, disc, bound)
+            one = pld_lib.from_gaussian_mechanism(z, block.q, self.neighbouring, disc, bound)
+        elif block.subsampled:
+            # without replacement (replace-one only): dominated by the add/remove Poisson pair at
+            # shift 2C, i.e. multiplier z / 2 relative to that shift (BBG18)
+            one = pld_lib.from_gaussian_mechanism(z / 2.0, block.q, ev.ADD_OR_REMOVE_ONE, disc, bound)
         else:
-            # Un-sampled Gaussian (any relation), and without replacement under replace-one
-            # (dominated by the add/remove Poisson pair at shift 2C, BBG18).
-            q = block.q if block.sampling != "none" else 1.0
-            one = pld_lib.from_gaussian_mechanism(block.noise_multiplier, q, ev.ADD_OR_REMOVE_ONE, disc, bound)
+            one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
         return one.self_compose(block.count)
 
     def _pld(self) -> pld_lib.PrivacyLossDistribution:
@@ -225,6 +247,7 @@ class ZcdpAccountant(Accountant):
     """zCDP accountant for un-sampled Gaussian steps (paper Prop D.2, Lemma D.1)."""
 
     name = "zcdp"
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.ZCDP: frozenset(), Mechanism.NON_PRIVATE: frozenset()}
 
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, conversion: str = "tight") -> None:
         super().__init__(neighbouring)
@@ -233,18 +256,15 @@ class ZcdpAccountant(Accountant):
         self.conversion = conversion
 
     def _check(self, block: Block) -> None:
-        if block.kind == "epsilon_delta":
-            raise UnsupportedEventError("zcdp cannot use an (epsilon, delta)-only event; use 'advanced'")
-        if block.kind == "gaussian" and (block.sampling == "with_replacement"
-                                         or (block.sampling != "none" and block.q < 1)):
+        if block.kind == Mechanism.GAUSSIAN and block.subsampled:
             raise UnsupportedEventError(
-                f"zcdp has no amplification by subsampling ({block.sampling}); use 'rdp', 'pld' or 'advanced'"
+                f"zcdp has no amplification by subsampling ({block.sampling.value}); use 'rdp', 'pld' or 'advanced'"
             )
 
     def rho(self) -> float:
-        """Total rho of everything composed (Lemma D.1)."""
+        """Total rho of everything composed (Lemma D.1); a Gaussian step is 1 / (2 (z / s)^2)."""
         return zcdp.compose(
-            b.count * (b.rho if b.kind == "zcdp" else 0.5 / b.noise_multiplier ** 2) for b in self._blocks
+            b.count * (b.rho if b.kind == Mechanism.ZCDP else 0.5 / self._unit_z(b) ** 2) for b in self._blocks
         )
 
     def _epsilon(self, delta: float) -> float:
@@ -258,14 +278,15 @@ class ZcdpAccountant(Accountant):
         return zcdp.delta_for_epsilon(self.rho(), epsilon)
 
 
-def step_epsilon(block: Block, delta: float) -> float:
-    """Per-step epsilon of one step of ``block`` at per-step ``delta`` (rounded up)."""
-    if block.kind == "epsilon_delta":
+def step_epsilon(block: Block, delta: float, sensitivity: float) -> float:
+    """Per-step epsilon of one step of ``block`` at per-step ``delta`` (rounded up); ``sensitivity``
+    in units of the contribution bound (:func:`silodp.accounting.events.sensitivity`)."""
+    if block.kind == Mechanism.EPSILON_DELTA:
         return block.epsilon if delta >= block.delta else math.inf
-    z = block.noise_multiplier
-    if block.sampling == "none" or (block.sampling != "with_replacement" and block.q >= 1):
+    z = block.noise_multiplier / sensitivity
+    if not block.subsampled:
         return gaussian.epsilon_for_delta(z, delta)
-    if block.sampling in ("poisson", "without_replacement"):
+    if block.sampling in (Sampling.POISSON, Sampling.WITHOUT_REPLACEMENT):
         base_delta = delta / block.q
         if base_delta >= 1:
             return 0.0
@@ -290,17 +311,13 @@ class AdvancedAccountant(Accountant):
 
     name = "advanced"
     theorem = "kov"
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
+                 Mechanism.NON_PRIVATE: frozenset()}
     _ETAS = tuple(np.geomspace(1e-3, 0.9, 16))
 
-    def _check(self, block: Block) -> None:
-        if block.kind == "zcdp":
-            raise UnsupportedEventError("advanced composition cannot use a zCDP event; use 'zcdp' or 'rdp'")
-        if block.sampling == "without_replacement" and self.neighbouring != ev.REPLACE_ONE:
-            raise UnsupportedEventError("sampling without replacement is defined for REPLACE_ONE only")
-
     def _epsilon(self, delta: float) -> float:
-        fixed = [b for b in self._blocks if b.kind == "epsilon_delta"]
-        flexible = [b for b in self._blocks if b.kind != "epsilon_delta"]
+        fixed = [b for b in self._blocks if b.kind == Mechanism.EPSILON_DELTA]
+        flexible = [b for b in self._blocks if b.kind != Mechanism.EPSILON_DELTA]
         log_keep_fixed = sum(b.count * math.log1p(-b.delta) for b in fixed)
         remaining = 1.0 - (1.0 - delta) / math.exp(log_keep_fixed)
         if remaining < -1e-12 * delta:
@@ -314,7 +331,7 @@ class AdvancedAccountant(Accountant):
         for eta in self._ETAS if flexible else (0.0,):
             per_delta = eta * remaining / steps if flexible else 0.0
             slack = remaining - per_delta * steps
-            eps_steps = [step_epsilon(b, per_delta) for b in flexible] + [b.epsilon for b in fixed]
+            eps_steps = [step_epsilon(b, per_delta, self.sensitivity) for b in flexible] + [b.epsilon for b in fixed]
             dls = [per_delta] * len(flexible) + [b.delta for b in fixed]
             counts = [b.count for b in flexible + fixed]
             if any(math.isinf(e) for e in eps_steps):
@@ -340,7 +357,8 @@ class DworkRothAccountant(AdvancedAccountant):
     def _compose(self, eps: list[float], dls: list[float], counts: list[int], slack: float, delta: float) -> float:
         e = np.asarray(eps)
         c = np.asarray(counts, dtype=float)
-        return float(math.sqrt(2.0 * np.sum(c * e * e) * math.log(1.0 / slack)) + np.sum(c * e * np.expm1(e)))
+        with np.errstate(over="ignore"):  # e^eps beyond float range: epsilon is inf (no certificate)
+            return float(math.sqrt(2.0 * np.sum(c * e * e) * math.log(1.0 / slack)) + np.sum(c * e * np.expm1(e)))
 
 
 ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {

@@ -22,7 +22,7 @@ from silodp.accounting import events as ev
 from silodp.accounting._checks import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import get_accountant
-from silodp.accounting.blocks import flatten
+from silodp.accounting.blocks import Mechanism, Sampling, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
 
 EventFn = Callable[[float], ev.DpEvent]
@@ -48,7 +48,7 @@ def _certifier(event_fn: EventFn, delta: float, accountant: str, neighbouring, *
     return eps_of
 
 
-def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float) -> tuple[float, float]:
+def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float, neighbouring) -> tuple[float, float]:
     """Starting point and log-log slope from the Gaussian-DP (CLT) approximation.
 
     Each subsampled Gaussian step contributes mu^2 = q^2 (e^{1/z^2} - 1) (Dong, Roth & Su 2022,
@@ -56,13 +56,15 @@ def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float) -> tuple[float, 
     sigma/sensitivity = 1/mu. Only a guess: the certificate comes from the accountant. Returns
     (1.0, -1.0) when the event has no such structure.
     """
+    shift = ev.sensitivity(neighbouring)
+
     def mu(z: float) -> float:
         total = 0.0
         for b in flatten(event_fn(z)):
-            if b.kind != "gaussian" or not math.isfinite(b.noise_multiplier):
+            if b.kind != Mechanism.GAUSSIAN:
                 raise ValueError("not a Gaussian event")
-            inv = 1.0 / b.noise_multiplier ** 2
-            total += b.count * (inv if b.q >= 1 else b.q ** 2 * math.expm1(min(inv, 700.0)))
+            inv = (shift / b.noise_multiplier) ** 2
+            total += b.count * (b.q ** 2 * math.expm1(min(inv, 700.0)) if b.subsampled else inv)
         return math.sqrt(total)
 
     def gdp_epsilon(z: float) -> float:
@@ -148,7 +150,7 @@ def calibrate(
     if reason:
         raise ValueError(f"accountant {accountant!r} cannot certify this mechanism: {reason}")
     name = accountant
-    start, slope = _gdp_guess(event_fn, eps, dl)
+    start, slope = _gdp_guess(event_fn, eps, dl, neighbouring)
     if accountant == "pld" and "value_discretization_interval" not in accountant_kwargs:
         # A pessimistic PLD over-estimates epsilon by about _BIAS * T * disc^2 after T compositions
         # (measured); choose disc so that this stays below 0.2% of the target. Any disc certifies.
@@ -169,3 +171,37 @@ def calibrate(
     eps_of = _certifier(event_fn, dl, accountant, neighbouring, **accountant_kwargs)
     z, certified, _ = _search(eps_of, eps, rtol, start, slope)
     return Calibration(z, certified, dl, eps, name)
+
+
+#: Accountants :func:`candidate_accountants` tries, tightest first.
+CANDIDATES = ("pld", "rdp", "advanced")
+
+
+def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> list[str]:
+    """Accountants worth trying for ``event``, tightest first: the first of pld, rdp, advanced that
+    supports it; for with-replacement sampling also ``advanced`` (its BBG18 amplification can beat
+    the labelled-multiplicity bound of pld/rdp when a record is rarely drawn)."""
+    names = [name for name in CANDIDATES if get_accountant(name, neighbouring).supports(event)]
+    if not names:
+        reasons = "; ".join(f"{n}: {get_accountant(n, neighbouring).unsupported_reason(event)}" for n in CANDIDATES)
+        raise ValueError(f"event: no accountant certifies it ({reasons})")
+    with_replacement = any(b.sampling == Sampling.WITH_REPLACEMENT for b in flatten(event))
+    return [names[0], "advanced"] if with_replacement and "advanced" in names[1:] else names[:1]
+
+
+def tightest_epsilon(event: ev.DpEvent, delta: float,
+                     neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> tuple[float, str]:
+    """The smallest certified epsilon of ``event`` at ``delta`` among
+    :func:`candidate_accountants`, and the accountant that certifies it."""
+    dl = check_delta("delta", delta)
+    return min((get_accountant(name, neighbouring).compose(event).get_epsilon(dl), name)
+               for name in candidate_accountants(event, neighbouring))
+
+
+def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accountant: str | None = None,
+                         neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> Calibration:
+    """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
+    certified noise multiplier (each candidate's result is a certificate on its own)."""
+    names = [accountant] if accountant else candidate_accountants(event_fn(1.0), neighbouring)
+    return min((calibrate(event_fn, epsilon, delta, name, neighbouring) for name in names),
+               key=lambda c: c.noise_multiplier)

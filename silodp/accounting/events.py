@@ -18,18 +18,26 @@ Added for the two papers:
 * :class:`EpsilonDeltaDpEvent` -- a black-box mechanism known only to be (epsilon, delta)-DP, e.g.
   one invocation of the shuffle protocol P_vec under Cheu et al. (2021), paper Thm D.2.
 
-Units. A ``GaussianDpEvent(noise_multiplier)`` releases a sum with noise of standard deviation
-``noise_multiplier * sensitivity``, where *sensitivity* is the l2-sensitivity under the
-accountant's neighbouring relation. silodp's default relation is ``REPLACE_ONE`` (ISRL-DP:
-one record of one silo replaced), under which a sum of per-record contributions clipped to norm C
-has sensitivity 2C (and an average of K of them 2C/K). For subsampled events the multiplier is
-relative to the same replace-one sensitivity 2C.
+Units (as dp-accounting's PLD accountant, Opacus and Flower). A ``GaussianDpEvent(z)`` releases
+a sum of per-record contributions, each of l2 norm at most C (the *contribution bound*: the clip
+norm, or C/K for an average of K clipped gradients), with Gaussian noise of standard deviation
+``z * C``: ``noise_multiplier = sigma / C`` under **every** neighbouring relation. The accountant
+applies the relation's sensitivity: C under ``ADD_OR_REMOVE_ONE``, 2C under ``REPLACE_ONE``
+(silodp's default: ISRL-DP, one record of one silo replaced). The same event therefore gives the
+same epsilon here and in dp-accounting's ``PLDAccountant`` under both relations.
+
+Fail closed. Every event validates its fields on construction (integer counts >= 1, rho >= 0,
+probabilities in (0, 1], finite noise multipliers > 0, sizes 1 <= sample <= dataset): a malformed
+event raises a ``ValueError`` naming the field and is never certified. "No noise" is the explicit
+:class:`NonPrivateDpEvent`, never a multiplier of 0 or inf.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+from numbers import Integral, Real
 from typing import Any, Sequence
 
 
@@ -55,7 +63,42 @@ def relation(value: Any) -> NeighboringRelation:
     raise ValueError(f"neighbouring must be REPLACE_ONE or ADD_OR_REMOVE_ONE, got {value}")
 
 
+def sensitivity(value: Any) -> float:
+    """l2-sensitivity of a sum of contributions of norm <= C, in units of C: 1 under add/remove
+    (one contribution appears or disappears), 2 under replace-one (one moves anywhere in the ball)."""
+    return 2.0 if relation(value) == NeighboringRelation.REPLACE_ONE else 1.0
+
+
 _event = dataclasses.dataclass(frozen=True)
+
+
+def _field(event: object, name: str) -> str:
+    return f"{type(event).__name__}.{name}"
+
+
+def _count(event: object, name: str, minimum: int = 1) -> None:
+    value = getattr(event, name)
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{_field(event, name)} must be an integer >= {minimum}, got {value!r}")
+    object.__setattr__(event, name, int(value))
+
+
+def _real(event: object, name: str, low: float, high: float, low_open: bool, high_open: bool) -> None:
+    value = getattr(event, name)
+    ok = not isinstance(value, bool) and isinstance(value, Real) and not math.isnan(float(value))
+    if ok:
+        x = float(value)
+        ok = (x > low if low_open else x >= low) and (x < high if high_open else x <= high)
+    if not ok:
+        lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+        raise ValueError(f"{_field(event, name)} must lie in {lo}{low:g}, {high:g}{hi}, got {value!r}")
+    object.__setattr__(event, name, float(value))
+
+
+def _child(event: object, name: str = "event") -> None:
+    value = getattr(event, name)
+    if not isinstance(value, DpEvent):
+        raise ValueError(f"{_field(event, name)} must be a silodp DpEvent, got {type(value).__name__}")
 
 
 @_event
@@ -79,6 +122,9 @@ class GaussianDpEvent(DpEvent):
 
     noise_multiplier: float
 
+    def __post_init__(self) -> None:
+        _real(self, "noise_multiplier", 0.0, math.inf, True, True)
+
 
 @_event
 class ZCDpEvent(DpEvent):
@@ -86,6 +132,10 @@ class ZCDpEvent(DpEvent):
 
     rho: float
     xi: float = 0.0
+
+    def __post_init__(self) -> None:
+        _real(self, "rho", 0.0, math.inf, False, True)
+        _real(self, "xi", 0.0, math.inf, False, True)
 
 
 @_event
@@ -95,6 +145,10 @@ class SelfComposedDpEvent(DpEvent):
     event: DpEvent
     count: int
 
+    def __post_init__(self) -> None:
+        _child(self)
+        _count(self, "count")
+
 
 @_event
 class ComposedDpEvent(DpEvent):
@@ -103,7 +157,12 @@ class ComposedDpEvent(DpEvent):
     events: Sequence[DpEvent]
 
     def __post_init__(self) -> None:
+        if isinstance(self.events, (str, bytes)) or not hasattr(self.events, "__iter__"):
+            raise ValueError(f"ComposedDpEvent.events must be a sequence of events, got {self.events!r}")
         object.__setattr__(self, "events", tuple(self.events))
+        for e in self.events:
+            if not isinstance(e, DpEvent):
+                raise ValueError(f"ComposedDpEvent.events must hold silodp DpEvents, got {type(e).__name__}")
 
 
 @_event
@@ -112,6 +171,19 @@ class PoissonSampledDpEvent(DpEvent):
 
     sampling_probability: float
     event: DpEvent
+
+    def __post_init__(self) -> None:
+        _real(self, "sampling_probability", 0.0, 1.0, True, False)
+        _child(self)
+
+
+def _sizes(event: DpEvent) -> None:
+    _count(event, "source_dataset_size")
+    _count(event, "sample_size")
+    if event.sample_size > event.source_dataset_size and isinstance(event, SampledWithoutReplacementDpEvent):
+        raise ValueError(f"{_field(event, 'sample_size')} must be <= source_dataset_size, "
+                         f"got {event.sample_size} > {event.source_dataset_size}")
+    _child(event)
 
 
 @_event
@@ -122,6 +194,9 @@ class SampledWithoutReplacementDpEvent(DpEvent):
     sample_size: int
     event: DpEvent
 
+    def __post_init__(self) -> None:
+        _sizes(self)
+
 
 @_event
 class SampledWithReplacementDpEvent(DpEvent):
@@ -131,6 +206,9 @@ class SampledWithReplacementDpEvent(DpEvent):
     sample_size: int
     event: DpEvent
 
+    def __post_init__(self) -> None:
+        _sizes(self)
+
 
 @_event
 class ParallelComposedDpEvent(DpEvent):
@@ -139,6 +217,10 @@ class ParallelComposedDpEvent(DpEvent):
     event: DpEvent
     count: int
 
+    def __post_init__(self) -> None:
+        _child(self)
+        _count(self, "count")
+
 
 @_event
 class EpsilonDeltaDpEvent(DpEvent):
@@ -146,6 +228,10 @@ class EpsilonDeltaDpEvent(DpEvent):
 
     epsilon: float
     delta: float
+
+    def __post_init__(self) -> None:
+        _real(self, "epsilon", 0.0, math.inf, False, True)
+        _real(self, "delta", 0.0, 1.0, False, True)
 
 
 #: Events whose class and fields are the same in dp-accounting (by name).
@@ -157,23 +243,40 @@ _SHARED = {
 }
 
 
-def _convert(event: Any, target: dict[str, type], origin: str) -> Any:
+def _convert(event: Any, target: dict[str, type], origin: str, child=None) -> Any:
     name = type(event).__name__
     if name not in target:
         raise ValueError(f"event: {name} has no counterpart {origin}")
+    child = child or (lambda e: _convert(e, target, origin))
     fields = {}
     for field in dataclasses.fields(_SHARED[name]):
         value = getattr(event, field.name)
         if field.name == "event":
-            value = _convert(value, target, origin)
+            value = child(value)
         elif field.name == "events":
-            value = [_convert(e, target, origin) for e in value]
+            value = [child(e) for e in value]
         fields[field.name] = value
     return target[name](**fields)
 
 
 def from_dp_accounting(event: Any) -> DpEvent:
-    """The silodp event equal to a dp-accounting event tree (its names and fields carry over)."""
+    """The silodp event equal to a dp-accounting event tree (its names and fields carry over).
+
+    dp-accounting's conventions for degenerate values become explicit events: a Gaussian with
+    noise multiplier 0 is :class:`NonPrivateDpEvent`, sampling with probability 0 (or a sample
+    of size 0) releases nothing (:class:`NoOpDpEvent`). Anything else malformed is refused.
+    """
+    name = type(event).__name__
+    if name == "GaussianDpEvent" and getattr(event, "noise_multiplier", None) == 0:
+        return NonPrivateDpEvent()
+    if name == "PoissonSampledDpEvent" and getattr(event, "sampling_probability", None) == 0:
+        return NoOpDpEvent()
+    if name in ("SampledWithoutReplacementDpEvent", "SampledWithReplacementDpEvent") \
+            and getattr(event, "sample_size", None) == 0:
+        return NoOpDpEvent()
+    if name in ("SelfComposedDpEvent", "ComposedDpEvent", "PoissonSampledDpEvent",
+                "SampledWithoutReplacementDpEvent", "SampledWithReplacementDpEvent"):
+        return _convert(event, _SHARED, "in silodp", from_dp_accounting)
     return _convert(event, _SHARED, "in silodp")
 
 
@@ -211,5 +314,6 @@ __all__ = [
     "from_dp_accounting",
     "is_dp_accounting_event",
     "relation",
+    "sensitivity",
     "to_dp_accounting",
 ]

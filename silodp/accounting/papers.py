@@ -2,7 +2,7 @@
 
 Each function returns the noise *standard deviations* (square roots of the printed sigma^2) of
 the released per-silo message, with the formula's source. Use
-:func:`silodp.accounting.transcripts.paper_vs_tight` to see what a tight accountant certifies for
+:func:`silodp.algorithms.privacy.paper_vs_tight` to see what a tight accountant certifies for
 the same transcript (wasted noise, or a formula that falls short of its claim).
 
 Lowy, Ghafelebashi & Razaviyayn (2023):

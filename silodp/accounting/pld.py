@@ -22,11 +22,12 @@ Mechanisms. Every Gaussian pair silodp accounts is, after scaling to unit shift,
 P = (1 - a) N(0, s^2) + a N(1, s^2), Q = (1 - b) N(0, s^2) + b N(-1, s^2), whose loss is increasing
 in x, so {L > eps} = {x > x*(eps)} with x* the root of a quadratic in e^{x/s^2} (closed form):
 
-* Gaussian mechanism, noise multiplier z: a = 1, b = 0, s = z (symmetric);
+* Gaussian mechanism, noise multiplier z = sigma / C: a = 1, b = 0, s = z / sensitivity
+  (sensitivity 1 under add/remove, 2 under replace-one; symmetric);
 * Poisson-subsampled Gaussian, add/remove (sampling probability q): "remove" a = q, b = 0 and
   "add" a = 0, b = q (mirrored), s = z; the curve is the larger of the two, each composed apart;
-* Poisson-subsampled Gaussian, replace-one, contributions in the ball of radius C and z relative
-  to the replace-one sensitivity 2C: a = b = q, s = 2 z (symmetric).
+* Poisson-subsampled Gaussian, replace-one, contributions in the ball of radius C: the changed
+  record's contribution moves from -C to +C, a = b = q, s = z (symmetric).
 
 Only numpy and scipy.special are imported (the CLI answers in a fraction of a second); tested
 against dp-accounting's PLD library and the analytic Gaussian curve (Balle & Wang 2018).
@@ -341,8 +342,10 @@ def from_gaussian_mechanism(
     value_discretization_interval: float = 1e-4,
     log_mass_truncation_bound: float = LOG_TAIL_MASS,
 ) -> PrivacyLossDistribution:
-    """PLD of one (Poisson-subsampled) Gaussian step; ``noise_multiplier`` is std / sensitivity
-    under ``neighbouring`` (for replace-one: sensitivity 2C, contributions of norm <= C)."""
+    """PLD of one (Poisson-subsampled) Gaussian step. ``noise_multiplier`` is sigma / C, C the
+    per-record contribution bound, under every relation (as dp-accounting's
+    ``from_gaussian_mechanism`` with sensitivity 1): the shift is C under add/remove, 2C under
+    replace-one."""
     z = check_positive("noise_multiplier", noise_multiplier)
     h = check_positive("value_discretization_interval", value_discretization_interval)
     if not 0.0 < sampling_prob <= 1.0:
@@ -351,9 +354,10 @@ def from_gaussian_mechanism(
         raise ValueError(f"log_mass_truncation_bound must be < 0, got {log_mass_truncation_bound}")
     bound = float(log_mass_truncation_bound)
     if sampling_prob == 1.0:
-        return PrivacyLossDistribution(GaussianPair(1.0, 0.0, z).loss_pmf(h, bound), None, bound)
+        pair = GaussianPair(1.0, 0.0, z / ev.sensitivity(neighbouring))
+        return PrivacyLossDistribution(pair.loss_pmf(h, bound), None, bound)
     if ev.relation(neighbouring) == ev.REPLACE_ONE:
-        pair = GaussianPair(sampling_prob, sampling_prob, 2.0 * z)
+        pair = GaussianPair(sampling_prob, sampling_prob, z)
         return PrivacyLossDistribution(pair.loss_pmf(h, bound), None, bound)
     remove = GaussianPair(sampling_prob, 0.0, z).loss_pmf(h, bound)
     add = GaussianPair(0.0, sampling_prob, z).loss_pmf(h, bound)
@@ -368,10 +372,10 @@ def from_with_replacement_gaussian(
     log_mass_truncation_bound: float = LOG_TAIL_MASS,
 ) -> PrivacyLossDistribution:
     """PLD of the labelled-multiplicity bound for a Gaussian sum over ``sample_size`` draws *with
-    replacement* from ``dataset_size`` records (replace-one; ``noise_multiplier`` relative to 2C).
+    replacement* from ``dataset_size`` records (replace-one; ``noise_multiplier`` = sigma / C).
 
     The changed record is drawn K ~ Bin(m, 1/n) times and the release given K is a Gaussian shift
-    of at most 2KC. Releasing K too only adds leakage, and makes the step the labelled mixture
+    of at most 2KC (multiplier z / (2K) relative to it). Releasing K too only adds leakage, and makes the step the labelled mixture
     sum_k P[K = k] PLD(Gaussian at z / k) (k = 0: loss 0). Multiplicities beyond the binomial's
     1 - e^bound quantile, and any whose Gaussian is too sharp for the grid, are charged as
     infinite loss.
@@ -388,7 +392,7 @@ def from_with_replacement_gaussian(
     charged = _binomial.sf(kmax, m, 1.0 / n)
     for k in range(1, kmax + 1):
         try:
-            part = from_gaussian_mechanism(z / k, 1.0, ev.ADD_OR_REMOVE_ONE, h, log_mass_truncation_bound)
+            part = from_gaussian_mechanism(z / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE, h, log_mass_truncation_bound)
         except ValueError:  # too sharp for this grid: multiplicities k, k+1, ... as infinite loss
             charged = _binomial.sf(k - 1, m, 1.0 / n)
             break

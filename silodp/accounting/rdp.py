@@ -9,7 +9,7 @@
   alpha: the two convergent generalized-binomial series split at z0 = z^2 log(1/q - 1) + 1/2,
   where (1 - q) N(0, z^2) and q N(1, z^2) cross (MTZ19, Sec 3.3).
 * Gaussian on a minibatch of m draws *with replacement* from n records, replace-one, z relative to
-  the replace-one sensitivity 2C: the *labelled-multiplicity* bound. The changed record is drawn
+  one draw's replace-one shift 2C (the accountant passes sigma / (2C)): the *labelled-multiplicity* bound. The changed record is drawn
   K ~ Bin(m, 1/n) times; releasing K as well (post-processing runs the other way, so this only
   adds leakage) makes the step a labelled mixture of Gaussians with shifts 2KC, whose RDP is
   log(sum_k P[K=k] exp((alpha - 1) alpha k^2 / (2 z^2))) / (alpha - 1). Sound, but it credits

@@ -1,12 +1,14 @@
 """Privacy of DP-SCAFFOLD(-warm), DP-FedAvg and DP-FedSGD toward the server and toward a third party.
 
 Noble, Bellet & Dieuleveut (2022), *Differentially Private Federated Learning on Heterogeneous
-Data*, arXiv:2111.09278, Algorithm 1 and Theorem 4.1. Each round every one of the M users is
+Data*, arXiv:2111.09278, Algorithm 1 and Theorem 4.1. (``sigma_g`` is the paper's parameter: noise
+std over the replace-one sensitivity 2C/m; silodp's event noise multiplier, sigma / (C/m), is
+2 sigma_g.) Each round every one of the M users is
 sampled independently with probability ``l`` (Poisson user sampling); a sampled user takes K local
 steps, each on a fresh uniform subset of ``m = round(s n)`` of its ``n`` records drawn without
 replacement, and each step's released gradient is the mean of the per-record gradients clipped to
 norm C plus N(0, (sigma_g 2C/m)^2 I). Under replace-one (record level, ISRL-DP) that mean has
-sensitivity 2C/m, so ``sigma_g`` *is* the noise multiplier of every step. Control variates, local
+sensitivity 2C/m, so ``sigma_g`` is the noise relative to the replace-one shift. Control variates, local
 trajectories and the server step are post-processing of these noisy gradients (the paper's
 Claim 4.1), so DP-SCAFFOLD, DP-FedAvg and DP-FedSGD share one accounting. DP-SCAFFOLD-warm adds
 ``warm_steps`` noisy gradients of every user before round 1 (its control-variate initialisation).
@@ -129,8 +131,9 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 
 def server_event(cfg: ScaffoldConfig, sigma_g: float) -> ev.DpEvent:
-    """One user's whole transcript toward the server (worst case: every round) at multiplier sigma_g."""
-    step: ev.DpEvent = ev.GaussianDpEvent(check_positive("sigma_g", sigma_g))
+    """One user's whole transcript toward the server (worst case: every round) at sigma_g: each
+    step's noise std is sigma_g 2C/m over contributions of norm C/m, noise multiplier 2 sigma_g."""
+    step: ev.DpEvent = ev.GaussianDpEvent(2.0 * check_positive("sigma_g", sigma_g))
     if cfg.batch_size < cfg.records_per_user:
         step = ev.SampledWithoutReplacementDpEvent(cfg.records_per_user, cfg.batch_size, step)
     return ev.SelfComposedDpEvent(step, cfg.steps)
@@ -159,6 +162,8 @@ def aggregation_groups(cfg: ScaffoldConfig, groups: int = 16) -> dict[int, float
 
 
 def _steps_pld(cfg: ScaffoldConfig, z: float, count: int, disc: float) -> pld_lib.PrivacyLossDistribution:
+    """``count`` steps at ``z`` = sigma_g (noise over the shift 2C/m), each dominated by the
+    add/remove Poisson pair at that shift (BBG18, sampling without replacement)."""
     q = cfg.batch_size / cfg.records_per_user
     return pld_lib.from_gaussian_mechanism(z, q, ev.ADD_OR_REMOVE_ONE, disc).self_compose(count)
 

@@ -9,22 +9,46 @@ is what lets :meth:`FederatedAlgorithm.run` *replay* a recorded transcript: with
 ``result`` while the silo still computes its own message on its own data. Two runs on neighbouring
 datasets, one replaying the other, thus show exactly how one silo's message depends on one record
 at the same iterates (the ISRL-DP sensitivity).
+
+Each algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`: its
+message groups, how many of each, their sampling and noise multiplier sigma / C, C the per-record
+contribution bound), next to the ``_run`` that sends them. That declaration is the privacy event
+the accounting layer calibrates and certifies (:mod:`silodp.algorithms.privacy`), and at run time
+every message :meth:`Context.send` makes is recorded in a
+:class:`~silodp.accounting.releases.ReleaseLedger` that refuses, naming the release, any message
+the declaration does not cover. The contribution bound of each message is taken from
+:meth:`Context.term`, which computed it (clip norm, twice it for a difference, or the difference
+clip), over the batch weights; never from the algorithm's own say-so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from typing import ClassVar
 
 import torch
 
+from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, ShuffleRelease
+
 from . import grads as _grads
 from .federation import BatchSampler
+from .privacy import CALIBRATIONS, TranscriptConfig
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize
 
-CALIBRATIONS = ("tight", "paper")
+
+class Batch(tuple):
+    """``(x, y, weights, idx)`` of one minibatch (or the full data, ``idx`` None), with the
+    ``sampling`` that drew it (:class:`~silodp.accounting.releases.BatchSampling`)."""
+
+    sampling: BatchSampling
+
+    def __new__(cls, x, y, weights, idx, sampling: BatchSampling):
+        out = super().__new__(cls, (x, y, weights, idx))
+        out.sampling = sampling
+        return out
 
 
 def _positive_int(name: str, value) -> int:
@@ -34,16 +58,14 @@ def _positive_int(name: str, value) -> int:
 
 
 def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
-    """Binomial parameters per message group from one ``{g, b, p}`` for all groups, a dict keyed
-    by group name, or the accounting layer's ``invocation1, invocation2, ...`` (in group order)."""
+    """Binomial parameters per message group from one ``{g, b, p}`` for all groups, or a dict
+    keyed by group name (a calibration's ``shuffle``)."""
     if "g" in raw:
         return {g: as_params(raw) for g in groups}
-    if all(g in raw for g in groups):
-        return {g: as_params(raw[g]) for g in groups}
-    ordered = [raw[k] for k in sorted(raw)]
-    if not ordered:
-        raise ValueError("shuffle_params: no protocol parameters given")
-    return {g: as_params(ordered[min(i, len(ordered) - 1)]) for i, g in enumerate(groups)}
+    missing = [g for g in groups if g not in raw]
+    if missing:
+        raise ValueError(f"shuffle_params: need (g, b, p) for the message groups {list(groups)}, missing {missing}")
+    return {g: as_params(raw[g]) for g in groups}
 
 
 class FederatedAlgorithm:
@@ -65,6 +87,8 @@ class FederatedAlgorithm:
     message_groups: ClassVar[tuple[str, ...]] = ("grad",)
     uniform_output: ClassVar[bool] = False
     default_replacement: ClassVar[bool] = True
+    #: True for algorithms whose run calibrates its own noise (not through calibrate_algorithm)
+    self_calibrating: ClassVar[bool] = False
     #: the per-run :class:`Context` class (None: :class:`Context`); a hook for instruments that
     #: record more of a run (privacy audits) or alter one step (deliberately broken variants)
     context_class: ClassVar[type | None] = None
@@ -104,7 +128,7 @@ class FederatedAlgorithm:
         return self.default_replacement if self.replacement is None else bool(self.replacement)
 
     def config_fields(self, problem, federation) -> dict:
-        """Fields of :class:`silodp.accounting.transcripts.TranscriptConfig` for this run."""
+        """Fields of :class:`silodp.algorithms.privacy.TranscriptConfig` for this run."""
         return dict(
             n=federation.min_size, rounds=int(self.rounds), batch_size=int(self.batch_size),
             batch_size2=int(self.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
@@ -113,20 +137,112 @@ class FederatedAlgorithm:
             replacement=self.uses_replacement,
         )
 
-    def transcript_config(self, problem, federation):
-        from silodp.accounting.transcripts import TranscriptConfig
-
+    def transcript_config(self, problem, federation) -> TranscriptConfig:
         return TranscriptConfig(**self.config_fields(problem, federation))
 
     def privacy_event(self, config, sigmas: dict | None = None):
-        """The dp_accounting event describing ONE silo's whole transcript (for the accountant)."""
-        from silodp.accounting.transcripts import privacy_event
+        """The event describing ONE silo's whole transcript (for the accountant)."""
+        from silodp.accounting.releases import releases_event
 
         if sigmas is None:
             if self.sigmas is None:
                 raise ValueError("sigmas: pass explicit sigmas or calibrate first")
             sigmas = self.sigmas
-        return privacy_event(self.name, config, sigmas)
+        return releases_event(self.releases(config, sigmas))
+
+    # -- what one silo releases (declared next to _run; see the module docstring) ---------------
+    @staticmethod
+    def sampling(cfg: TranscriptConfig) -> BatchSampling:
+        """Minibatches of :class:`~silodp.algorithms.federation.BatchSampler`: i.i.d. draws, or
+        disjoint batches through one permutation per epoch."""
+        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+
+    @staticmethod
+    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg,
+                 sampling: BatchSampling | None = None) -> GaussianRelease:
+        """``count`` messages of ``group`` with noise std ``sigma`` over per-record contributions of
+        norm <= ``contribution`` (clip over the batch size): noise multiplier sigma / contribution."""
+        how = sampling or FederatedAlgorithm.sampling(cfg)
+        return GaussianRelease(group, count, float(sigma) / contribution, how, batch_size, cfg.n)
+
+    @classmethod
+    def releases(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
+        """What one silo releases over the whole run, one release per message group: Gaussian
+        messages given the noise standard deviations ``sigmas`` (keys :attr:`noise_keys`;
+        :meth:`gaussian_releases`), or shuffle-protocol invocations given the budgets
+        ``{"epsilon", "delta", "scale"}`` (:meth:`shuffle_releases`). A non-private algorithm
+        releases its messages without noise."""
+        if not cls.private:
+            return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in cls.message_groups]
+        if cls.shuffled:
+            return cls.shuffle_releases(cfg, sigmas)
+        missing = [k for k in cls.noise_keys if k not in sigmas]
+        if missing:
+            raise ValueError(f"sigmas for {cls.name} must contain {cls.noise_keys}, missing {missing}")
+        bad = [(k, v) for k, v in sigmas.items() if not float(v) >= 0]
+        if bad:
+            raise ValueError(f"sigmas: must be >= 0, got {bad}")
+        return cls.gaussian_releases(cfg, {k: float(v) for k, v in sigmas.items()})
+
+    @classmethod
+    def gaussian_releases(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
+        """The Gaussian releases of one silo (each algorithm declares its own)."""
+        raise NotImplementedError(f"{cls.__name__} declares no releases")
+
+    @classmethod
+    def shuffle_plan(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list:
+        """Shuffle-DP: the protocol invocations of one silo with the paper's per-invocation budget
+        (``epsilon=None``: the structure only, budgets ``inf``)."""
+        raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
+
+    @classmethod
+    def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None,
+                         with_params: bool = False) -> list:
+        """:meth:`shuffle_plan` with every per-invocation epsilon divided by ``budgets["scale"]``
+        and the protocol parameters: given (``params`` per group), or computed for the budget
+        (``with_params``) by :func:`silodp.accounting.binomial_protocol_params`."""
+        from silodp.accounting.binomial import binomial_protocol_params
+
+        scale = float(budgets.get("scale", 1.0)) if budgets else 1.0
+        plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
+        out = []
+        for r in plan:
+            r = dataclasses.replace(r, epsilon=r.epsilon / scale)
+            if params is not None:
+                r = dataclasses.replace(r, params=tuple(params[r.group]))
+            elif with_params and r.count:
+                p = binomial_protocol_params(r.epsilon, r.delta, r.bound, cfg.dimension, r.messages)
+                r = dataclasses.replace(r, params=(p.g, p.b, p.p))
+            out.append(r)
+        return out
+
+    #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
+    paper_noise: ClassVar = None
+
+    @classmethod
+    def paper_sigmas(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+        """The paper's closed-form noise (:attr:`paper_noise`; ValueError where the paper gives none)."""
+        if cls.paper_noise is None:
+            raise ValueError(f"the paper gives no closed-form noise for {cls.name!r}; use method='tight'")
+        return {k: float(v) for k, v in cls.paper_noise(cfg, epsilon, delta).items() if k in cls.noise_keys}
+
+    @classmethod
+    def reference_sigmas(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+        """The noise *shape* a tight calibration scales: the paper's, else each message's
+        contribution bound (noise multiplier 1 at scale 1)."""
+        try:
+            return cls.paper_sigmas(cfg, epsilon, delta)
+        except ValueError:
+            return {"sigma": cfg.clip / cfg.batch_size}
+
+    def declared_releases(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
+        """The releases this run must stay within (None: not private, nothing to check)."""
+        if not self.private:
+            return None
+        cfg = self.transcript_config(problem, federation)
+        if self.shuffled:
+            return self.shuffle_releases(cfg, None, {g: (p.g, p.b, p.p) for g, p in shuffle.items()})
+        return self.releases(cfg, sigmas)
 
     def _validate(self, problem, federation) -> None:
         _positive_int("rounds", self.rounds)
@@ -172,13 +288,10 @@ class FederatedAlgorithm:
             if bad:
                 raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
             return {k: float(explicit[k]) for k in self.noise_keys}, self.epsilon, self.delta, None
-        try:
-            from silodp.accounting.transcripts import calibrate_algorithm
-        except ImportError as exc:  # pragma: no cover - depends on the build
-            raise RuntimeError("epsilon: calibration needs silodp.accounting.transcripts; pass explicit sigmas") from exc
+        from .privacy import calibrate_algorithm
 
         delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
-        cal = calibrate_algorithm(self.name, self.transcript_config(problem, federation), float(self.epsilon),
+        cal = calibrate_algorithm(type(self), self.transcript_config(problem, federation), float(self.epsilon),
                                   float(delta), method=self.calibration, accountant=self.accountant)
         shuffle = None
         if self.shuffled:
@@ -207,17 +320,25 @@ class FederatedAlgorithm:
             w_priv = w_last
         return RunResult(self.name, w_priv.clone(), w_last.clone(), ctx.history, sigmas, epsilon, delta,
                          None if shuffle is None else {g: vars(p) for g, p in shuffle.items()},
-                         ctx.entries, self.get_params())
+                         ctx.entries, self.get_params(), ctx.ledger.sent)
 
     def _run(self, ctx: "Context", w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
 
 class Context:
-    """Per-run state: one generator, the channel (Gaussian or shuffle), transcript and metrics."""
+    """Per-run state: one generator, the channel (Gaussian or shuffle), the release ledger,
+    transcript and metrics."""
+
+    #: whether sent messages must stay within the algorithm's declaration (off only for the
+    #: deliberately broken variants of :mod:`silodp.verify.mutations`, which the audits must catch)
+    check_releases: ClassVar[bool] = True
 
     def __init__(self, algo, problem, federation, seed, sigmas, shuffle, replay):
         self.algo, self.problem, self.fed = algo, problem, federation
+        declared = algo.declared_releases(problem, federation, sigmas, shuffle) if self.check_releases else None
+        self.ledger = ReleaseLedger(declared)
+        self._term_bound = None
         self.gen = torch.Generator().manual_seed(seed)
         self.sigmas, self.shuffle = sigmas, shuffle
         self.eta = algo.eta(problem)
@@ -238,14 +359,14 @@ class Context:
     def available(self) -> torch.Tensor:
         return self.fed.sample_available(self.gen)
 
-    def batch(self, sampler: BatchSampler):
+    def batch(self, sampler) -> Batch:
         idx = sampler.next()
         x, y = self.fed.gather(idx)
         weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self.fed.x.dtype)
-        return x, y, weights, idx
+        return Batch(x, y, weights, idx, sampler.sampling)
 
-    def full(self):
-        return self.fed.x, self.fed.y, self.fed.weights, None
+    def full(self) -> Batch:
+        return Batch(self.fed.x, self.fed.y, self.fed.weights, None, BatchSampling.FULL)
 
     def prox(self, v: torch.Tensor) -> torch.Tensor:
         return self.problem.regularizer.prox(v, self.eta)
@@ -259,6 +380,9 @@ class Context:
         """
         x, y, weights, _ = data
         clip = self.problem.clip
+        # the l2 bound of each per-record term, for the release ledger (see :meth:`record`)
+        self._term_bound = diff_clip if diff_clip is not None else (None if clip is None else
+                                                                    (2 * clip if w_old is not None else clip))
         if not self.algo.shuffled and diff_clip is None:
             out = _grads.clipped_grad_sum(self.problem, w, x, y, weights, clip, self.algo.grad_method)
             if w_old is not None:
@@ -282,6 +406,7 @@ class Context:
         offset. ``released`` is None on the shuffle channel.
         """
         _, _, weights, idx = data
+        self.record(group, data, std)
         a = avail.to(self.fed.x.dtype)
         m = a.sum()
         replayed = self._next_replay(group)
@@ -300,9 +425,35 @@ class Context:
             agg = replayed["aggregate"]
         if self.entries is not None:
             self.entries.append({"round": self.round, "group": group, "available": avail.clone(),
-                                 "batch": None if idx is None else idx.clone(), "std": float(std),
+                                 "batch": None if idx is None else idx.clone(), "sampling": data.sampling,
+                                 "std": float(std),
                                  "messages": messages.detach().clone(), "aggregate": agg.detach().clone()})
         return agg, released
+
+    def record(self, group: str, data: Batch, std) -> None:
+        """Enter one message of ``group`` in the release ledger (raises when not declared).
+        Noise multiplier: ``std`` over the contribution bound, the last :meth:`term`'s l2 bound
+        times the largest batch weight (the smallest multiplier over silos and stacked runs)."""
+        bound, self._term_bound = self._term_bound, None
+        batch = self.fed.min_size if data[3] is None else int(data[3].shape[1])
+        sampling = getattr(data, "sampling", None)
+        if sampling is None:
+            raise ValueError(f"release of group {group!r}: data must come from Context.batch or Context.full")
+        if self.algo.shuffled:
+            p = self.shuffle[group]
+            sent = Sent(group, sampling, batch, self.fed.min_size, params=(p.g, p.b, p.p))
+        else:
+            z = math.inf
+            if self.ledger.declared is not None or bound is not None:
+                if bound is None:
+                    raise ValueError(f"release of group {group!r}: its term was not computed by Context.term "
+                                     "(unknown contribution bound)")
+                weight = float(data[2].max())
+                contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
+                ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
+                z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
+            sent = Sent(group, sampling, batch, self.fed.min_size, noise_multiplier=z)
+        self.ledger.record(sent)
 
     def _next_replay(self, group):
         if self._replay is None:

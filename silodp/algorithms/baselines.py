@@ -13,6 +13,7 @@ class IsrlMBSGD(IsrlProxSGD):
 
     name = "isrl-mb-sgd"
     default_replacement = True
+    paper_noise = None  # Thm E.1 is Alg 6's (disjoint batches)
 
 
 class MBSGD(IsrlMBSGD):
@@ -37,6 +38,12 @@ class IsrlLocalSGD(FederatedAlgorithm):
 
     def config_fields(self, problem, federation):
         return {**super().config_fields(problem, federation), "local_steps": int(self.local_steps)}
+
+    @classmethod
+    def gaussian_releases(cls, cfg, sigmas):
+        """R * local_steps noisy gradients "grad", noise multiplier sigma / (L / K)."""
+        return [cls.gaussian("grad", cfg.rounds * cfg.local_steps, sigmas["sigma"], cfg.clip / cfg.batch_size,
+                             cfg.batch_size, cfg)]
 
     def _run(self, ctx, w):
         steps = _positive_int("local_steps", self.local_steps)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from silodp.accounting.releases import BatchSampling
+
 AVAILABILITY = ("fixed", "random")
 
 
@@ -114,6 +116,7 @@ class BatchSampler:
         if not replacement and self.batch_size > int(counts.min()):
             raise ValueError(f"batch_size: without replacement must be <= the smallest silo size {int(counts.min())}, got {batch_size}")
         self.replacement = replacement
+        self.sampling = BatchSampling.WITH_REPLACEMENT if replacement else BatchSampling.SHUFFLED
         self.generator = generator
         self._perm = None
         self._cursor = 0

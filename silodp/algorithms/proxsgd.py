@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
+from silodp.accounting import papers
+from silodp.accounting.releases import ShuffleRelease
+
 from .base import FederatedAlgorithm
 
 
@@ -13,10 +18,24 @@ class IsrlProxSGD(FederatedAlgorithm):
     ``w <- prox_{eta f1}(w - eta g)`` (paper: eta = 1/(2 beta)). Minibatches are drawn without
     replacement by default (disjoint within an epoch, as the proof's parallel composition needs).
     Output: the last iterate ``w_R``.
+
+    Releases: R messages "grad", noise multiplier sigma / (L / K); without replacement a record is
+    in at most one batch per epoch of floor(n / K) rounds (parallel composition; Thm E.1's proof
+    has R K <= n, one epoch). Paper noise: Thm E.1, sigma^2 = 8 L^2 ln(1/delta) / (eps^2 K^2).
     """
 
     name = "isrl-prox-sgd"
     default_replacement = False
+    paper_noise = staticmethod(lambda cfg, eps, delta: papers.thm_e1(eps, delta, cfg.clip, cfg.batch_size))
+
+    @classmethod
+    def steps(cls, cfg) -> int:
+        """Messages "grad" per silo over the run."""
+        return cfg.rounds
+
+    @classmethod
+    def gaussian_releases(cls, cfg, sigmas):
+        return [cls.gaussian("grad", cls.steps(cfg), sigmas["sigma"], cfg.clip / cfg.batch_size, cfg.batch_size, cfg)]
 
     def _run(self, ctx, w):
         sampler = ctx.sampler(int(self.batch_size))
@@ -42,3 +61,11 @@ class SdpProxSGD(IsrlProxSGD):
     name = "sdp-prox-sgd"
     shuffled = True
     noise_keys = ()
+
+    @classmethod
+    def shuffle_plan(cls, cfg, epsilon, delta):
+        """Alg 7: R invocations (one per round) at Alg 7 line 7's (N eps / (2 M), delta), each
+        over the M K messages of the round's silos, bound L; reuse across epochs is composed."""
+        b = papers.alg7_pvec(epsilon, delta, cfg.num_silos, cfg.m) if epsilon else {"epsilon": math.inf, "delta": 0.0}
+        return [ShuffleRelease("grad", cfg.rounds, b["epsilon"], b["delta"], cls.sampling(cfg), cfg.batch_size, cfg.n,
+                               cfg.m * cfg.batch_size, cfg.clip)]

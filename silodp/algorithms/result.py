@@ -25,6 +25,9 @@ class RunResult:
     transcript : when requested, one entry per release: ``round``, ``group``, ``available`` [N],
         ``batch`` [N, K] (or None for full data), ``messages`` (Gaussian: [N, d] per-silo messages;
         shuffle: [N, K, d] randomizer counts), ``aggregate`` [d] (what the server computed).
+    releases : the release ledger: one :class:`~silodp.accounting.releases.Sent` per message
+        group instance sent (group, sampling, batch size, noise multiplier sigma / C or the shuffle
+        parameters), each checked against the algorithm's declaration while the run went on.
     """
 
     algorithm: str
@@ -37,3 +40,4 @@ class RunResult:
     shuffle: dict | None = None
     transcript: list[dict] | None = None
     params: dict = field(default_factory=dict)
+    releases: list = field(default_factory=list)

@@ -35,6 +35,8 @@ from typing import ClassVar
 
 import torch
 
+from silodp.accounting.releases import BatchSampling, GaussianRelease
+
 from .base import FederatedAlgorithm, _positive_int
 
 PRIVACY_AGAINST = ("server", "third-party", "both")
@@ -44,6 +46,8 @@ PARTICIPATION = ("worst-case", "expected")
 class SubsetSampler:
     """Per user, a fresh uniform subset of ``batch_size`` of its records (without replacement),
     independent across steps and users; all users in one ``multinomial`` call."""
+
+    sampling = BatchSampling.SUBSET
 
     def __init__(self, mask: torch.Tensor, batch_size: int, generator: torch.Generator):
         self.weights = mask.to(torch.float64)
@@ -69,6 +73,8 @@ class DpScaffold(FederatedAlgorithm):
 
     name = "dp-scaffold"
     noise_keys = ("sigma",)
+    message_groups = ("grad", "warm")
+    self_calibrating = True
     default_replacement = False
     control_variates: ClassVar[bool] = True
     warm_start: ClassVar[bool] = False
@@ -105,14 +111,18 @@ class DpScaffold(FederatedAlgorithm):
         return ScaffoldConfig(federation.num_silos, n, int(self.rounds), int(self.local_steps),
                               float(self.user_sampling), self.batch(federation) / n, problem.clip, self.n_warm())
 
-    def privacy_event(self, config, sigmas: dict | None = None):
-        """The server's (worst-case) event of one user's transcript, sigma_g = sigma / (2C/m)."""
-        from silodp.accounting.scaffold import server_event
-
-        sigmas = sigmas if sigmas is not None else self.sigmas
-        if sigmas is None:
-            raise ValueError("sigmas: pass explicit sigmas or calibrate first")
-        return server_event(config, float(sigmas["sigma"]) / config.noise_std(1.0))
+    @classmethod
+    def gaussian_releases(cls, cfg, sigmas):
+        """What one user releases toward the server in the worst case (sampled every round):
+        K T noisy gradients "grad" (and the warm start's "warm"), each the mean of m records of a
+        fresh subset, multiplier sigma / (C / m) = 2 sigma_g; the same event as
+        :func:`silodp.accounting.scaffold.server_event`."""
+        m, n = cfg.batch_size, cfg.records_per_user
+        z = sigmas["sigma"] / (cfg.clip / m)
+        out = [GaussianRelease("grad", cfg.local_steps * cfg.rounds, z, BatchSampling.SUBSET, m, n)]
+        if cfg.warm_steps:
+            out.append(GaussianRelease("warm", cfg.warm_steps, z, BatchSampling.SUBSET, m, n))
+        return out
 
     def _validate(self, problem, federation) -> None:
         super()._validate(problem, federation)

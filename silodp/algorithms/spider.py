@@ -7,7 +7,21 @@ import math
 
 import torch
 
+from silodp.accounting import papers
+from silodp.accounting.releases import GaussianRelease, ShuffleRelease
+
 from .base import FederatedAlgorithm, _positive_int
+
+
+def anchors(cfg) -> int:
+    """Rounds r = 0..R-1 of Alg 3 / Alg 10 with q | r (fresh minibatch gradients): ceil(R / q)."""
+    return -(-cfg.rounds // cfg.q)
+
+
+def _spider_paper(cfg, eps, delta):
+    if math.isinf(cfg.beta):
+        return papers.h2_spider(eps, delta, cfg.clip, cfg.n, cfg.rounds, cfg.q)
+    return papers.thm_f1(eps, delta, cfg.clip, cfg.beta, cfg.n, cfg.rounds, cfg.q)
 
 
 def _smaller(a: float, b):
@@ -29,12 +43,27 @@ class IsrlSpider(FederatedAlgorithm):
     ``min(2L, beta ||w_r - w_{r-1}||)`` so the smaller sensitivity ``2 beta ||w_r - w_{r-1}|| / K2``
     holds by construction. Server: ``h_r = h_{r-1} + H_r``, ``w_{r+1} = prox(w_r - eta h_r)``.
     Batches with replacement. Output: uniform over ``w_1..w_R`` (Alg. 3 line 17).
+
+    Releases: ceil(R / q) messages "grad" (multiplier sigma1 / (L / K1)) and R - ceil(R / q)
+    messages "diff" with noise min(sigma2 ||dw||, sigma2_hat) over contributions of norm
+    min(beta ||dw||, 2L) / K2, so multiplier >= min(sigma2 K2 / beta, sigma2_hat K2 / (2L)) at
+    every step size. Paper noise: Thm F.1 (App H.2's sigma2 = inf when the problem has no beta).
     """
 
     name = "isrl-spider"
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
     uniform_output = True
+    paper_noise = staticmethod(_spider_paper)
+
+    @classmethod
+    def gaussian_releases(cls, cfg, sigmas):
+        k1, k2, a = cfg.batch_size, cfg.k2, anchors(cfg)
+        s2 = sigmas["sigma2"]
+        z_step = math.inf if math.isinf(s2) else s2 * k2 / cfg.beta
+        z2 = min(z_step, sigmas["sigma2_hat"] * k2 / (2 * cfg.clip))
+        return [cls.gaussian("grad", a, sigmas["sigma1"], cfg.clip / k1, k1, cfg),
+                GaussianRelease("diff", cfg.rounds - a, z2, cls.sampling(cfg), k2, cfg.n)]
 
     def __init__(self, *, batch_size2: int | None = None, q: int = 2, **kwargs):
         super().__init__(**kwargs)
@@ -91,6 +120,19 @@ class SdpSpider(IsrlSpider):
     shuffled = True
     noise_keys = ()
 
+    @classmethod
+    def shuffle_plan(cls, cfg, epsilon, delta):
+        """Alg 10 lines 8 and 12: ceil(R / q) gradient invocations over M K1 messages (bound L) and
+        R - ceil(R / q) difference invocations over M K2 (bound 2L), each at its budget."""
+        a, k1, k2 = anchors(cfg), cfg.batch_size, cfg.k2
+        b = {"epsilon1": math.inf, "delta1": 0.0, "epsilon2": math.inf, "delta2": 0.0}
+        if epsilon:
+            b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.q)
+        how = cls.sampling(cfg)
+        return [ShuffleRelease("grad", a, b["epsilon1"], b["delta1"], how, k1, cfg.n, cfg.m * k1, cfg.clip),
+                ShuffleRelease("diff", cfg.rounds - a, b["epsilon2"], b["delta2"], how, k2, cfg.n, cfg.m * k2,
+                               2 * cfg.clip)]
+
 
 class IsrlFedSpider(FederatedAlgorithm):
     """ISRL-DP Fed-SPIDER, alternate implementation, paper Algorithm 11 (App. H.1).
@@ -102,12 +144,22 @@ class IsrlFedSpider(FederatedAlgorithm):
     ``batch_size`` is K1 and ``batch_size2`` K2. Output: uniform over ``{w_r^1, w_r^2}``.
     Deviation: Alg. 11 takes plain gradient steps; we apply ``prox_{eta f1}`` after each step so
     composite problems are handled (identical when f1 = 0).
+
+    Releases: R gradients "grad" (multiplier sigma2 / (L / K2)) and R - 1 differences "diff"
+    (sigma1 / (2L / K1)), 2R - 1 in all. Paper noise: App H.2.
     """
 
     name = "isrl-fed-spider"
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("diff", "grad")
     uniform_output = True
+    paper_noise = staticmethod(lambda cfg, eps, delta: papers.h2_fed_spider(eps, delta, cfg.clip, cfg.n, cfg.rounds))
+
+    @classmethod
+    def gaussian_releases(cls, cfg, sigmas):
+        k1, k2, R = cfg.batch_size, cfg.k2, cfg.rounds
+        return [cls.gaussian("grad", R, sigmas["sigma2"], cfg.clip / k2, k2, cfg),
+                cls.gaussian("diff", R - 1, sigmas["sigma1"], 2 * cfg.clip / k1, k1, cfg)]
 
     def __init__(self, *, batch_size2: int | None = None, **kwargs):
         super().__init__(**kwargs)

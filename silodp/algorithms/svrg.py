@@ -3,7 +3,12 @@ SDP versions (Algorithms 8-9)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from silodp.accounting import papers
+from silodp.accounting.releases import BatchSampling, ShuffleRelease
 
 from .base import FederatedAlgorithm, _positive_int
 
@@ -18,12 +23,25 @@ class IsrlProxSVRG(FederatedAlgorithm):
     step. ``restarts`` S > 1 gives FedProx-PL-SVRG (Algorithm 2). Output: uniform over the inner
     iterates of the (last) run (Alg. 1 line 15); with restarts each run starts at the previous
     run's output and ``w_priv = w_S`` (Alg. 2 line 5). One availability draw per epoch.
+
+    Releases: S E messages "full" (all n records, multiplier sigma1 / (L / n)) and S E Q messages
+    "diff" (a difference of two clipped gradients per record, multiplier sigma2 / (2L / K)).
+    Paper noise: Thm E.2.
     """
 
     name = "isrl-prox-svrg"
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("full", "diff")
     uniform_output = True
+    paper_noise = staticmethod(lambda cfg, eps, delta: papers.thm_e2(eps, delta, cfg.clip, cfg.n, cfg.rounds,
+                                                                     cfg.inner_steps, cfg.restarts))
+
+    @classmethod
+    def gaussian_releases(cls, cfg, sigmas):
+        epochs = cfg.rounds * cfg.restarts
+        return [cls.gaussian("full", epochs, sigmas["sigma1"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL),
+                cls.gaussian("diff", epochs * cfg.inner_steps, sigmas["sigma2"], 2 * cfg.clip / cfg.batch_size,
+                             cfg.batch_size, cfg)]
 
     def __init__(self, *, inner_steps: int | None = None, restarts: int = 1, **kwargs):
         super().__init__(**kwargs)
@@ -92,6 +110,20 @@ class SdpProxSVRG(IsrlProxSVRG):
     name = "sdp-prox-svrg"
     shuffled = True
     noise_keys = ()
+
+    @classmethod
+    def shuffle_plan(cls, cfg, epsilon, delta):
+        """Alg 8 line 1's (eps~, delta~) for every invocation (Alg 9 runs Alg 8 S times at
+        eps / (2 sqrt(2 S)), delta / (2 S)): S E snapshot invocations over all M n records (bound
+        L) and S E Q difference invocations over M K (bound 2L)."""
+        S, E, Q, n, K = cfg.restarts, cfg.rounds, cfg.inner_steps, cfg.n, cfg.batch_size
+        b = {"epsilon": math.inf, "delta": 0.0}
+        if epsilon:
+            e, d = (epsilon / (2 * math.sqrt(2 * S)), delta / (2 * S)) if S > 1 else (epsilon, delta)
+            b = papers.alg8_pvec(e, d, cfg.num_silos, cfg.m, n, K, E, Q)
+        return [ShuffleRelease("full", S * E, b["epsilon"], b["delta"], BatchSampling.FULL, n, n, cfg.m * n, cfg.clip),
+                ShuffleRelease("diff", S * E * Q, b["epsilon"], b["delta"], cls.sampling(cfg), K, n, cfg.m * K,
+                               2 * cfg.clip)]
 
 
 class SdpPLSVRG(SdpProxSVRG):

@@ -62,61 +62,66 @@ def _names(args) -> list[str]:
 
 
 def _for_each(args, compute):
-    """Run ``compute(name)`` per requested accountant; unsupported ones give None under ``all``."""
-    from silodp.accounting import UnsupportedEventError, get_accountant
+    """Run ``compute(name)`` per requested accountant. Under ``all`` an accountant that does not
+    support the mechanism, or cannot certify it at these settings, gives None (JSON null)."""
+    from silodp.accounting import get_accountant
 
     out: dict[str, object] = {}
     for name in _names(args):
         reason = get_accountant(name, _relation(args)).unsupported_reason(_event_fn(args)(1.0))
+        if reason and args.accountant != "all":
+            raise ValueError(f"--accountant {name} cannot certify this mechanism: {reason}")
         if reason:
-            if args.accountant != "all":
-                raise ValueError(f"--accountant {name} cannot certify this mechanism: {reason}")
             out[name] = None
             continue
         try:
             out[name] = compute(name)
-        except UnsupportedEventError:
+        except (ValueError, ArithmeticError):
+            if args.accountant != "all":
+                raise
             out[name] = None
     return out
 
 
 def _epsilon(args) -> int:
-    from silodp.accounting import epsilon
+    from silodp.accounting import epsilon, tightest_epsilon
     from silodp.accounting._checks import check_delta, check_positive
-    from silodp.accounting.transcripts import tightest_epsilon
 
     z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
     event = _event_fn(args)(z)
-    if args.accountant is None:  # the tightest certificate (pld; with replacement also advanced)
+    if args.accountant is None:  # the tightest certificate among the accountants that support it
         eps, name = tightest_epsilon(event, delta, _relation(args))
-        emit({"epsilon": eps}, args.json, f"epsilon at delta={delta:g}\n{name:>11}: {eps:.6g}")
+        emit({"epsilon": eps, "accountant": name, "relation": args.relation}, args.json,
+             f"epsilon at delta={delta:g} ({args.relation})\n{name:>11}: {eps:.6g}")
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args)))
-    payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else results
+    payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
+    payload["relation"] = args.relation
     human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
-    emit(payload, args.json, f"epsilon at delta={delta:g}\n{human}")
+    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{human}")
     return 0
 
 
 def _noise_generic(args) -> int:
+    from silodp.accounting import tightest_calibration
     from silodp.accounting._checks import check_delta, check_positive
-    from silodp.accounting.transcripts import tightest_calibration
 
     eps = check_positive("epsilon", args.epsilon)
     delta = check_delta("delta", args.delta)
 
     def one(name: str | None) -> dict:
         cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args))
-        return {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon}
+        return {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
 
-    if args.accountant is None:  # the smallest certified noise (pld; with replacement also advanced)
-        payload = one(None)
-        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}): noise_multiplier="
-                                 f"{payload['noise_multiplier']:.6g} (certified eps={payload['epsilon']:.6g})")
+    if args.accountant is None:  # the smallest certified noise among the supporting accountants
+        payload = {**one(None), "relation": args.relation}
+        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}): noise_multiplier="
+                                 f"{payload['noise_multiplier']:.6g} = sigma / C (certified eps={payload['epsilon']:.6g})")
         return 0
     results = _for_each(args, one)
-    payload = results[_names(args)[0]] if args.accountant != "all" else results
+    payload = dict(results[_names(args)[0]]) if args.accountant != "all" else dict(results)
+    payload["relation"] = args.relation
     human = "\n".join(
         f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={v['noise_multiplier']:.6g} (certified eps={v['epsilon']:.6g})")
         for k, v in results.items())
@@ -143,7 +148,7 @@ def _noise_scaffold(args) -> int:
 
 
 def _noise_algorithm(args) -> int:
-    from silodp.accounting import TranscriptConfig, calibrate_algorithm, paper_vs_tight
+    from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm, paper_vs_tight
 
     if args.algorithm in SCAFFOLD_FAMILY:
         return _noise_scaffold(args)
@@ -182,7 +187,8 @@ def _shuffle(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("epsilon", help="certified epsilon of a (subsampled) Gaussian mechanism")
-    p.add_argument("--noise-multiplier", type=float, required=True, help="sigma / l2-sensitivity")
+    p.add_argument("--noise-multiplier", type=float, required=True,
+                   help="sigma / C, C the per-record contribution bound (clip norm), under every relation")
     _mechanism_flags(p)
     p.set_defaults(handler=_epsilon)
 

@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
-#: Audited end to end by :mod:`silodp.verify.audit_sdp` (default 20,000 real runs per world).
-SDP_ALGORITHMS = ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 
 
 def register(subparsers) -> None:
@@ -86,7 +84,7 @@ def handle(args) -> int:
                              f"{audit.MUTATION_SCENARIOS[args.mutation].algorithm!r}")
         payload = audit.detection_rate(args.mutation, args.repeats, args.trials, args.epsilon, args.delta,
                                        args.estimator, args.seed)
-    elif args.algorithm in SDP_ALGORITHMS:  # shuffle-DP: real runs, whole transcripts
+    elif _shuffled(args.algorithm):  # shuffle-DP: real runs, whole transcripts (audit_sdp)
         from silodp.verify.audit_sdp import audit_sdp
 
         if args.mutation is not None:
@@ -103,6 +101,12 @@ def handle(args) -> int:
     payload = strict_json(payload)
     emit(payload, args.json, _human(payload))
     return 0
+
+
+def _shuffled(name: str) -> bool:
+    from silodp.algorithms import ALGORITHMS
+
+    return name in ALGORITHMS and ALGORITHMS[name].shuffled
 
 
 def _check_names(args, audit) -> None:

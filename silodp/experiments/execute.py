@@ -1,8 +1,8 @@
 """One run of a sweep: data, model, noise, algorithm, metrics -- and the calibration it needs.
 
-Noise comes from :func:`silodp.accounting.transcripts.calibrate_algorithm` like everywhere else,
+Noise comes from :func:`silodp.algorithms.privacy.calibrate_algorithm` like everywhere else,
 but a sweep calibrates each distinct *transcript* once instead of once per run: the accounting
-config of a run (its :class:`~silodp.accounting.transcripts.TranscriptConfig`, built by the
+config of a run (its :class:`~silodp.algorithms.privacy.TranscriptConfig`, built by the
 algorithm itself) is taken with clip L = 1, and the resulting noise standard deviations are
 multiplied by the run's clip. This is exact, not an approximation: every sensitivity of the
 paper's ISRL-DP messages is proportional to L (2L/K, 4L/K, 2L/n), so the event of a run with clip
@@ -95,10 +95,8 @@ def prepare(cfg: RunConfig) -> Prepared:
 def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | None:
     """The calibration a private run needs, as plain data (None when the algorithm calibrates
     itself or is not private). Runs differing only in step size and clip share it."""
-    from silodp.accounting import transcripts
-
     prep = prep or prepare(cfg)
-    if not prep.private or cfg.algorithm not in transcripts.ALGORITHMS:
+    if not prep.private or prep.algorithm_class.self_calibrating:
         return None
     algo = prep.algorithm_class(**prep.params)
     tc = dataclasses.replace(algo.transcript_config(prep.problem, prep.train), clip=1.0)
@@ -113,17 +111,17 @@ def request_key(request: dict) -> str:
 
 def calibrate_request(request: dict) -> dict:
     """Noise for one request (clip 1): ``status`` ok | skipped (no closed form in the paper) | failed."""
-    from silodp.accounting import transcripts
+    from silodp.algorithms import privacy
 
     try:
-        tc = transcripts.TranscriptConfig(**request["transcript"])
+        tc = privacy.TranscriptConfig(**request["transcript"])
         name, eps, delta, method = request["algorithm"], request["epsilon"], request["delta"], request["method"]
         if method == "paper":
             try:
-                transcripts.paper_sigmas(name, tc, eps, delta)
+                privacy.algorithm_class(name).paper_sigmas(tc, eps, delta)
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
-        cal = transcripts.calibrate_algorithm(name, tc, eps, delta, method=method)
+        cal = privacy.calibrate_algorithm(name, tc, eps, delta, method=method)
         return {"status": "ok", "sigmas": dict(cal.sigmas), "epsilon": float(cal.epsilon), "delta": float(cal.delta),
                 "accountant": cal.accountant}
     except Exception as exc:  # recorded; the runs that need it fail with this message
@@ -166,7 +164,7 @@ def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:
                 raise RuntimeError(calibration["error"])
             kwargs.update(sigmas={k: v * cfg.clip for k, v in calibration["sigmas"].items()},
                           epsilon=calibration["epsilon"], delta=calibration["delta"])
-        elif cfg.algorithm in _known():
+        elif not prep.algorithm_class.self_calibrating:
             raise ValueError("calibration: a private run of a known algorithm needs its calibration")
         else:
             kwargs.update(epsilon=cfg.epsilon, delta=prep.delta, calibration=cfg.calibration)
@@ -183,12 +181,6 @@ def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:
             "delta": result.delta if prep.private else None,
             "sigmas": {k: (v if math.isfinite(v) else None) for k, v in result.sigmas.items()},
             "wall_s": time.perf_counter() - start}
-
-
-def _known() -> tuple[str, ...]:
-    from silodp.accounting.transcripts import ALGORITHMS
-
-    return ALGORITHMS
 
 
 def execute_safely(cfg: RunConfig | dict, calibration: dict | None = None) -> dict:

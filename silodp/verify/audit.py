@@ -90,6 +90,11 @@ SCENARIOS: dict[str, Scenario] = {s.algorithm: s for s in (
     Scenario("isrl-pl-svrg", dict(rounds=1, batch_size=5, inner_steps=2, restarts=2, **_SGD)),
     Scenario("isrl-spider", dict(rounds=4, q=2, batch_size=20, replacement=False, **_SGD), hidden=(1,), steer=True),
     Scenario("isrl-fed-spider", dict(rounds=3, batch_size=20, replacement=False, **_SGD)),
+    # DP-SCAFFOLD family (Noble et al. 2022): the curious server's worst-case claim, fresh subsets
+    Scenario("dp-scaffold", dict(rounds=2, local_steps=2, batch_size=5, **_SGD)),
+    Scenario("dp-scaffold-warm", dict(rounds=1, local_steps=2, warm_steps=1, batch_size=5, **_SGD)),
+    Scenario("dp-fedavg", dict(rounds=2, local_steps=2, batch_size=5, **_SGD)),
+    Scenario("dp-fedsgd", dict(rounds=3, batch_size=5, **_SGD)),
 )}
 
 _FULL = dict(rounds=1, batch_size=20, replacement=False, **_SGD)
@@ -146,8 +151,8 @@ class AlgorithmGame:
         """Calibrate (the claim), run the reference and build the plan; idempotent."""
         if getattr(self, "plan_", None) is not None:
             return self
-        from silodp.accounting.transcripts import calibrate_algorithm, certify
         from silodp.algorithms import get_algorithm
+        from silodp.algorithms.privacy import calibrate_algorithm, certify
 
         sc = SCENARIOS.get(self.scenario) if isinstance(self.scenario, str) else self.scenario
         if sc is None:
@@ -224,7 +229,7 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
     algo.context_class = mut.context_class() if mut else game.RecordingContext
     m = worlds[0].silos_per_round
     plan = game.build_plan(
-        reference, problem, worlds, scenario.silo, scenario.record, reference_algo.uses_replacement,
+        reference, problem, worlds, scenario.silo, scenario.record,
         clip_fn=mut.clip_fn(problem) if mut else None,
         noise_factor=(lambda g, k: mut.noise_factor(g, k, m)) if mut and mut.noise_factor else None,
         shared_noise=bool(mut and mut.shared_noise))
@@ -237,7 +242,8 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
 
 def _calibrate_shape(name: str, cfg, shape: dict, epsilon: float, delta: float):
     """Noise ``c * shape`` with the smallest c the tightest supporting accountant certifies."""
-    from silodp.accounting.transcripts import privacy_event, tightest_calibration
+    from silodp.accounting import tightest_calibration
+    from silodp.algorithms.privacy import privacy_event
 
     def scaled(c: float) -> dict:
         return {k: v * c for k, v in shape.items()}

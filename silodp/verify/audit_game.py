@@ -32,11 +32,12 @@ import numpy as np
 import torch
 from scipy.stats import binom
 
+from silodp.accounting.releases import BatchSampling
 from silodp.algorithms import grads as _grads
 from silodp.algorithms.base import Context
 from silodp.verify.estimators import Scores
 
-SAMPLINGS = ("full", "replacement", "permutation")
+SAMPLINGS = ("full", "replacement", "permutation", "subset")
 #: a clip function: raw per-sample gradients [n, d] -> (clipped [n, d], threshold used)
 ClipFn = Callable[[torch.Tensor], tuple[torch.Tensor, float]]
 
@@ -67,7 +68,8 @@ class Release:
     ``rows[h]`` ([n, d]) are the clipped terms of the silo's n records in world h (0: D, 1: D');
     ``std[h]`` the noise standard deviation in world h; ``batch_size`` K (n for full data);
     ``sampling`` "full" | "replacement" | "permutation" (fresh permutation every ``epoch``
-    batches of the same ``group``, ``slot`` is this batch's place in it).
+    batches of the same ``group``, ``slot`` is this batch's place in it) | "subset" (a fresh
+    uniform K-subset every release).
     """
 
     group: str
@@ -138,11 +140,16 @@ def _silo_row(t, silo):
     return t if t is None or t.dim() == 1 else t[silo]
 
 
-def build_plan(reference, problem, worlds, silo: int, record: int, replacement: bool, clip_fn: ClipFn | None = None,
+_GAME_SAMPLING = {BatchSampling.FULL: "full", BatchSampling.WITH_REPLACEMENT: "replacement",
+                  BatchSampling.SHUFFLED: "permutation", BatchSampling.SUBSET: "subset"}
+
+
+def build_plan(reference, problem, worlds, silo: int, record: int, clip_fn: ClipFn | None = None,
                noise_factor: Callable[[str, int], float] | None = None, shared_noise: bool = False) -> Plan:
     """The plan of silo ``silo`` from a reference run recorded with :class:`RecordingContext`.
 
-    ``worlds`` = (D, D') as federations; ``replacement`` is the algorithm's minibatch sampling.
+    ``worlds`` = (D, D') as federations; each release's sampling is the one its transcript entry
+    records (the sampler that drew the batch).
     ``clip_fn`` replaces whole-gradient clipping (its threshold scales the noise, as code that
     calibrates sigma to its threshold does); ``noise_factor(group, K)`` scales each release's
     noise. Both exist for the deliberately broken variants of :mod:`silodp.verify.mutations`.
@@ -167,7 +174,9 @@ def build_plan(reference, problem, worlds, silo: int, record: int, replacement: 
         k = n if batch is None else int(batch.shape[1])
         factor = 1.0 if noise_factor is None else float(noise_factor(entry["group"], k))
         # a permutation batch of all n records is the full data
-        sampling = "full" if batch is None or (not replacement and k >= n) else ("replacement" if replacement else "permutation")
+        sampling = _GAME_SAMPLING[entry["sampling"]]
+        if sampling != "replacement" and k >= n:
+            sampling = "full"  # every record in every batch
         count = seen.get(entry["group"], 0)
         seen[entry["group"]] = count + 1
         epoch = max(1, fed0.min_size // k)
@@ -182,6 +191,8 @@ def _batch_counts(rel: Release, trials: int, n: int, gen: torch.Generator, perms
     k = rel.batch_size
     if rel.sampling == "replacement":
         idx = torch.clamp((torch.rand(trials, k, generator=gen, dtype=torch.float64) * n).long(), max=n - 1)
+    elif rel.sampling == "subset":
+        idx = torch.rand(trials, n, generator=gen).argsort(dim=1)[:, :k]
     else:
         if rel.slot == 0 or rel.group not in perms:
             perms[rel.group] = torch.rand(trials, n, generator=gen).argsort(dim=1)
@@ -215,7 +226,7 @@ def _inclusion(rel: Release, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Possible counts of the replaced record in the batch and their log-probabilities."""
     if rel.sampling == "full":
         return np.array([1]), np.array([0.0])
-    if rel.sampling == "permutation":
+    if rel.sampling in ("permutation", "subset"):
         p = rel.batch_size / n
         return (np.array([0, 1]), np.log([1 - p, p])) if p < 1 else (np.array([1]), np.array([0.0]))
     ks = np.arange(rel.batch_size + 1)

@@ -23,7 +23,7 @@ from silodp.accounting import (
     gaussian,
     pld,
 )
-from silodp.accounting.events import ADD_OR_REMOVE_ONE, REPLACE_ONE
+from silodp.accounting.events import ADD_OR_REMOVE_ONE, REPLACE_ONE, sensitivity
 
 
 def exact_mixture_delta(a: float, b: float, s: float, eps: float) -> float:
@@ -68,9 +68,9 @@ def test_gaussian_composition_is_pessimistic_and_tight(z, steps):
 def test_subsampled_gaussian_agrees_with_dp_accounting(z, q, steps, relation):
     nr = ADD_OR_REMOVE_ONE if relation == "add_remove" else REPLACE_ONE
     ours = pld.from_gaussian_mechanism(z, q, nr, 1e-4).self_compose(steps)
-    # dp-accounting's replace-one pair has shifts +-1 (contributions of norm <= 1): std 2z
+    # one unit: sigma / C under both relations, as dp-accounting
     ref = dpa.pld.privacy_loss_distribution.from_gaussian_mechanism(
-        z if relation == "add_remove" else 2 * z, sampling_prob=q, value_discretization_interval=1e-4,
+        z, sampling_prob=q, value_discretization_interval=1e-4,
         neighboring_relation=dpa.NeighboringRelation[nr.name]).self_compose(steps)
     for delta in (1e-3, 1e-5, 1e-8):
         assert ours.get_epsilon_for_delta(delta) == pytest.approx(ref.get_epsilon_for_delta(delta), rel=1e-6)
@@ -162,11 +162,11 @@ def test_random_mechanisms_agree_with_the_references_and_beat_rdp(z, log_q, step
     nr = REPLACE_ONE if replace_one else ADD_OR_REMOVE_ONE
     ours = pld.from_gaussian_mechanism(z, q, nr, 1e-3).self_compose(steps).get_epsilon_for_delta(delta)
     if q == 1.0:
-        exact = gaussian.epsilon_for_delta(z / math.sqrt(steps), delta)
+        exact = gaussian.epsilon_for_delta(z / (sensitivity(nr) * math.sqrt(steps)), delta)
         assert exact * (1 - 1e-9) <= ours <= exact * 1.001 + 1e-3
     else:
         ref = dpa.pld.privacy_loss_distribution.from_gaussian_mechanism(
-            2 * z if replace_one else z, sampling_prob=q, value_discretization_interval=1e-3,
+            z, sampling_prob=q, value_discretization_interval=1e-3,
             neighboring_relation=dpa.NeighboringRelation[nr.name]).self_compose(steps).get_epsilon_for_delta(delta)
         if ref <= 100:
             assert ours == pytest.approx(ref, rel=1e-4, abs=1e-6)

@@ -46,7 +46,7 @@ def test_bad_q(q):
 
 @pytest.mark.parametrize("q", [0.0, 1.5])
 def test_bad_q_in_event(q):
-    with pytest.raises(ValueError, match="sampling probability"):
+    with pytest.raises(ValueError, match="sampling_probability"):
         get_accountant("rdp").compose(PoissonSampledDpEvent(q, GaussianDpEvent(1.0)))
 
 

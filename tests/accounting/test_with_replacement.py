@@ -23,10 +23,11 @@ from silodp.accounting import (
     get_accountant,
     pld,
 )
-from silodp.accounting.transcripts import tightest_epsilon
+from silodp.accounting import tightest_epsilon
 
 M, N, C, SIGMA = 6, 20, 1.0, 1.5
-Z = SIGMA / (2 * C)
+Z = SIGMA / (2 * C)  # relative to one draw's replace-one shift 2C (the references below)
+Z_EVENT = SIGMA / C  # the events' unit: sigma / C
 
 
 def labelled_delta(eps: float) -> float:
@@ -50,7 +51,7 @@ def instance_delta(eps: float, v: float) -> float:
 
 @pytest.mark.parametrize("eps", [0.0, 0.3, 1.0, 2.0])
 def test_single_step_pld_is_the_labelled_mixture(eps):
-    one = pld.from_with_replacement_gaussian(Z, M, N, value_discretization_interval=1e-3)
+    one = pld.from_with_replacement_gaussian(Z_EVENT, M, N, value_discretization_interval=1e-3)
     exact = labelled_delta(eps)
     assert exact * (1 - 1e-9) <= one.get_delta_for_epsilon(eps) <= exact * (1 + 1e-3) + 1e-12
 
@@ -65,7 +66,7 @@ def test_bound_dominates_concrete_instances(eps):
 
 @pytest.mark.parametrize("name", ["pld", "rdp", "advanced"])
 def test_every_accountant_dominates_both_instances(name):
-    event = SampledWithReplacementDpEvent(N, M, GaussianDpEvent(Z))
+    event = SampledWithReplacementDpEvent(N, M, GaussianDpEvent(Z_EVENT))
     for delta in (1e-2, 1e-3):
         eps = epsilon(event, delta, name)
         assert max(instance_delta(eps, 0.0), instance_delta(eps, C)) <= delta
@@ -86,6 +87,6 @@ def test_rarely_drawn_records_keep_the_amplified_advanced_bound():
 
 def test_add_remove_is_refused():
     from silodp.accounting import ADD_OR_REMOVE_ONE
-    event = SampledWithReplacementDpEvent(N, M, GaussianDpEvent(Z))
+    event = SampledWithReplacementDpEvent(N, M, GaussianDpEvent(Z_EVENT))
     for name in ("pld", "rdp"):
         assert "REPLACE_ONE" in get_accountant(name, ADD_OR_REMOVE_ONE).unsupported_reason(event)

@@ -1,4 +1,5 @@
-"""Per-algorithm transcripts, the papers' closed forms, and what a tight accountant makes of them."""
+"""What each algorithm declares it releases, the papers' closed forms, and what a tight
+accountant makes of them (:mod:`silodp.algorithms.privacy`)."""
 
 import math
 
@@ -6,36 +7,55 @@ import pytest
 
 from silodp.accounting import (
     GaussianDpEvent,
-    IsrlLedger,
-    ParallelComposedDpEvent,
-    TranscriptConfig,
-    calibrate_algorithm,
-    cdp_guarantee,
+    Sampling,
+    SelfComposedDpEvent,
+    epsilon,
     get_accountant,
     papers,
+)
+from silodp.accounting.blocks import flatten
+from silodp.algorithms import ALGORITHMS
+from silodp.algorithms.privacy import (
+    TranscriptConfig,
+    algorithm_class,
+    calibrate_algorithm,
+    certify,
     paper_vs_tight,
     privacy_event,
-    user_level_guarantee,
 )
-from silodp.accounting.transcripts import ALGORITHMS, certify
-
-
-def test_thm_e1_formula_by_hand():
-    assert papers.thm_e1(1.0, 1e-5, 2.0, 10)["sigma"] == pytest.approx(math.sqrt(8 * 4 * math.log(1e5)) / 10)
-
-
-def test_thm_f1_formula_by_hand():
-    s = papers.thm_f1(2.0, 1e-6, 1.0, 3.0, 500, 40, 4)
-    base = math.log(1e6) / (4.0 * 500 ** 2)
-    assert s["sigma1"] ** 2 == pytest.approx(16 * base * 10)
-    assert s["sigma2"] ** 2 == pytest.approx(16 * 9 * 40 * base)
-    assert s["sigma2_hat"] ** 2 == pytest.approx(64 * 40 * base)
 
 
 def test_prox_sgd_event_is_parallel_composition_of_one_gaussian():
+    """Alg 6, R K <= n, disjoint batches: one Gaussian at sigma / (L / K) (Thm E.1's proof)."""
     cfg = TranscriptConfig(n=1000, rounds=10, batch_size=100, clip=1.0, replacement=False)
     event = privacy_event("isrl-prox-sgd", cfg, {"sigma": 0.2})
-    assert event == ParallelComposedDpEvent(GaussianDpEvent(0.2 / (2 * 1.0 / 100)), 10)
+    one = GaussianDpEvent(0.2 / (1.0 / 100))
+    for name in ("pld", "rdp", "zcdp"):
+        assert get_accountant(name).compose(event).get_epsilon(1e-5) == pytest.approx(
+            get_accountant(name).compose(one).get_epsilon(1e-5), rel=1e-12)
+
+
+@pytest.mark.parametrize("rounds", [10, 11, 25, 70])
+def test_prox_sgd_reuse_across_epochs_is_charged_per_epoch(rounds):
+    """Shuffled batches (one permutation per epoch of n // K rounds) reuse a record once per epoch:
+    ceil(R / (n // K)) un-amplified Gaussians, never R amplified ones (batches of one epoch are not
+    independent samples)."""
+    cfg = TranscriptConfig(n=1000, rounds=rounds, batch_size=100, clip=1.0, replacement=False)
+    event = privacy_event("isrl-prox-sgd", cfg, {"sigma": 0.2})
+    uses = -(-rounds // 10)
+    exact = SelfComposedDpEvent(GaussianDpEvent(20.0), uses)
+    assert epsilon(event, 1e-5, "pld") == pytest.approx(epsilon(exact, 1e-5, "pld"), rel=1e-12)
+
+
+def test_sdp_prox_sgd_is_charged_for_every_reuse():
+    """Issue 12's example: WBCD defaults (25 rounds, K = n / 4) put a record in 7 invocations."""
+    n, rounds = 212, 25
+    cfg = TranscriptConfig(n=n, rounds=rounds, batch_size=n // 4, num_silos=2, replacement=False)
+    rel = {r.group: r for r in algorithm_class("sdp-prox-sgd").shuffle_releases(cfg, {"epsilon": 3.0, "delta": 1e-5})}
+    event = privacy_event("sdp-prox-sgd", cfg, {"epsilon": 3.0, "delta": 1e-5})
+    blocks = flatten(event)
+    assert sum(b.count for b in blocks) == -(-rounds // 4) == 7
+    assert rel["grad"].count == rounds
 
 
 def test_thm_e1_constant_8_falls_short_of_prop_d2():
@@ -78,11 +98,10 @@ def test_with_replacement_algorithms_take_the_tighter_of_pld_and_advanced():
     """Both certify with-replacement transcripts (labelled-multiplicity PLD; BBG18 + KOV); the
     calibration keeps the smaller noise, which each accountant certifies on its own."""
     from silodp.accounting import calibrate
-    from silodp.accounting.transcripts import privacy_event, _reference_sigmas
 
     cfg = TranscriptConfig(n=1000, rounds=5, batch_size=50, inner_steps=4, replacement=True)
     cal = calibrate_algorithm("isrl-prox-svrg", cfg, 4.0, 1e-5)
-    ref = _reference_sigmas("isrl-prox-svrg", cfg, 4.0, 1e-5)
+    ref = algorithm_class("isrl-prox-svrg").reference_sigmas(cfg, 4.0, 1e-5)
     fn = lambda c: privacy_event("isrl-prox-svrg", cfg, {k: v * c for k, v in ref.items()})  # noqa: E731
     each = {name: calibrate(fn, 4.0, 1e-5, name).noise_multiplier for name in ("pld", "advanced")}
     assert cal.epsilon <= 4.0
@@ -94,7 +113,7 @@ def test_sdp_calibration_returns_certified_binomial_parameters():
     cfg = TranscriptConfig(n=200, rounds=4, batch_size=50, num_silos=4, silos_per_round=4, dimension=3,
                            replacement=False)
     cal = calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5, method="paper")
-    inv = cal.shuffle["invocation1"]
+    inv = cal.shuffle["grad"]
     assert inv["epsilon"] == pytest.approx(4 * 2.0 / (2 * 4)) and inv["g"] >= 4 and inv["b"] >= 1
 
 
@@ -105,7 +124,7 @@ def test_non_private_and_unknown():
         calibrate_algorithm("fedprox", cfg, 1.0, 1e-5)
     with pytest.raises(ValueError, match="closed-form"):
         calibrate_algorithm("isrl-mb-sgd", cfg, 1.0, 1e-5, method="paper")
-    assert set(ALGORITHMS) >= {"isrl-prox-sgd", "sdp-spider", "isrl-fed-spider", "local-sgd"}
+    assert set(ALGORITHMS) >= {"isrl-prox-sgd", "sdp-spider", "isrl-fed-spider", "local-sgd", "dp-scaffold"}
 
 
 def test_config_validation():
@@ -115,26 +134,12 @@ def test_config_validation():
         TranscriptConfig(n=10, rounds=1, batch_size=2, clip=0)
 
 
-def test_ledger_worst_silo_and_appendix_b():
-    led = IsrlLedger(3, "rdp")
-    led.record(0, GaussianDpEvent(2.0), count=10)
-    led.record(2, GaussianDpEvent(2.0), count=40)
-    rep = led.report(1e-5, records_per_silo=10)
-    assert rep["worst_silo"] == 2 and rep["per_silo_epsilon"][1] == 0.0
-    assert rep["per_silo_epsilon"][2] > rep["per_silo_epsilon"][0]
-    assert rep["cdp"] == (rep["epsilon"], 1e-5)
-    assert user_level_guarantee(0.1, 1e-8, 10) == pytest.approx((1.0, 10 * math.exp(0.9) * 1e-8))
-    assert cdp_guarantee(0.5, 1e-6) == (0.5, 1e-6)
-    with pytest.raises(ValueError, match="silo"):
-        led.record(3, GaussianDpEvent(1.0))
-
-
 def test_prox_sgd_with_replacement_is_not_parallel_composition():
     """Found by the audit: batches drawn with replacement are not disjoint."""
-    from silodp.accounting import SampledWithReplacementDpEvent, SelfComposedDpEvent
     cfg = TranscriptConfig(n=1000, rounds=10, batch_size=100, replacement=True)
     event = privacy_event("isrl-prox-sgd", cfg, {"sigma": 0.2})
-    assert isinstance(event, SelfComposedDpEvent) and isinstance(event.event, SampledWithReplacementDpEvent)
+    blocks = flatten(event)
+    assert [(b.sampling, b.count) for b in blocks] == [(Sampling.WITH_REPLACEMENT, 10)]
 
 
 def test_tiny_noise_is_a_clear_error_not_an_overflow():

@@ -1,0 +1,225 @@
+"""What a silo releases, declared as data, turned into events, and checked while it runs.
+
+An algorithm declares its messages as a list of releases (one per message *group*: "grad",
+"diff", "full", ...): how many times the group is sent, how its records are drawn, and either the
+Gaussian noise multiplier (sigma / C, C the per-record contribution bound: the clip norm over the
+batch size) or, for shuffle-DP, the (epsilon, delta) certificate of one invocation of the shuffle
+protocol. :func:`releases_event` is the event of the whole transcript, the one thing the
+calibration, the certificate, the audit and the docs read. While the algorithm runs, each message
+it actually sends is recorded in a :class:`ReleaseLedger`, which refuses (``ValueError`` naming
+the release) any message the declaration does not cover: more messages of a group than declared,
+less noise, another sampling or batch size, other shuffle parameters.
+
+Batch samplings (how a record enters the messages of one group):
+
+* ``FULL`` -- every record, every message: ``count`` Gaussian steps.
+* ``WITH_REPLACEMENT`` -- K i.i.d. uniform indices per message (paper Alg 1, 3, 11): ``count``
+  with-replacement-subsampled steps (the accountants' labelled-multiplicity or BBG18 Thm 10 bound).
+* ``SUBSET`` -- a fresh uniform K-subset per message, independent across messages (DP-SCAFFOLD):
+  ``count`` steps subsampled without replacement (BBG18 Thm 9).
+* ``SHUFFLED`` -- disjoint batches walking through a random permutation, a fresh one per epoch of
+  floor(n/K) batches (Alg 6's disjoint batches). Within an epoch a record is in at most one batch
+  (parallel composition, McSherry 2009); batches of one epoch are *not* independent samples, so no
+  amplification by subsampling is credited: a record is charged once per epoch,
+  ceil(count / floor(n/K)) un-subsampled steps.
+
+For shuffle-DP releases with replacement a record drawn k times moves k messages of one
+invocation; it is charged by group privacy at the (1 - tail) quantile k* of Bin(K, 1/n):
+(k* eps, k* e^{(k*-1) eps} delta + tail) per invocation (Dwork & Roth 2014, Thm 2.2 style; the
+draws are independent of the data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Sequence
+
+from silodp.accounting import _binomial
+from silodp.accounting import events as ev
+from silodp.accounting._checks import check_count, check_positive
+
+
+class BatchSampling(enum.Enum):
+    """How the records of one message group are drawn (see the module docstring)."""
+
+    FULL = "full"
+    WITH_REPLACEMENT = "with-replacement"
+    SUBSET = "subset"
+    SHUFFLED = "shuffled"
+
+
+#: Tail mass charged to delta when a with-replacement shuffle-DP invocation is bounded by group privacy.
+GROUP_TAIL = 1e-12
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianRelease:
+    """``count`` messages of ``group``: a sum of per-record contributions of norm <= C over
+    ``batch_size`` records drawn from ``dataset_size`` by ``sampling``, plus N(0, (z C)^2 I)
+    (``z = 0``: no noise, not private; ``z = inf``: pure noise, free)."""
+
+    group: str
+    count: int
+    noise_multiplier: float
+    sampling: BatchSampling
+    batch_size: int
+    dataset_size: int
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if not self.noise_multiplier >= 0:
+            raise ValueError(f"release {self.group!r}: noise_multiplier must be >= 0, got {self.noise_multiplier}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleRelease:
+    """``count`` invocations of a shuffle protocol for ``group`` with ``messages`` messages in all,
+    each invocation (``epsilon``, ``delta``)-DP in one message of l2 norm <= ``bound``
+    (``epsilon = inf``: not certified); ``params`` are the protocol's parameters (checked at run
+    time); records drawn as for :class:`GaussianRelease`."""
+
+    group: str
+    count: int
+    epsilon: float
+    delta: float
+    sampling: BatchSampling
+    batch_size: int
+    dataset_size: int
+    messages: int = 1
+    bound: float = 1.0
+    params: tuple = ()
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if not (self.epsilon > 0 and 0 <= self.delta < 1):
+            raise ValueError(f"release {self.group!r}: need epsilon > 0 and delta in [0, 1), "
+                             f"got {self.epsilon}, {self.delta}")
+
+
+Release = GaussianRelease | ShuffleRelease
+
+
+def _check_common(r) -> None:
+    if not isinstance(r.sampling, BatchSampling):
+        raise ValueError(f"release {r.group!r}: sampling must be a BatchSampling, got {r.sampling!r}")
+    check_count("count", r.count, minimum=0)
+    check_count("dataset_size", r.dataset_size)
+    check_count("batch_size", r.batch_size)
+    if r.sampling != BatchSampling.WITH_REPLACEMENT and r.batch_size > r.dataset_size:
+        raise ValueError(f"release {r.group!r}: batch_size {r.batch_size} > dataset_size {r.dataset_size}")
+
+
+def uses_per_record(sampling: BatchSampling, count: int, batch_size: int, dataset_size: int) -> int:
+    """How many of ``count`` messages a record can enter with ``SHUFFLED`` batches (one per epoch)."""
+    per_epoch = max(1, dataset_size // batch_size)
+    return -(-count // per_epoch) if sampling == BatchSampling.SHUFFLED else count
+
+
+def gaussian_steps(count: int, noise_multiplier: float, sampling: BatchSampling, batch_size: int,
+                   dataset_size: int) -> ev.DpEvent:
+    """The event of ``count`` Gaussian messages of one group (sampling as in the module docstring)."""
+    check_count("count", count)
+    z = check_positive("noise_multiplier", noise_multiplier)
+    n, k = check_count("dataset_size", dataset_size), check_count("batch_size", batch_size)
+    step: ev.DpEvent = ev.GaussianDpEvent(z)
+    if sampling == BatchSampling.WITH_REPLACEMENT:
+        return ev.SelfComposedDpEvent(ev.SampledWithReplacementDpEvent(n, k, step), count)
+    if sampling == BatchSampling.SUBSET and k < n:
+        return ev.SelfComposedDpEvent(ev.SampledWithoutReplacementDpEvent(n, k, step), count)
+    if sampling == BatchSampling.SHUFFLED and k < n:
+        per_epoch = min(count, n // k)
+        epoch = ev.ParallelComposedDpEvent(step, per_epoch) if per_epoch > 1 else step
+        return ev.SelfComposedDpEvent(epoch, uses_per_record(sampling, count, k, n))
+    return ev.SelfComposedDpEvent(step, count)
+
+
+def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:
+    eps, dl = r.epsilon, r.delta
+    if math.isinf(eps):
+        return ev.NonPrivateDpEvent()
+    if r.sampling == BatchSampling.WITH_REPLACEMENT:
+        k = max(1, min(r.batch_size, int(_binomial.isf(GROUP_TAIL, r.batch_size, 1.0 / r.dataset_size))))
+        log_group = math.log(k) + (k - 1) * eps + (math.log(dl) if dl > 0 else -math.inf)
+        eps, dl = k * eps, min(1.0 - 1e-16, (math.exp(log_group) if dl > 0 else 0.0) + GROUP_TAIL)
+    uses = uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size)
+    return ev.SelfComposedDpEvent(ev.EpsilonDeltaDpEvent(eps, dl), uses)
+
+
+def releases_event(releases: Sequence[Release]) -> ev.DpEvent:
+    """The event of one silo's whole transcript: the adaptive composition of its message groups."""
+    parts = []
+    for r in releases:
+        if r.count == 0:
+            continue
+        if isinstance(r, GaussianRelease):
+            if math.isinf(r.noise_multiplier):
+                continue  # pure noise
+            parts.append(ev.NonPrivateDpEvent() if r.noise_multiplier == 0 else
+                         gaussian_steps(r.count, r.noise_multiplier, r.sampling, r.batch_size, r.dataset_size))
+        elif isinstance(r, ShuffleRelease):
+            parts.append(_shuffle_event(r))
+        else:
+            raise ValueError(f"releases: unknown release {r!r}")
+    return ev.ComposedDpEvent(parts) if parts else ev.NoOpDpEvent()
+
+
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """One message group instance actually sent at run time (what :class:`ReleaseLedger` records).
+
+    ``noise_multiplier``: noise std over the contribution bound (smallest over silos and stacked
+    runs); for shuffle messages ``params`` (the protocol's) instead.
+    """
+
+    group: str
+    sampling: BatchSampling
+    batch_size: int
+    dataset_size: int
+    noise_multiplier: float = math.inf
+    params: tuple = ()
+
+
+class ReleaseLedger:
+    """Records every message an algorithm sends and refuses those its declaration does not cover.
+
+    ``declared``: the algorithm's releases (``None``: the algorithm declared itself non-private,
+    nothing is checked but everything is recorded).
+    """
+
+    _RTOL = 1e-9
+
+    def __init__(self, declared: Sequence[Release] | None) -> None:
+        self.declared = None if declared is None else {r.group: r for r in declared}
+        if declared is not None and len(self.declared) != len(declared):
+            raise ValueError("releases: each message group must be declared once")
+        self.sent: list[Sent] = []
+        self._counts: dict[str, int] = {}
+
+    def record(self, sent: Sent) -> None:
+        """Add ``sent``; ``ValueError`` naming the release when it is not covered."""
+        self.sent.append(sent)
+        count = self._counts[sent.group] = self._counts.get(sent.group, 0) + 1
+        if self.declared is None:
+            return
+        decl = self.declared.get(sent.group)
+        where = f"release {count} of group {sent.group!r}"
+        if decl is None:
+            raise ValueError(f"{where}: the algorithm declared no such message group ({sorted(self.declared)})")
+        if count > decl.count:
+            raise ValueError(f"{where}: only {decl.count} were declared")
+        if (sent.sampling, sent.batch_size) != (decl.sampling, decl.batch_size) or sent.dataset_size < decl.dataset_size:
+            raise ValueError(f"{where}: sent as {sent.sampling.value} batches of {sent.batch_size} from "
+                             f"{sent.dataset_size} records, declared {decl.sampling.value} batches of "
+                             f"{decl.batch_size} from {decl.dataset_size}")
+        if isinstance(decl, GaussianRelease):
+            if not sent.noise_multiplier >= decl.noise_multiplier * (1 - self._RTOL):
+                raise ValueError(f"{where}: noise multiplier {sent.noise_multiplier:.6g} is below the declared "
+                                 f"{decl.noise_multiplier:.6g}")
+        elif tuple(sent.params) != tuple(decl.params):
+            raise ValueError(f"{where}: shuffle parameters {sent.params} differ from the declared {decl.params}")
+
+    def counts(self) -> dict[str, int]:
+        """Messages sent per group so far."""
+        return dict(self._counts)

@@ -1,0 +1,175 @@
+"""Noise for an algorithm at a budget, and the certificate of its transcript, through its class.
+
+Every algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`, next
+to the ``_run`` that sends those messages); this module only turns a declaration into a
+calibration or a certificate with the accounting layer's generic machinery
+(:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). It knows
+no algorithm names: the registry (:mod:`silodp.algorithms.registry`) maps names to classes.
+
+``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
+what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
+gives none, the sensitivity shape) by the smallest factor the chosen accountant certifies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+
+from silodp.accounting import calibrate, tightest_calibration, tightest_epsilon, get_accountant
+from silodp.accounting._checks import check_count, check_delta, check_positive
+from silodp.accounting.releases import releases_event
+
+
+class Calibration(enum.Enum):
+    """How the noise for a target budget is chosen."""
+
+    TIGHT = "tight"
+    PAPER = "paper"
+
+
+CALIBRATIONS = tuple(c.value for c in Calibration)
+
+
+@dataclasses.dataclass(frozen=True)
+class TranscriptConfig:
+    """The algorithm parameters that determine what a silo releases (the smallest silo's n)."""
+
+    n: int
+    rounds: int
+    batch_size: int
+    clip: float = 1.0
+    batch_size2: int | None = None
+    q: int = 1
+    inner_steps: int = 1
+    restarts: int = 1
+    local_steps: int = 1
+    beta: float = math.inf
+    num_silos: int = 1
+    silos_per_round: int | None = None
+    dimension: int = 1
+    replacement: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("n", "rounds", "batch_size", "q", "inner_steps", "restarts", "local_steps", "num_silos",
+                     "dimension"):
+            check_count(name, getattr(self, name))
+        check_positive("clip", self.clip)
+        if self.batch_size > self.n:
+            raise ValueError(f"batch_size must be <= n, got {self.batch_size} > {self.n}")
+        if self.batch_size2 is not None and not 1 <= self.batch_size2 <= self.n:
+            raise ValueError(f"batch_size2 must lie in [1, n], got {self.batch_size2}")
+        if self.silos_per_round is not None and not 1 <= self.silos_per_round <= self.num_silos:
+            raise ValueError(f"silos_per_round must lie in [1, num_silos], got {self.silos_per_round}")
+        if not self.beta > 0:
+            raise ValueError(f"beta must be > 0, got {self.beta}")
+
+    @property
+    def k2(self) -> int:
+        return self.batch_size if self.batch_size2 is None else self.batch_size2
+
+    @property
+    def m(self) -> int:
+        return self.num_silos if self.silos_per_round is None else self.silos_per_round
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseCalibration:
+    """Noise standard deviations of the per-silo messages (or shuffle parameters per message
+    group) and what they certify."""
+
+    algorithm: str
+    sigmas: dict[str, float]
+    epsilon: float
+    delta: float
+    accountant: str
+    method: str
+    shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+
+def algorithm_class(algorithm) -> type:
+    """The class of ``algorithm`` (a registry name, a class, or an instance)."""
+    from silodp.algorithms.registry import ALGORITHMS
+
+    if isinstance(algorithm, str):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+        return ALGORITHMS[algorithm]
+    return algorithm if isinstance(algorithm, type) else type(algorithm)
+
+
+def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
+    """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
+    calibration's ``{"epsilon", "delta", "scale"}``)."""
+    return releases_event(algorithm_class(algorithm).releases(cfg, sigmas))
+
+
+def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
+            accountant: str | None = None) -> tuple[float, str]:
+    """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``."""
+    event = privacy_event(algorithm, cfg, sigmas)
+    dl = check_delta("delta", delta)
+    if accountant is None:
+        return tightest_epsilon(event, dl)
+    return get_accountant(accountant).compose(event).get_epsilon(dl), accountant
+
+
+def _method(method: str) -> Calibration:
+    try:
+        return Calibration(method)
+    except ValueError:
+        raise ValueError(f"method must be one of {CALIBRATIONS}, got {method!r}") from None
+
+
+def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,
+                        method: str = "tight", accountant: str | None = None) -> NoiseCalibration:
+    """Noise for ``algorithm`` at a target (epsilon, delta): the paper's formula or the tight scaling."""
+    cls = algorithm_class(algorithm)
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    how = _method(method)
+    if not cls.private:
+        return NoiseCalibration(cls.name, {}, math.inf, dl, "none", how.value)
+    if cls.shuffled:
+        return _calibrate_shuffle(cls, cfg, eps, dl, how, accountant)
+    if how == Calibration.PAPER:
+        sig = cls.paper_sigmas(cfg, eps, dl)
+        certified, acc = certify(cls, cfg, sig, dl, accountant)
+        return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value)
+    ref = cls.reference_sigmas(cfg, eps, dl)
+
+    def scaled(c: float) -> dict[str, float]:
+        return {k: v * c for k, v in ref.items()}
+
+    cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant)
+    return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
+
+
+def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accountant: str | None) -> NoiseCalibration:
+    """Shuffle-DP: the paper's per-invocation budgets divided by the smallest ``scale`` >= 1 the
+    accountant certifies (``paper``: scale 1), then the binomial protocol's parameters for each."""
+    acc = accountant or "advanced"
+
+    def budgets(scale: float) -> dict:
+        return {"epsilon": eps, "delta": dl, "scale": scale}
+
+    scale = 1.0
+    if how == Calibration.TIGHT:
+        scale = calibrate(lambda s: privacy_event(cls, cfg, budgets(s)), eps, dl, acc).noise_multiplier
+    certified = get_accountant(acc).compose(privacy_event(cls, cfg, budgets(scale))).get_epsilon(dl)
+    shuffle = {r.group: dict(zip(("g", "b", "p"), r.params), count=r.count, epsilon=r.epsilon, delta=r.delta,
+                             messages=r.messages, bound=r.bound)
+               for r in cls.shuffle_releases(cfg, budgets(scale), with_params=True) if r.count}
+    return NoiseCalibration(cls.name, {}, certified, dl, acc, how.value, shuffle)
+
+
+def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,
+                   accountant: str | None = None) -> dict:
+    """The paper's noise, what it really certifies, and the tight noise for the same target."""
+    paper = calibrate_algorithm(algorithm, cfg, epsilon, delta, "paper", accountant)
+    tight = calibrate_algorithm(algorithm, cfg, epsilon, delta, "tight", accountant or paper.accountant)
+    ratio = {k: tight.sigmas[k] / v for k, v in paper.sigmas.items() if v not in (0, math.inf)}
+    return {"algorithm": paper.algorithm, "target_epsilon": epsilon, "delta": delta,
+            "paper_sigmas": paper.sigmas, "paper_certified_epsilon": paper.epsilon,
+            "tight_sigmas": tight.sigmas, "tight_certified_epsilon": tight.epsilon,
+            "tight_over_paper": ratio, "accountant": tight.accountant}
