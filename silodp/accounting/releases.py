@@ -135,12 +135,27 @@ def gaussian_steps(count: int, noise_multiplier: float, sampling: BatchSampling,
     return ev.SelfComposedDpEvent(step, count)
 
 
+def _group_size(r: ShuffleRelease) -> int:
+    """Messages of one invocation a record can move: 1, or with replacement the (1 - GROUP_TAIL)
+    quantile of its multiplicity Bin(K, 1/n)."""
+    if r.sampling != BatchSampling.WITH_REPLACEMENT:
+        return 1
+    return max(1, min(r.batch_size, int(_binomial.isf(GROUP_TAIL, r.batch_size, 1.0 / r.dataset_size))))
+
+
+def delta_weight(r: ShuffleRelease) -> float:
+    """What one unit of per-invocation delta costs over the run: uses x group factor k e^{(k-1) eps}."""
+    k = _group_size(r)
+    uses = uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size)
+    return uses * k * math.exp(min(700.0, (k - 1) * r.epsilon))
+
+
 def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:
     eps, dl = r.epsilon, r.delta
     if math.isinf(eps):
         return ev.NonPrivateDpEvent()
-    if r.sampling == BatchSampling.WITH_REPLACEMENT:
-        k = max(1, min(r.batch_size, int(_binomial.isf(GROUP_TAIL, r.batch_size, 1.0 / r.dataset_size))))
+    k = _group_size(r)
+    if k > 1:  # group privacy over the k messages, the multiplicity tail charged to delta
         log_group = math.log(k) + (k - 1) * eps + (math.log(dl) if dl > 0 else -math.inf)
         eps, dl = k * eps, min(1.0 - 1e-16, (math.exp(log_group) if dl > 0 else 0.0) + GROUP_TAIL)
     uses = uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size)

@@ -198,16 +198,22 @@ class FederatedAlgorithm:
     @classmethod
     def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None,
                          with_params: bool = False) -> list:
-        """:meth:`shuffle_plan` with every per-invocation epsilon divided by ``budgets["scale"]``
+        """:meth:`shuffle_plan` with every per-invocation epsilon divided by ``budgets["scale"]``,
+        every per-invocation delta capped so that all the invocations a record can enter spend at
+        most half of ``budgets["delta"]`` (the paper's budgets assume each record is used once),
         and the protocol parameters: given (``params`` per group), or computed for the budget
         (``with_params``) by :func:`silodp.accounting.binomial_protocol_params`."""
         from silodp.accounting.binomial import binomial_protocol_params
+        from silodp.accounting.releases import delta_weight
 
         scale = float(budgets.get("scale", 1.0)) if budgets else 1.0
         plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
+        plan = [dataclasses.replace(r, epsilon=r.epsilon / scale) for r in plan]
+        if budgets:
+            cap = budgets["delta"] / (2.0 * sum(delta_weight(r) for r in plan if r.count))
+            plan = [dataclasses.replace(r, delta=min(r.delta, cap)) for r in plan]
         out = []
         for r in plan:
-            r = dataclasses.replace(r, epsilon=r.epsilon / scale)
             if params is not None:
                 r = dataclasses.replace(r, params=tuple(params[r.group]))
             elif with_params and r.count:

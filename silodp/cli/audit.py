@@ -23,7 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("--mutation", default=None, help="deliberate privacy bug to inject (see docs/audit.md)")
     p.add_argument("--epsilon", type=float, default=2.0, help="target epsilon the noise is calibrated to (default 2)")
     p.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
-    p.add_argument("--noise-multiplier", type=float, default=None, help="--mechanism gaussian: sigma / sensitivity")
+    p.add_argument("--noise-multiplier", type=float, default=None,
+                   help="--mechanism gaussian: sigma / C for one release under add/remove (shift C)")
     p.add_argument("--messages", type=int, default=100, help="--mechanism pvec: number of shuffled messages")
     p.add_argument("--trials", type=int, default=None,
                    help="runs per neighbouring dataset (default 100000, or the mutation's budget)")

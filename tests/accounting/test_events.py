@@ -48,3 +48,141 @@ def test_unsupported_dp_accounting_event_is_named():
 def test_importing_the_accounting_layer_does_not_import_dp_accounting():
     code = "import sys, silodp.accounting; assert 'dp_accounting' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- one unit (sigma / C) under both relations: silodp's pld equals dp-accounting's PLD ------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def trees(draw, depth=2):
+    """Random trees of Gaussian, Poisson-subsampled and without-replacement steps and compositions."""
+    kind = draw(st.sampled_from(["gaussian", "poisson", "wor"] + (["self", "composed"] if depth else [])))
+    z = draw(st.floats(0.6, 6.0))
+    if kind == "gaussian":
+        return ev.GaussianDpEvent(z)
+    if kind == "poisson":
+        return ev.PoissonSampledDpEvent(draw(st.floats(0.005, 0.5)), ev.GaussianDpEvent(z))
+    if kind == "wor":
+        n = draw(st.integers(20, 2000))
+        return ev.SampledWithoutReplacementDpEvent(n, draw(st.integers(1, n - 1)), ev.GaussianDpEvent(z))
+    if kind == "self":
+        return ev.SelfComposedDpEvent(draw(trees(depth - 1)), draw(st.integers(1, 30)))
+    return ev.ComposedDpEvent(draw(st.lists(trees(depth - 1), min_size=1, max_size=3)))
+
+
+def _reference(event, relation):
+    """dp-accounting's event; sampling without replacement (which it lacks) as silodp's documented
+    dominating pair: the add/remove Poisson-subsampled Gaussian at q = m/n and shift 2C (z / 2)."""
+    if isinstance(event, ev.SampledWithoutReplacementDpEvent):
+        q = event.sample_size / event.source_dataset_size
+        return dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(event.event.noise_multiplier / 2)), True
+    if isinstance(event, ev.SelfComposedDpEvent):
+        inner, wor = _reference(event.event, relation)
+        return dpa.SelfComposedDpEvent(inner, event.count), wor
+    if isinstance(event, ev.ComposedDpEvent):
+        parts = [_reference(e, relation) for e in event.events]
+        return dpa.ComposedDpEvent([p for p, _ in parts]), any(w for _, w in parts)
+    return ev.to_dp_accounting(event), False
+
+
+@settings(max_examples=25, deadline=None)
+@given(trees(), st.booleans())
+def test_pld_equals_dp_accounting_on_random_trees_under_both_relations(tree, replace_one):
+    """The same event, the same number: silodp's pld against dp-accounting's PLDAccountant on the
+    converted event (same connect-the-dots discretization 1e-3, so equal to 1e-3 relative plus
+    a few grid steps). Trees with sampling without replacement only exist under replace-one,
+    and there the reference composes the dominating add/remove pair."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    relation = ev.REPLACE_ONE if replace_one else ev.ADD_OR_REMOVE_ONE
+    reference, wor = _reference(tree, relation)
+    if wor and not replace_one:
+        assert not get_accountant("pld", relation).supports(tree)
+        return
+    ours = get_accountant("pld", relation, value_discretization_interval=1e-3).compose(tree).get_epsilon(1e-5)
+    if wor:  # the dominating pair is an add/remove pair: compose each part under its own relation
+        theirs_acc = _mixed_reference(tree)
+    else:
+        theirs_acc = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation[relation.name], 1e-3)
+        theirs_acc.compose(reference)
+    theirs = theirs_acc.get_epsilon(1e-5)
+    assert ours == pytest.approx(theirs, rel=2e-3, abs=1e-2)
+
+
+def _mixed_reference(tree):
+    """dp-accounting's PLD of ``tree`` under replace-one with every without-replacement step
+    replaced by its dominating add/remove pair (composed as a PLD, direction by direction)."""
+    from dp_accounting.pld import privacy_loss_distribution as dpl
+
+    def pld_of(event, count=1):
+        if isinstance(event, ev.SelfComposedDpEvent):
+            return pld_of(event.event, count * event.count)
+        if isinstance(event, ev.ComposedDpEvent):
+            out = None
+            for e in event.events:
+                p = pld_of(e, count)
+                out = p if out is None else out.compose(p)
+            return out
+        if isinstance(event, ev.SampledWithoutReplacementDpEvent):
+            q = event.sample_size / event.source_dataset_size
+            return dpl.from_gaussian_mechanism(event.event.noise_multiplier / 2, sampling_prob=q,
+                                               value_discretization_interval=1e-3).self_compose(count)
+        q = event.sampling_probability if isinstance(event, ev.PoissonSampledDpEvent) else 1.0
+        z = event.event.noise_multiplier if isinstance(event, ev.PoissonSampledDpEvent) else event.noise_multiplier
+        return dpl.from_gaussian_mechanism(z, sampling_prob=q, value_discretization_interval=1e-3,
+                                           neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE).self_compose(count)
+
+    class Acc:
+        def get_epsilon(self, delta):
+            return pld_of(tree).get_epsilon_for_delta(delta)
+    return Acc()
+
+
+@pytest.mark.parametrize("bad,field", [
+    (lambda: ev.SelfComposedDpEvent(ev.GaussianDpEvent(1.0), -3), "count"),
+    (lambda: ev.SelfComposedDpEvent(ev.GaussianDpEvent(1.0), 0), "count"),
+    (lambda: ev.SelfComposedDpEvent(ev.GaussianDpEvent(1.0), 2.5), "count"),
+    (lambda: ev.ParallelComposedDpEvent(ev.GaussianDpEvent(1.0), 0), "count"),
+    (lambda: ev.ZCDpEvent(rho=-1), "rho"),
+    (lambda: ev.GaussianDpEvent(0.0), "noise_multiplier"),
+    (lambda: ev.GaussianDpEvent(float("inf")), "noise_multiplier"),
+    (lambda: ev.GaussianDpEvent(float("nan")), "noise_multiplier"),
+    (lambda: ev.PoissonSampledDpEvent(0.0, ev.GaussianDpEvent(1.0)), "sampling_probability"),
+    (lambda: ev.SampledWithoutReplacementDpEvent(10, 11, ev.GaussianDpEvent(1.0)), "sample_size"),
+    (lambda: ev.SampledWithReplacementDpEvent(0, 1, ev.GaussianDpEvent(1.0)), "source_dataset_size"),
+    (lambda: ev.EpsilonDeltaDpEvent(1.0, 1.5), "delta"),
+    (lambda: ev.SelfComposedDpEvent("gaussian", 2), "event"),
+])
+def test_malformed_events_raise_naming_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        bad()
+
+
+def test_unknown_event_kinds_are_unsupported_by_every_accountant():
+    """Allow-lists: a subclass or foreign event is never certified, and supports() never raises."""
+    from silodp.accounting import ACCOUNTANTS
+
+    class Mystery(ev.DpEvent):
+        pass
+
+    class SneakyGaussian(ev.GaussianDpEvent):  # a subclass is not the allow-listed class
+        pass
+
+    for event in (Mystery(), ev.SelfComposedDpEvent(Mystery(), 100), SneakyGaussian(5.0), object(), None):
+        for name in ACCOUNTANTS:
+            acc = get_accountant(name)
+            assert acc.supports(event) is False
+            assert acc.unsupported_reason(event)
+            with pytest.raises(ValueError):
+                acc.compose(event)
+
+
+def test_dp_accounting_degenerate_values_become_explicit_events():
+    assert ev.from_dp_accounting(dpa.GaussianDpEvent(0.0)) == ev.NonPrivateDpEvent()
+    assert ev.from_dp_accounting(dpa.PoissonSampledDpEvent(0.0, dpa.GaussianDpEvent(1.0))) == ev.NoOpDpEvent()
+    import math
+    assert math.isinf(epsilon(dpa.GaussianDpEvent(0.0), 1e-5, "pld"))
+    with pytest.raises(ValueError, match="count"):
+        get_accountant("pld").compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(1.0), -3))

@@ -55,9 +55,12 @@ def test_nonprivate_reports_infinite_epsilon(setup):
     assert res.epsilon == math.inf and res.sigmas == {"sigma": 0.0}
 
 
-def test_privacy_event_uses_the_accounting_layer(setup):
-    transcripts = pytest.importorskip("silodp.accounting.transcripts")
+def test_privacy_event_is_the_declared_releases(setup):
+    from silodp.accounting import releases_event
+    from silodp.algorithms.privacy import privacy_event
+
     data, problem = setup
     algo = get_algorithm("isrl-prox-sgd", rounds=3, batch_size=4, step_size=0.1, sigmas={"sigma": 1.0})
     config = algo.transcript_config(problem, data.train)
-    assert algo.privacy_event(config) == transcripts.privacy_event("isrl-prox-sgd", config, {"sigma": 1.0})
+    assert algo.privacy_event(config) == privacy_event("isrl-prox-sgd", config, {"sigma": 1.0})
+    assert algo.privacy_event(config) == releases_event(type(algo).releases(config, {"sigma": 1.0}))

@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from silodp.accounting import transcripts
+from silodp.algorithms import privacy as transcripts
 from silodp.algorithms import registry
 from silodp.algorithms.baselines import IsrlMBSGD
 from silodp.experiments import execute as ex

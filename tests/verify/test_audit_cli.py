@@ -66,3 +66,14 @@ def test_pvec_mechanism_json(capsys):
     data = json.loads(out)
     assert code == 0 and KEYS <= set(data) and data["messages"] == 50
     assert data["epsilon_claimed"] <= 1.0 and 0 < data["epsilon_lower"] <= data["epsilon_claimed"]
+
+
+@pytest.mark.parametrize("name", ["dp-scaffold", "dp-fedsgd"])
+def test_dp_scaffold_family_is_audited(capsys, name):
+    """Issue 12: the audit reads every private algorithm from the registry, DP-SCAFFOLD included;
+    the claim is the curious server's worst case, calibrated to the target."""
+    code, out, _ = run(capsys, "--algorithm", name, "--epsilon", "2", "--trials", "5000", "--json")
+    data = json.loads(out)
+    assert code == 0 and KEYS <= set(data) and data["algorithm"] == name
+    assert 0.99 * 2 <= data["epsilon_claimed"] <= 2 and data["violation"] is False
+    assert 0 < data["epsilon_lower"] <= data["epsilon_claimed"]
