@@ -67,6 +67,8 @@ from silodp.accounting.releases import (
 )
 from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_numerical, shuffle_bounds
 
+# ``epsilon`` and ``delta`` (the one-call helpers) are importable by name but left out of ``*``:
+# a star import must not overwrite a user's own ``epsilon`` or ``delta``.
 __all__ = [
     "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling",
     "BinomialProtocolParams", "Calibration", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
@@ -76,7 +78,7 @@ __all__ = [
     "SampledWithReplacementDpEvent", "SampledWithoutReplacementDpEvent", "SelfComposedDpEvent",
     "ShuffleRelease", "UnsupportedEventError", "ZCDpEvent", "ZcdpAccountant", "binomial_protocol_epsilon",
     "binomial_protocol_params", "binomial_protocol_variance", "calibrate", "candidate_accountants",
-    "cdp_guarantee", "delta", "epsilon", "erlingsson2019", "fmt21_closed_form", "fmt21_numerical",
+    "cdp_guarantee", "erlingsson2019", "fmt21_closed_form", "fmt21_numerical",
     "from_dp_accounting", "gaussian_steps", "get_accountant", "releases_event", "sensitivity",
     "shuffle_bounds", "tightest_calibration", "tightest_epsilon", "to_dp_accounting", "user_level_guarantee",
 ]

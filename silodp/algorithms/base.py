@@ -62,10 +62,10 @@ def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
     keyed by group name (a calibration's ``shuffle``)."""
     if "g" in raw:
         return {g: as_params(raw) for g in groups}
-    missing = [g for g in groups if g not in raw]
-    if missing:
-        raise ValueError(f"shuffle_params: need (g, b, p) for the message groups {list(groups)}, missing {missing}")
-    return {g: as_params(raw[g]) for g in groups}
+    unknown = sorted(set(raw) - set(groups))
+    if unknown or not raw:
+        raise ValueError(f"shuffle_params: need (g, b, p) per message group of {list(groups)}, got {sorted(raw)}")
+    return {g: as_params(raw[g]) for g in groups if g in raw}  # a group never sent needs none
 
 
 class FederatedAlgorithm:
@@ -199,8 +199,9 @@ class FederatedAlgorithm:
     def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None,
                          with_params: bool = False) -> list:
         """:meth:`shuffle_plan` with every per-invocation epsilon divided by ``budgets["scale"]``,
-        every per-invocation delta capped so that all the invocations a record can enter spend at
-        most half of ``budgets["delta"]`` (the paper's budgets assume each record is used once),
+        the per-invocation deltas, where all the invocations a record can enter would spend more
+        than ``budgets["delta"]`` (the paper's budgets assume each record is used once), shrunk
+        so that they spend half of it,
         and the protocol parameters: given (``params`` per group), or computed for the budget
         (``with_params``) by :func:`silodp.accounting.binomial_protocol_params`."""
         from silodp.accounting.binomial import binomial_protocol_params
@@ -209,13 +210,14 @@ class FederatedAlgorithm:
         scale = float(budgets.get("scale", 1.0)) if budgets else 1.0
         plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
         plan = [dataclasses.replace(r, epsilon=r.epsilon / scale) for r in plan]
-        if budgets:
-            cap = budgets["delta"] / (2.0 * sum(delta_weight(r) for r in plan if r.count))
-            plan = [dataclasses.replace(r, delta=min(r.delta, cap)) for r in plan]
+        spent = sum(delta_weight(r) * r.delta for r in plan if r.count)
+        if budgets and spent > budgets["delta"]:  # the paper's deltas assume one use per record
+            shrink = budgets["delta"] / (2.0 * spent)
+            plan = [dataclasses.replace(r, delta=r.delta * shrink) for r in plan]
         out = []
         for r in plan:
             if params is not None:
-                r = dataclasses.replace(r, params=tuple(params[r.group]))
+                r = dataclasses.replace(r, params=tuple(params.get(r.group, ())))
             elif with_params and r.count:
                 p = binomial_protocol_params(r.epsilon, r.delta, r.bound, cfg.dimension, r.messages)
                 r = dataclasses.replace(r, params=(p.g, p.b, p.p))

@@ -22,4 +22,10 @@ from silodp.verify.rates import Comparison, RateResult, RateSetup, compare, full
 from silodp.verify.stats import PowerLawFit, bootstrap_means, fit_power_law
 from silodp.verify.testing import assert_dp
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+__all__ = [
+    "AlgorithmGame", "AuditResult", "Claim", "Comparison", "Constants", "Family", "MUTATIONS", "PowerLawFit",
+    "RateResult", "RateSetup", "SDP_SCENARIOS", "Scenario", "Scores", "assert_dp", "audit_algorithm",
+    "audit_gaussian", "audit_papers", "audit_pvec", "audit_sdp", "bootstrap_means", "clopper_pearson_epsilon",
+    "compare", "detection_rate", "estimate", "fit_power_law", "full_setup", "gdp_epsilon", "get_family", "judge",
+    "least_squares_ball", "logistic_ridge", "quick_setup", "run_rates", "sigmoid_l1",
+]

@@ -186,3 +186,21 @@ def test_dp_accounting_degenerate_values_become_explicit_events():
     assert math.isinf(epsilon(dpa.GaussianDpEvent(0.0), 1e-5, "pld"))
     with pytest.raises(ValueError, match="count"):
         get_accountant("pld").compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(1.0), -3))
+
+
+def test_star_imports_export_only_the_public_api():
+    """`from silodp.<layer> import *` brings no submodules and nothing that shadows a user's names
+    by accident (issue 12: it used to export submodules and overwrite a user's `delta`)."""
+    import types
+
+    import silodp.accounting
+    import silodp.algorithms
+    import silodp.bounds
+    import silodp.verify
+
+    for pkg in (silodp.accounting, silodp.algorithms, silodp.bounds, silodp.verify):
+        exported = {name: getattr(pkg, name) for name in pkg.__all__}
+        assert not [n for n, v in exported.items() if isinstance(v, types.ModuleType)], pkg.__name__
+    namespace = {"delta": 1e-5, "epsilon": 1.0}
+    exec("from silodp.accounting import *", namespace)
+    assert namespace["delta"] == 1e-5 and namespace["epsilon"] == 1.0

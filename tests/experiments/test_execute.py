@@ -131,6 +131,7 @@ def test_algorithms_unknown_to_the_accounting_layer_calibrate_themselves(monkeyp
 
     class SelfCalibrating(IsrlMBSGD):
         name = "self-calibrating"
+        self_calibrating = True  # it sets its own noise (as the DP-SCAFFOLD family does)
 
         def __init__(self, **kwargs):
             seen.update(kwargs)

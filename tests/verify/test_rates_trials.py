@@ -89,7 +89,7 @@ def test_uniform_picks_are_independent_per_trial(family):
     x, y, _ = _single(family, 8, seed=0)
     big = Federation(x[0].repeat(4, 1, 1), y[0].repeat(4, 1), torch.full((12,), 8))
     algo = get_algorithm("isrl-pl-svrg", rounds=1, batch_size=4, sigmas={"sigma1": 0.0, "sigma2": 0.0})
-    ctx = TrialContext(algo, family.problem, big, 0, {}, None, trials=4, silos=3, silos_per_round=3)
+    ctx = TrialContext(algo, family.problem, big, 0, algo.sigmas, None, trials=4, silos=3, silos_per_round=3)
     for k in range(5):
         ctx.iterates.append(torch.full((4, 1), float(k)))
     picks = torch.stack([ctx.iterates[0][:, 0] for _ in range(300)])  # [300, 4]
