@@ -57,6 +57,7 @@ itself was not available to us (docs/scaffold.md).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 import numpy as np
@@ -69,8 +70,23 @@ from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import get_accountant
 from silodp.accounting.calibration import calibrate
 
-PARTICIPATION = ("worst-case", "expected")
-AGAINST = ("server", "third-party", "both")
+class Participation(enum.Enum):
+    """How the server's count of rounds treats user sampling (module docstring)."""
+
+    WORST_CASE = "worst-case"
+    EXPECTED = "expected"
+
+
+class Against(enum.Enum):
+    """Whom the guarantee is toward: the curious server, a third party seeing only the models, both."""
+
+    SERVER = "server"
+    THIRD_PARTY = "third-party"
+    BOTH = "both"
+
+
+PARTICIPATION = tuple(p.value for p in Participation)
+AGAINST = tuple(a.value for a in Against)
 ASSUMPTION = ("exact for K = 1 without control variates (DP-FedSGD); for K > 1 or control variates "
               "the paper's model: each step's aggregate over the sampled users is a Gaussian mechanism")
 

@@ -36,11 +36,10 @@ from typing import ClassVar
 import torch
 
 from silodp.accounting.releases import BatchSampling, GaussianRelease
+from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
+from silodp.accounting.scaffold import PARTICIPATION
 
 from .base import FederatedAlgorithm, _positive_int
-
-PRIVACY_AGAINST = ("server", "third-party", "both")
-PARTICIPATION = ("worst-case", "expected")
 
 
 class SubsetSampler:

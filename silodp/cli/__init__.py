@@ -2,8 +2,9 @@
 
 Every subcommand lives in its own module exposing ``register(subparsers)``; heavy imports (torch,
 sympy) happen inside the handlers, so accounting commands answer without importing torch.
-Bad input exits with status 2 and one line naming the argument. JSON output is strict: an
-infinite or undefined number is ``null``.
+Any failure -- bad input, an argparse error, or an exception from the library -- exits with status
+2 and exactly one line on stderr (``silodp COMMAND: error: ...``), never a usage block or a
+traceback. JSON output is strict: an infinite or undefined number is ``null``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,30 @@ from typing import Sequence
 _MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce")
 
 
+class CliError(Exception):
+    """A command-line error, reported as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors as one line (no usage block); subparsers inherit the class."""
+
+    def error(self, message: str):
+        raise CliError(f"{self.prog}: error: {message}")
+
+
+def one_line(exc: BaseException) -> str:
+    """The message of ``exc`` on one line; arithmetic failures say what they mean."""
+    if isinstance(exc, OverflowError):
+        text = f"a value is too large to compute with ({exc})"
+    elif isinstance(exc, (ValueError, CliError)):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split()) or type(exc).__name__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="silodp",
         description="Differentially private federated learning without a trusted server.",
     )
@@ -59,11 +82,15 @@ def emit(payload: dict, as_json: bool, human: str | None = None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except CliError as exc:
+        print(one_line(exc), file=sys.stderr)
+        return 2
     try:
         return int(args.handler(args) or 0)
-    except ValueError as exc:
-        print(f"silodp {args.command}: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # the contract: one line, exit 2, whatever failed
+        print(f"silodp {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
 
