@@ -15,6 +15,7 @@ from silodp.accounting.accountants import (
     Accountant,
     AdvancedAccountant,
     DworkRothAccountant,
+    GdpAccountant,
     PldAccountant,
     RdpAccountant,
     ZcdpAccountant,
@@ -68,7 +69,7 @@ from silodp.accounting.releases import (
 from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_numerical, shuffle_bounds
 
 __all__ = [
-    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling",
+    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling", "GdpAccountant",
     "BinomialProtocolParams", "Calibration", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
     "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "IsrlLedger", "Mechanism",
     "NeighboringRelation", "NoOpDpEvent", "NonPrivateDpEvent", "ParallelComposedDpEvent", "PldAccountant",
