@@ -143,7 +143,7 @@ def test_with_replacement_bound_dominates_a_concrete_instance(eps):
 
 
 def test_every_registered_accountant_has_a_name():
-    assert set(ACCOUNTANTS) == {"rdp", "pld", "zcdp", "advanced", "dwork-roth"}
+    assert set(ACCOUNTANTS) == {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth"}
 
 
 def test_with_replacement_full_size_batch_keeps_multiplicities():
