@@ -15,6 +15,7 @@ from silodp.accounting.accountants import (
     Accountant,
     AdvancedAccountant,
     DworkRothAccountant,
+    GdpAccountant,
     PldAccountant,
     RdpAccountant,
     ZcdpAccountant,
@@ -70,7 +71,7 @@ from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_n
 # ``epsilon`` and ``delta`` (the one-call helpers) are importable by name but left out of ``*``:
 # a star import must not overwrite a user's own ``epsilon`` or ``delta``.
 __all__ = [
-    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling",
+    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling", "GdpAccountant",
     "BinomialProtocolParams", "Calibration", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
     "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "IsrlLedger", "Mechanism",
     "NeighboringRelation", "NoOpDpEvent", "NonPrivateDpEvent", "ParallelComposedDpEvent", "PldAccountant",

@@ -25,6 +25,10 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
   discretization. Poisson under replace-one uses the exact replace-one pair; with-replacement
   sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library.
+* ``gdp`` -- un-subsampled Gaussian steps only, any mix of noise multipliers: *exact*. Gaussian
+  with sigma / shift r is (1/r)-GDP exactly (Dong, Roth & Su 2022, arXiv:1905.02383, Thm 2.7),
+  mu_i-GDP mechanisms compose to exactly sqrt(sum mu_i^2)-GDP (ibid., Cor 3.3), and mu-GDP is
+  the Balle-Wang curve of a Gaussian with sigma / shift = 1 / mu (ibid., Cor 2.13).
 * ``zcdp`` -- Gaussian steps without subsampling only (paper Prop D.2 + Lemma D.1), converted by
   Canonne-Kamath-Steinke 2020 (``conversion="paper"`` gives paper Prop D.1).
 * ``advanced`` -- per-step (eps, delta) from the analytic Gaussian (Balle-Wang 2018) and BBG18
@@ -236,11 +240,67 @@ class PldAccountant(Accountant):
             total = p if total is None else total.compose(p)
         return total
 
+    #: Largest share of the requested delta the floating-point charge may take (else: refuse).
+    ROUNDOFF_SHARE = 0.1
+
+    def settings(self) -> dict[str, float]:
+        """The discretization settings a certificate of this accountant depends on."""
+        return {"value_discretization_interval": self.value_discretization_interval,
+                "log_mass_truncation_bound": self.log_mass_truncation_bound}
+
+    def _certifiable_pld(self, delta: float) -> pld_lib.PrivacyLossDistribution:
+        """The composed PLD, or :class:`~silodp.accounting.pld.UncertifiableDeltaError` when its
+        floating-point charge exceeds ``ROUNDOFF_SHARE * delta``."""
+        total = self._pld()
+        if total.roundoff > self.ROUNDOFF_SHARE * delta:
+            raise pld_lib.UncertifiableDeltaError(
+                f"delta={delta:g} is below what the pld accountant can certify for {len(self)} compositions: "
+                f"its floating-point charge is {total.roundoff:.2g} (more than {self.ROUNDOFF_SHARE:g} delta); "
+                "use 'rdp', or 'gdp' for Gaussian steps without subsampling")
+        return total
+
     def _epsilon(self, delta: float) -> float:
-        return self._pld().get_epsilon_for_delta(delta)
+        eps = self._certifiable_pld(delta).get_epsilon_for_delta(delta)
+        genuine = -math.expm1(sum(b.count * math.log1p(-b.delta) for b in self._blocks
+                                  if b.kind == Mechanism.EPSILON_DELTA))
+        if math.isinf(eps) and genuine <= delta:  # the grid's tails, not the mechanism, spend delta
+            raise pld_lib.UncertifiableDeltaError(
+                f"delta={delta:g} is below the tail mass the pld accountant charged to infinite loss at "
+                f"log_mass_truncation_bound={self.log_mass_truncation_bound:g}; use a smaller bound or 'rdp'")
+        return eps
 
     def _delta(self, epsilon: float) -> float:
         return float(min(1.0, self._pld().get_delta_for_epsilon(epsilon)))
+
+
+class GdpAccountant(Accountant):
+    """Exact accountant for compositions of un-subsampled Gaussian steps (Gaussian DP).
+
+    A Gaussian step with unit multiplier r = z / sensitivity is exactly (1/r)-GDP (Dong, Roth &
+    Su 2022, arXiv:1905.02383, Thm 2.7); the composition is exactly mu-GDP with
+    mu = sqrt(sum_i count_i / r_i^2) (ibid., Cor 3.3); and mu-GDP is exactly the privacy profile
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (ibid., Cor 2.13), the Balle-Wang
+    curve of :mod:`silodp.accounting.gaussian` at sigma / sensitivity = 1/mu, inverted rounding up.
+    """
+
+    name = "gdp"
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.NON_PRIVATE: frozenset()}
+
+    def _check(self, block: Block) -> None:
+        if block.kind == Mechanism.GAUSSIAN and block.subsampled:
+            raise UnsupportedEventError(
+                f"gdp is exact only without subsampling ({block.sampling.value}); use 'pld' or 'rdp'")
+
+    def mu(self) -> float:
+        """mu of the composition (Cor 3.3)."""
+        return math.sqrt(sum(b.count / self._unit_z(b) ** 2 for b in self._blocks))
+
+    def _epsilon(self, delta: float) -> float:
+        return gaussian.epsilon_for_delta(1.0 / self.mu(), delta)
+
+    def _delta(self, epsilon: float) -> float:
+        # log_ndtr is accurate to a few ulps; 1e-12 relative rounds the closed form up
+        return min(1.0, float(np.exp(gaussian.analytic_log_delta(epsilon, 1.0 / self.mu()))) * (1.0 + 1e-12))
 
 
 class ZcdpAccountant(Accountant):
@@ -362,6 +422,7 @@ class DworkRothAccountant(AdvancedAccountant):
 
 
 ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
+    "gdp": GdpAccountant,
     "rdp": RdpAccountant,
     "pld": PldAccountant,
     "zcdp": ZcdpAccountant,
@@ -371,7 +432,7 @@ ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
 
 
 def get_accountant(name: str, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> Accountant:
-    """A fresh accountant by registry name (``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``)."""
+    """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``)."""
     if name not in ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
     return ACCOUNTANTS[name](neighbouring, **kwargs)

@@ -5,7 +5,9 @@ to an event (as dp-accounting's ``mechanism_calibration``). It starts from the G
 approximation of the answer, then takes secant steps on (log z, log eps) safeguarded by the
 bracket found so far, and returns only a point that the accountant certified with
 target * (1 - rtol) <= epsilon <= target: the noise is rounded toward *more* privacy by
-construction, never past the target.
+construction, never past the target. When the certified epsilon jumps across the tolerance band
+(a certificate need not be continuous in the noise), the best certified point is returned with a
+``note`` saying so.
 
 For ``pld`` the discretization is chosen from the number of compositions so that its (pessimistic,
 hence still certified) over-estimate stays below 0.2% of the target, and ``rtol`` is tightened to
@@ -22,6 +24,7 @@ from silodp.accounting import events as ev
 from silodp.accounting._checks import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import get_accountant
+from silodp.accounting.pld import UncertifiableDeltaError
 from silodp.accounting.blocks import Mechanism, Sampling, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
 
@@ -40,6 +43,10 @@ class Calibration:
     delta: float
     target_epsilon: float
     accountant: str
+    #: the accountant settings the certificate depends on (the PLD discretization)
+    settings: dict = dataclasses.field(default_factory=dict)
+    #: empty when target * (1 - rtol) <= epsilon <= target; otherwise why not
+    note: str = ""
 
 
 def _certifier(event_fn: EventFn, delta: float, accountant: str, neighbouring, **kwargs) -> Callable[[float], float]:
@@ -87,7 +94,9 @@ def _search(eps_of: Callable[[float], float], target: float, rtol: float, start:
     """Secant iteration on (log z, log eps), safeguarded by the bracket found so far.
 
     Returns (z, eps(z), last log-log slope) with target * (1 - rtol) <= eps(z) <= target; if even
-    z = 1e-4 meets the budget, that z. Every returned z has been certified by ``eps_of``.
+    z = 1e-4 meets the budget, or the bracket closes on a jump of the certificate, the smallest
+    certified z seen (the caller checks the tolerance). Every returned z has been certified by
+    ``eps_of``.
     """
     goal = math.log(target * (1.0 - rtol / 2.0))
     lo = hi = None  # log z with eps > target (too little noise) / eps <= target
@@ -170,38 +179,76 @@ def calibrate(
             start = z_c * math.exp((math.log(eps * (1 - rtol / 2)) - math.log(e_f)) / slope)
     eps_of = _certifier(event_fn, dl, accountant, neighbouring, **accountant_kwargs)
     z, certified, _ = _search(eps_of, eps, rtol, start, slope)
-    return Calibration(z, certified, dl, eps, name)
+    note = "" if certified >= eps * (1.0 - rtol) or z < 1e-4 else (
+        f"certified epsilon {certified:.6g} is more than rtol={rtol:g} below the target: the certificate "
+        f"of {name} jumps across the band [{eps * (1 - rtol):.6g}, {eps:g}] as the noise varies")
+    settings = dict(accountant_kwargs) if accountant == "pld" else {}
+    return Calibration(z, certified, dl, eps, name, settings, note)
 
 
 #: Accountants :func:`candidate_accountants` tries, tightest first.
-CANDIDATES = ("pld", "rdp", "advanced")
+CANDIDATES = ("gdp", "pld", "rdp", "advanced")
 
 
 def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> list[str]:
-    """Accountants worth trying for ``event``, tightest first: the first of pld, rdp, advanced that
-    supports it; for with-replacement sampling also ``advanced`` (its BBG18 amplification can beat
-    the labelled-multiplicity bound of pld/rdp when a record is rarely drawn)."""
+    """Accountants worth trying for ``event``, tightest first: ``gdp`` alone when it supports the
+    event (exact); otherwise ``pld`` and ``rdp`` (``pld`` is tighter but refuses deltas below its
+    floating-point charge, and the smaller of two certificates is one), or the first of ``rdp``,
+    ``advanced`` that supports it; for with-replacement sampling also ``advanced`` (its BBG18
+    amplification can beat the labelled-multiplicity bound of pld/rdp when a record is rarely
+    drawn)."""
     names = [name for name in CANDIDATES if get_accountant(name, neighbouring).supports(event)]
     if not names:
         reasons = "; ".join(f"{n}: {get_accountant(n, neighbouring).unsupported_reason(event)}" for n in CANDIDATES)
         raise ValueError(f"event: no accountant certifies it ({reasons})")
+    if names[0] == "gdp":
+        return names[:1]
+    tight = [n for n in names if n in ("pld", "rdp")] or names[:1]
     with_replacement = any(b.sampling == Sampling.WITH_REPLACEMENT for b in flatten(event))
-    return [names[0], "advanced"] if with_replacement and "advanced" in names[1:] else names[:1]
+    return tight + ["advanced"] if with_replacement and "advanced" in names and "advanced" not in tight else tight
 
 
-def tightest_epsilon(event: ev.DpEvent, delta: float,
-                     neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> tuple[float, str]:
+def _pld_kwargs(name: str, pld_settings: dict | None) -> dict:
+    return dict(pld_settings or {}) if name == "pld" else {}
+
+
+def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
+                     pld_settings: dict | None = None) -> tuple[float, str]:
     """The smallest certified epsilon of ``event`` at ``delta`` among
-    :func:`candidate_accountants`, and the accountant that certifies it."""
+    :func:`candidate_accountants` (``pld`` with ``pld_settings``, its keyword arguments), and the
+    accountant that certifies it. A candidate that cannot certify at this delta (``pld`` below its
+    floating-point charge) is skipped; if none can, the last one's error is raised."""
     dl = check_delta("delta", delta)
-    return min((get_accountant(name, neighbouring).compose(event).get_epsilon(dl), name)
-               for name in candidate_accountants(event, neighbouring))
+    results, error = [], None
+    for name in candidate_accountants(event, neighbouring):
+        try:
+            results.append((get_accountant(name, neighbouring, **_pld_kwargs(name, pld_settings))
+                            .compose(event).get_epsilon(dl), name))
+        except UncertifiableDeltaError as exc:
+            error = exc
+    if not results:
+        raise error
+    return min(results)
 
 
 def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accountant: str | None = None,
-                         neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> Calibration:
+                         neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
+                         pld_settings: dict | None = None) -> Calibration:
     """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
-    certified noise multiplier (each candidate's result is a certificate on its own)."""
+    certified noise multiplier (each candidate's result is a certificate on its own); ``rdp`` is
+    only a fallback for a ``pld`` that cannot certify at ``delta`` (its noise is not smaller).
+    ``pld_settings``: keyword arguments of ``pld`` (default: chosen by ``calibrate``)."""
     names = [accountant] if accountant else candidate_accountants(event_fn(1.0), neighbouring)
-    return min((calibrate(event_fn, epsilon, delta, name, neighbouring) for name in names),
-               key=lambda c: c.noise_multiplier)
+    results, error = [], None
+    for name in names:
+        if name == "rdp" and any(c.accountant.startswith("pld") for c in results):
+            continue
+        try:
+            results.append(calibrate(event_fn, epsilon, delta, name, neighbouring, **_pld_kwargs(name, pld_settings)))
+        except UncertifiableDeltaError as exc:
+            if accountant:
+                raise
+            error = exc
+    if not results:
+        raise error
+    return min(results, key=lambda c: c.noise_multiplier)

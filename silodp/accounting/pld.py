@@ -18,6 +18,16 @@ adds mass: tails beyond ``exp(log_mass_truncation_bound)`` are cut after each co
 lower tail moved up to the first kept point, the upper tail to +inf), and round-off below zero in
 an FFT is clipped up to zero.
 
+Floating point. Every convolution (FFT or direct) bounds the l1 distance between the masses it
+computed and the exact convolution of its inputs, and the bound travels with the result as
+``roundoff`` (:func:`_fft_roundoff`, :func:`LossPmf.self_compose`); it is added to delta like mass
+at +inf. Since delta(eps) is 1-Lipschitz in the masses (weights in [0, 1]), the answer stays an
+upper bound on the exact composition of the pessimistic discretizations. A T-fold power
+multiplies the relative error of each Fourier coefficient by T, so the charge grows about
+linearly in T; :class:`silodp.accounting.accountants.PldAccountant` refuses a delta that the charge
+would dominate. Not charged: the relative round-off (a few ulps) of the single-step curve
+delta(eps_i) itself.
+
 Mechanisms. Every Gaussian pair silodp accounts is, after scaling to unit shift, the pair
 P = (1 - a) N(0, s^2) + a N(1, s^2), Q = (1 - b) N(0, s^2) + b N(-1, s^2), whose loss is increasing
 in x, so {L > eps} = {x > x*(eps)} with x* the root of a quadratic in e^{x/s^2} (closed form):
@@ -51,6 +61,42 @@ LOG_TAIL_MASS = math.log(1e-15)
 MAX_POINTS = 50_000_000
 #: Losses beyond +-MAX_LOSS would overflow e^eps; such mechanisms are far from private anyway.
 MAX_LOSS = 600.0
+#: Unit round-off of float64.
+_U = 2.0 ** -53
+#: Normwise error of one FFT stage: ||fl(FFT x) - FFT x||_2 <= log2(n) eta ||FFT x||_2 / (1 - log2(n) eta)
+#: (Higham 2002, *Accuracy and Stability of Numerical Algorithms*, Thm 24.2, with
+#: eta = mu + gamma_4 (sqrt 2 + mu) ~ 6.7u for radix-2 butterflies and twiddles accurate to mu ~ u);
+#: 16u leaves room for pocketfft's radix-3 and radix-5 butterflies. Inverses obey the same bound.
+_FFT_STAGE_ERROR = 16.0 * _U
+
+
+def _fft_error(size: int, l2_norm: float) -> float:
+    """Bound on ||fl(FFT x) - FFT x||_2 (or the inverse's) for a transform of ``size`` points whose
+    exact output has l2 norm ``l2_norm`` (Higham 2002, Thm 24.2; see ``_FFT_STAGE_ERROR``)."""
+    eta = _FFT_STAGE_ERROR * math.log2(max(size, 2))
+    return eta / (1.0 - eta) * l2_norm
+
+
+def _spectral_norm(half: np.ndarray, size: int) -> float:
+    """l2 norm over the full spectrum of a real signal's ``rfft`` output ``half`` (Hermitian)."""
+    sq = np.abs(half) ** 2
+    twice = np.ones(len(half))
+    twice[1:(size + 1) // 2] = 2.0  # k and size - k are the same coefficient, conjugated
+    return math.sqrt(float(np.sum(twice * sq)))
+
+
+def _inverse_roundoff(masses: np.ndarray, size: int, spectrum_error: float) -> float:
+    """l1 bound on the error of ``irfft`` output ``masses`` (``size`` points) whose input spectrum
+    is off by at most ``spectrum_error`` in l2 (full spectrum): by Parseval the spectrum error
+    reaches the output as l2 error spectrum_error / sqrt(size), the transform adds
+    ``_fft_error`` of the output's norm, and l1 <= sqrt(size) l2."""
+    own = _fft_error(size, float(np.linalg.norm(masses)))
+    return spectrum_error + math.sqrt(size) * own * (1.0 + 4.0 * _U)
+
+
+class UncertifiableDeltaError(ValueError):
+    """The requested delta is below what the PLD engine can certify for this composition (its
+    floating-point charge, or the mass it moved to +inf, is too large a share of delta)."""
 
 
 def _next_fast_length(n: int) -> int:
@@ -87,25 +133,45 @@ def _min_over_t(fn, spread: float) -> float:
     return min(fc, fd)
 
 
-def _convolve(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Linear convolution of two mass vectors (direct when small, else FFT), clipped at zero."""
+def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Linear convolution of two nonnegative mass vectors of total mass <= 1 (direct when small,
+    else FFT), clipped at zero, and a bound on the l1 error of the computed masses.
+
+    Direct: each output is a sum of at most m = min(len) nonnegative products, relative error
+    <= (m + 1) u (Higham 2002, Sec 3.1), so l1 error <= (m + 1) u sum(out). FFT: with
+    ||e_x||_2 <= _fft_error(|X|) per transform and |X_k|, |Y_k| <= 1, the product's spectrum is
+    off by at most e_x + (1 + e_x) e_y + 2u ||X Y||_2, then :func:`_inverse_roundoff`."""
     if min(len(x), len(y)) <= 32 or len(x) * len(y) <= 200_000:
-        return np.convolve(x, y)
+        out = np.convolve(x, y)
+        return out, (min(len(x), len(y)) + 1) * _U * 1.01 * float(np.sum(out))
     n = len(x) + len(y) - 1
     size = _next_fast_length(n)
-    out = np.fft.irfft(np.fft.rfft(x, size) * np.fft.rfft(y, size), size)[:n]
-    return np.maximum(out, 0.0)
+    fx, fy = np.fft.rfft(x, size), np.fft.rfft(y, size)
+    ex = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(x)))
+    ey = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)))
+    product = fx * fy
+    spectrum_error = ex + (1.0 + ex) * ey + 2.0 * _U * _spectral_norm(product, size)
+    out = np.fft.irfft(product, size)[:n]
+    return np.maximum(out, 0.0), _inverse_roundoff(out, size, spectrum_error)
 
 
 @dataclasses.dataclass(frozen=True)
 class LossPmf:
     """Masses ``masses[i]`` at privacy loss ``(offset + i) * interval``, plus ``infinity_mass`` at
-    +inf: one direction of a pessimistic discrete PLD."""
+    +inf: one direction of a pessimistic discrete PLD. ``roundoff`` bounds the l1 distance of
+    (masses, infinity_mass) from the exact computation (see the module docstring); it is charged
+    to delta like mass at +inf."""
 
     interval: float
     offset: int
     masses: np.ndarray
     infinity_mass: float
+    roundoff: float = 0.0
+
+    @property
+    def charged_infinity(self) -> float:
+        """Mass at +inf plus the round-off charge: what delta(eps) never falls below."""
+        return self.infinity_mass + self.roundoff
 
     @property
     def losses(self) -> np.ndarray:
@@ -116,11 +182,11 @@ class LossPmf:
         lo = max(0, math.floor(epsilon / self.interval) - self.offset)
         l, m = self.losses[lo:], self.masses[lo:]
         keep = l > epsilon
-        return float(min(1.0, self.infinity_mass + np.sum(m[keep] * -np.expm1(epsilon - l[keep]))))
+        return float(min(1.0, self.charged_infinity + np.sum(m[keep] * -np.expm1(epsilon - l[keep]))))
 
     def epsilon(self, delta: float) -> float:
         """Smallest eps >= 0 with delta(eps) <= ``delta`` (exact for this discrete PLD)."""
-        if self.infinity_mass > delta:
+        if self.charged_infinity > delta:
             return math.inf
         if self.delta(0.0) <= delta:
             return 0.0
@@ -139,7 +205,7 @@ class LossPmf:
         m = self.masses[hi:]
         s = float(np.sum(m))
         e = float(np.sum(m * np.exp(left - l[hi:])))
-        eps = left + math.log((self.infinity_mass + s - delta) / e)
+        eps = left + math.log((self.charged_infinity + s - delta) / e)
         return float(min(l[hi], max(0.0, left, eps)))
 
     def truncate(self, log_mass_truncation_bound: float) -> "LossPmf":
@@ -154,13 +220,17 @@ class LossPmf:
             return self
         kept = m[first:last].copy()
         kept[0] += float(np.sum(m[:first]))
-        return LossPmf(self.interval, self.offset + first, kept, self.infinity_mass + float(np.sum(m[last:])))
+        return LossPmf(self.interval, self.offset + first, kept, self.infinity_mass + float(np.sum(m[last:])),
+                       self.roundoff)
 
     def compose(self, other: "LossPmf", log_mass_truncation_bound: float) -> "LossPmf":
         """The PLD of running both mechanisms: the sum of the losses (convolution)."""
         _same_grid([self, other])
         inf = 1.0 - (1.0 - self.infinity_mass) * (1.0 - other.infinity_mass)
-        out = LossPmf(self.interval, self.offset + other.offset, _convolve(self.masses, other.masses), inf)
+        masses, fresh = _convolve(self.masses, other.masses)
+        # ||x'*y' - x*y||_1 <= a ||y'||_1 + b ||x||_1 <= a (1 + b) + b for inputs off by a, b
+        a, b = self.roundoff, other.roundoff
+        out = LossPmf(self.interval, self.offset + other.offset, masses, inf, a + b + a * b + fresh)
         return out.truncate(log_mass_truncation_bound)
 
     def _chernoff_window(self, count: int, log_tau: float) -> tuple[int, int]:
@@ -178,7 +248,12 @@ class LossPmf:
     def self_compose(self, count: int, log_mass_truncation_bound: float) -> "LossPmf":
         """``count``-fold composition in one FFT: the masses, wrapped onto a circle of the size of
         the Chernoff window of the sum, raised to the power ``count`` in the Fourier domain. Mass
-        outside the window (at most e^bound per side) wraps into it and is also charged to +inf."""
+        outside the window (at most e^bound per side) wraps into it and is also charged to +inf.
+
+        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2);
+        with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (exp(T log X'))
+        adds a relative 4u (T (|log |X'|| + 2 pi) + 2); :func:`_inverse_roundoff` carries the l2
+        sum of these to the output. An input already off by a in l1 contributes (1 + a)^T - 1."""
         if count == 1:
             return self
         first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
@@ -191,11 +266,21 @@ class LossPmf:
         size = _next_fast_length(n)
         positions = (self.offset + np.arange(len(self.masses))) % size
         wrapped = np.bincount(positions, weights=self.masses, minlength=size)
-        power = np.fft.irfft(np.fft.rfft(wrapped) ** count, size)
+        spectrum = np.fft.rfft(wrapped)
+        e = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(wrapped)))
+        radius = np.abs(spectrum)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            log_r = np.log(radius)
+            propagated = count * e * np.exp((count - 1) * np.log(radius + e))
+            powering = 4.0 * _U * (count * (np.abs(log_r) + 2.0 * math.pi) + 2.0) * np.exp(count * log_r)
+        coefficient_error = propagated + np.where(radius > 0, powering, 0.0)
+        power = np.fft.irfft(spectrum ** count, size)
+        fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
+        inherited = math.expm1(count * math.log1p(self.roundoff))
         masses = np.maximum(power[(lo + np.arange(n)) % size], 0.0)
         tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (first, last) else 0.0
         inf = min(1.0, -math.expm1(count * math.log1p(-self.infinity_mass)) + tails)
-        return LossPmf(self.interval, lo, masses, inf).truncate(log_mass_truncation_bound)
+        return LossPmf(self.interval, lo, masses, inf, inherited + fresh).truncate(log_mass_truncation_bound)
 
 
 def _same_grid(pmfs: list[LossPmf]) -> float:
@@ -212,7 +297,8 @@ def _mix(pmfs: list[LossPmf], weights: list[float]) -> LossPmf:
     out = np.zeros(max(p.offset + len(p.masses) for p in pmfs) - lo)
     for p, w in zip(pmfs, weights):
         out[p.offset - lo:p.offset - lo + len(p.masses)] += w * p.masses
-    return LossPmf(h, lo, out, sum(w * p.infinity_mass for p, w in zip(pmfs, weights)))
+    return LossPmf(h, lo, out, sum(w * p.infinity_mass for p, w in zip(pmfs, weights)),
+                   sum(w * p.roundoff for p, w in zip(pmfs, weights)) + 2.0 * _U * float(np.sum(out)))
 
 
 def _log(p: float) -> float:
@@ -294,6 +380,11 @@ class PrivacyLossDistribution:
 
     def _directions(self) -> tuple[LossPmf, ...]:
         return (self.remove,) if self.add is None else (self.remove, self.add)
+
+    @property
+    def roundoff(self) -> float:
+        """The floating-point charge included in every delta (the larger direction's)."""
+        return max(p.roundoff for p in self._directions())
 
     def compose(self, other: "PrivacyLossDistribution") -> "PrivacyLossDistribution":
         bound = min(self.log_mass_truncation_bound, other.log_mass_truncation_bound)

@@ -78,14 +78,15 @@ def fmt21_numerical(eps0: float, n: int, delta: float) -> float:
 
 
 def shuffle_bounds(eps0: float, n: int, delta: float) -> dict[str, float | None]:
-    """All three bounds. ``numerical`` is always valid; a closed form whose condition on eps0
-    fails is ``None``. Invalid arguments raise ``ValueError``."""
+    """All three bounds; one that is not defined here is ``None``: a closed form whose condition on
+    eps0 fails, or ``numerical`` when ``delta`` is below the mass its tails leave out. Invalid
+    arguments raise ``ValueError``."""
     e0, n, dl = _check(eps0, n, delta)
-    out: dict[str, float | None] = {"closed_form": None, "numerical": fmt21_numerical(e0, n, dl),
-                                    "erlingsson2019": None}
-    for key, fn in (("closed_form", fmt21_closed_form), ("erlingsson2019", erlingsson2019)):
+    out: dict[str, float | None] = {}
+    for key, fn in (("closed_form", fmt21_closed_form), ("numerical", fmt21_numerical),
+                    ("erlingsson2019", erlingsson2019)):
         try:
             out[key] = fn(e0, n, dl)
-        except ValueError:  # the theorem's condition on eps0 does not hold
-            pass
+        except ValueError:  # the theorem's condition does not hold at these arguments
+            out[key] = None
     return out

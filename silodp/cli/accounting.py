@@ -7,7 +7,7 @@ import math
 
 from silodp.cli import emit
 
-ACCOUNTANT_CHOICES = ("rdp", "pld", "zcdp", "advanced", "dwork-roth", "all")
+ACCOUNTANT_CHOICES = ("gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth", "all")
 SAMPLING_CHOICES = ("none", "poisson", "without-replacement", "with-replacement")
 
 
@@ -21,9 +21,26 @@ def _mechanism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
                    help="neighbouring relation (ISRL-DP is replace-one)")
     p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default=None,
-                   help="default: the tightest certificate (pld; for sampling with replacement the "
-                        "better of pld and advanced)")
+                   help="default: the tightest certificate (gdp, exact, without subsampling; else the "
+                        "better of pld and rdp, and advanced for sampling with replacement)")
+    p.add_argument("--value-discretization-interval", type=float, default=None,
+                   help="pld grid step in privacy loss (epsilon: default 1e-4; noise: chosen from the steps)")
+    p.add_argument("--log-mass-truncation-bound", type=float, default=None,
+                   help="pld: ln of the tail mass cut per side and composition, charged to delta "
+                        "(epsilon: default ln 1e-15; noise: chosen from delta)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _pld_settings(args) -> dict:
+    """The pld keyword arguments given on the command line (validated by the accountant)."""
+    names = ("value_discretization_interval", "log_mass_truncation_bound")
+    return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+
+
+def _settings_used(args) -> dict:
+    """The complete pld settings an ``epsilon`` certificate depends on (defaults filled in)."""
+    from silodp.accounting import get_accountant
+    return get_accountant("pld", _relation(args), **_pld_settings(args)).settings()
 
 
 def _event_fn(args):
@@ -61,6 +78,10 @@ def _names(args) -> list[str]:
     return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant]
 
 
+def _kwargs(args, name: str) -> dict:
+    return _pld_settings(args) if name == "pld" else {}
+
+
 def _for_each(args, compute):
     """Run ``compute(name)`` per requested accountant. Under ``all`` an accountant that does not
     support the mechanism, or cannot certify it at these settings, gives None (JSON null)."""
@@ -68,7 +89,7 @@ def _for_each(args, compute):
 
     out: dict[str, object] = {}
     for name in _names(args):
-        reason = get_accountant(name, _relation(args)).unsupported_reason(_event_fn(args)(1.0))
+        reason = get_accountant(name, _relation(args), **_kwargs(args, name)).unsupported_reason(_event_fn(args)(1.0))
         if reason and args.accountant != "all":
             raise ValueError(f"--accountant {name} cannot certify this mechanism: {reason}")
         if reason:
@@ -91,13 +112,17 @@ def _epsilon(args) -> int:
     delta = check_delta("delta", args.delta)
     event = _event_fn(args)(z)
     if args.accountant is None:  # the tightest certificate among the accountants that support it
-        eps, name = tightest_epsilon(event, delta, _relation(args))
-        emit({"epsilon": eps, "accountant": name, "relation": args.relation}, args.json,
-             f"epsilon at delta={delta:g} ({args.relation})\n{name:>11}: {eps:.6g}")
+        eps, name = tightest_epsilon(event, delta, _relation(args), _pld_settings(args))
+        payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
+        if name == "pld":
+            payload["pld_settings"] = _settings_used(args)
+        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{name:>11}: {eps:.6g}")
         return 0
-    results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args)))
+    results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)))
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
+    if "pld" in _names(args):
+        payload["pld_settings"] = _settings_used(args)
     human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
     emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{human}")
     return 0
@@ -111,8 +136,13 @@ def _noise_generic(args) -> int:
     delta = check_delta("delta", args.delta)
 
     def one(name: str | None) -> dict:
-        cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args))
-        return {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
+        cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args), _pld_settings(args))
+        out = {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
+        if cal.settings:
+            out["pld_settings"] = cal.settings
+        if cal.note:
+            out["note"] = cal.note
+        return out
 
     if args.accountant is None:  # the smallest certified noise among the supporting accountants
         payload = {**one(None), "relation": args.relation}

@@ -42,14 +42,16 @@ def test_rdp_gaussian_matches_dp_accounting():
 def test_pld_poisson_add_remove_matches_dp_accounting():
     ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.2)), 300)
     ref = dpa.pld.PLDAccountant().compose(to_dp_accounting(ev)).get_epsilon(1e-6)
-    assert epsilon(ev, 1e-6, "pld", ADD_OR_REMOVE_ONE) == pytest.approx(ref, rel=1e-6)  # same discretization
+    # same discretization; silodp also charges its round-off bound (~1e-9) to delta
+    assert ref * (1 - 1e-6) <= epsilon(ev, 1e-6, "pld", ADD_OR_REMOVE_ONE) <= ref * (1 + 1e-4)
 
 
 def test_pld_poisson_replace_one_uses_exact_replace_pld():
     """One unit (sigma / C): the same event gives dp-accounting's REPLACE_ONE epsilon."""
     ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.2)), 300)
     ref = dpa.pld.PLDAccountant(NR.REPLACE_ONE).compose(to_dp_accounting(ev)).get_epsilon(1e-6)
-    assert epsilon(ev, 1e-6, "pld") == pytest.approx(ref, rel=1e-6)  # same discretization
+    # same discretization; silodp also charges its round-off bound (~1e-9) to delta
+    assert ref * (1 - 1e-6) <= epsilon(ev, 1e-6, "pld") <= ref * (1 + 1e-4)
 
 
 def test_issue_example_is_no_longer_under_reported():
@@ -141,7 +143,7 @@ def test_with_replacement_bound_dominates_a_concrete_instance(eps):
 
 
 def test_every_registered_accountant_has_a_name():
-    assert set(ACCOUNTANTS) == {"rdp", "pld", "zcdp", "advanced", "dwork-roth"}
+    assert set(ACCOUNTANTS) == {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth"}
 
 
 def test_with_replacement_full_size_batch_keeps_multiplicities():
