@@ -32,6 +32,7 @@ from silodp.accounting.binomial import (
 from silodp.accounting.blocks import Mechanism, Sampling, UnsupportedEventError
 from silodp.accounting.calibration import (
     Calibration,
+    CalibrationMethod,
     calibrate,
     candidate_accountants,
     tightest_calibration,
@@ -72,7 +73,7 @@ from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_n
 # a star import must not overwrite a user's own ``epsilon`` or ``delta``.
 __all__ = [
     "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling", "GdpAccountant",
-    "BinomialProtocolParams", "Calibration", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
+    "BinomialProtocolParams", "Calibration", "CalibrationMethod", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
     "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "IsrlLedger", "Mechanism",
     "NeighboringRelation", "NoOpDpEvent", "NonPrivateDpEvent", "ParallelComposedDpEvent", "PldAccountant",
     "PoissonSampledDpEvent", "REPLACE_ONE", "RdpAccountant", "ReleaseLedger", "Sampling",

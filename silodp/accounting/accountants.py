@@ -46,7 +46,7 @@ import numpy as np
 
 from silodp.accounting import composition, gaussian, pld as pld_lib, rdp as rdp_lib, subsampling, zcdp
 from silodp.accounting import events as ev
-from silodp.accounting._checks import check_count, check_delta, check_nonnegative, check_positive
+from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
 
@@ -202,7 +202,7 @@ class PldAccountant(Accountant):
         self.value_discretization_interval = check_positive(
             "value_discretization_interval", value_discretization_interval)
         if not log_mass_truncation_bound < 0:
-            raise ValueError(f"log_mass_truncation_bound must be < 0, got {log_mass_truncation_bound}")
+            raise ValueError(f"log_mass_truncation_bound: must be < 0, got {log_mass_truncation_bound}")
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
     def _check(self, block: Block) -> None:
@@ -312,7 +312,7 @@ class ZcdpAccountant(Accountant):
     def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, conversion: str = "tight") -> None:
         super().__init__(neighbouring)
         if conversion not in ("tight", "paper"):
-            raise ValueError(f"conversion must be 'tight' or 'paper', got {conversion!r}")
+            raise ValueError(f"conversion: must be 'tight' or 'paper', got {conversion!r}")
         self.conversion = conversion
 
     def _check(self, block: Block) -> None:
@@ -415,10 +415,7 @@ class DworkRothAccountant(AdvancedAccountant):
     theorem = "dwork-roth"
 
     def _compose(self, eps: list[float], dls: list[float], counts: list[int], slack: float, delta: float) -> float:
-        e = np.asarray(eps)
-        c = np.asarray(counts, dtype=float)
-        with np.errstate(over="ignore"):  # e^eps beyond float range: epsilon is inf (no certificate)
-            return float(math.sqrt(2.0 * np.sum(c * e * e) * math.log(1.0 / slack)) + np.sum(c * e * np.expm1(e)))
+        return composition.dwork_roth_epsilon(eps, counts, slack)
 
 
 ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
@@ -434,7 +431,7 @@ ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
 def get_accountant(name: str, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> Accountant:
     """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``)."""
     if name not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
+        raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
     return ACCOUNTANTS[name](neighbouring, **kwargs)
 
 

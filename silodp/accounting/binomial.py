@@ -27,7 +27,7 @@ import numpy as np
 
 from silodp.accounting import composition
 from silodp.accounting import _binomial
-from silodp.accounting._checks import check_count, check_delta, check_positive, check_probability
+from silodp._validation import check_count, check_delta, check_positive, check_probability
 from silodp.accounting._profiles import DiscreteProfile
 
 
@@ -90,7 +90,7 @@ def binomial_protocol_params(epsilon: float, delta: float, bound: float, dimensi
     n = check_count("num_messages", num_messages)
     pp = check_probability("p", p)
     if pp >= 0.5:
-        raise ValueError(f"p must lie in (0, 1/2), got {pp}")
+        raise ValueError(f"p: must lie in (0, 1/2), got {pp}")
     g = max(math.ceil(math.sqrt(n)), 4)
 
     def ok(b: int) -> bool:

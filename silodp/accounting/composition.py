@@ -21,8 +21,18 @@ from typing import Sequence
 import numpy as np
 from scipy.special import gammaln, logsumexp
 
-from silodp.accounting._checks import check_count, check_delta, check_nonnegative, check_positive
+from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
+
+
+def dwork_roth_epsilon(epsilons, counts, delta_slack: float) -> float:
+    """eps' of Dwork-Roth Thm 3.20 (paper Thm D.1) for ``counts[i]`` steps at ``epsilons[i]``:
+    sqrt(2 ln(1/delta') sum_i k_i eps_i^2) + sum_i k_i eps_i (e^eps_i - 1) (the heterogeneous form
+    is Dwork, Rothblum & Vadhan 2010, Thm III.3); inf when e^eps overflows."""
+    e = np.asarray(epsilons, dtype=float)
+    c = np.asarray(counts, dtype=float)
+    with np.errstate(over="ignore"):  # e^eps beyond float range: no certificate
+        return float(math.sqrt(2.0 * np.sum(c * e * e) * math.log(1.0 / delta_slack)) + np.sum(c * e * np.expm1(e)))
 
 
 def dwork_roth(epsilon: float, delta: float, steps: int, delta_slack: float) -> tuple[float, float]:
@@ -31,8 +41,7 @@ def dwork_roth(epsilon: float, delta: float, steps: int, delta_slack: float) -> 
     dl = check_nonnegative("delta", delta)
     k = check_count("steps", steps)
     ds = check_delta("delta_slack", delta_slack)
-    total = math.sqrt(2.0 * k * math.log(1.0 / ds)) * eps + k * eps * math.expm1(eps)
-    return total, k * dl + ds
+    return dwork_roth_epsilon([eps], [k], ds), k * dl + ds
 
 
 def dwork_roth_per_step(
@@ -47,7 +56,7 @@ def dwork_roth_per_step(
     k = check_count("steps", steps)
     ds = dl / 2.0 if delta_slack is None else check_delta("delta_slack", delta_slack)
     if ds >= dl:
-        raise ValueError(f"delta_slack must be < delta, got {ds} >= {dl}")
+        raise ValueError(f"delta_slack: must be < delta, got {ds} >= {dl}")
     per_delta = (dl - ds) / k
     per_eps = monotone_root(
         lambda e: dwork_roth(e, 0.0, k, ds)[0], eps, 1e-12, eps,

@@ -60,7 +60,7 @@ def relation(value: Any) -> NeighboringRelation:
         return value
     if name in NeighboringRelation.__members__:
         return NeighboringRelation[name]
-    raise ValueError(f"neighbouring must be REPLACE_ONE or ADD_OR_REMOVE_ONE, got {value}")
+    raise ValueError(f"neighbouring: must be REPLACE_ONE or ADD_OR_REMOVE_ONE, got {value}")
 
 
 def sensitivity(value: Any) -> float:
@@ -79,7 +79,7 @@ def _field(event: object, name: str) -> str:
 def _count(event: object, name: str, minimum: int = 1) -> None:
     value = getattr(event, name)
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{_field(event, name)} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{_field(event, name)}: must be an integer >= {minimum}, got {value!r}")
     object.__setattr__(event, name, int(value))
 
 
@@ -91,14 +91,14 @@ def _real(event: object, name: str, low: float, high: float, low_open: bool, hig
         ok = (x > low if low_open else x >= low) and (x < high if high_open else x <= high)
     if not ok:
         lo, hi = "(" if low_open else "[", ")" if high_open else "]"
-        raise ValueError(f"{_field(event, name)} must lie in {lo}{low:g}, {high:g}{hi}, got {value!r}")
+        raise ValueError(f"{_field(event, name)}: must lie in {lo}{low:g}, {high:g}{hi}, got {value!r}")
     object.__setattr__(event, name, float(value))
 
 
 def _child(event: object, name: str = "event") -> None:
     value = getattr(event, name)
     if not isinstance(value, DpEvent):
-        raise ValueError(f"{_field(event, name)} must be a silodp DpEvent, got {type(value).__name__}")
+        raise ValueError(f"{_field(event, name)}: must be a silodp DpEvent, got {type(value).__name__}")
 
 
 @_event
@@ -158,11 +158,11 @@ class ComposedDpEvent(DpEvent):
 
     def __post_init__(self) -> None:
         if isinstance(self.events, (str, bytes)) or not hasattr(self.events, "__iter__"):
-            raise ValueError(f"ComposedDpEvent.events must be a sequence of events, got {self.events!r}")
+            raise ValueError(f"ComposedDpEvent.events: must be a sequence of events, got {self.events!r}")
         object.__setattr__(self, "events", tuple(self.events))
         for e in self.events:
             if not isinstance(e, DpEvent):
-                raise ValueError(f"ComposedDpEvent.events must hold silodp DpEvents, got {type(e).__name__}")
+                raise ValueError(f"ComposedDpEvent.events: must hold silodp DpEvents, got {type(e).__name__}")
 
 
 @_event
@@ -181,7 +181,7 @@ def _sizes(event: DpEvent) -> None:
     _count(event, "source_dataset_size")
     _count(event, "sample_size")
     if event.sample_size > event.source_dataset_size and isinstance(event, SampledWithoutReplacementDpEvent):
-        raise ValueError(f"{_field(event, 'sample_size')} must be <= source_dataset_size, "
+        raise ValueError(f"{_field(event, 'sample_size')}: must be <= source_dataset_size, "
                          f"got {event.sample_size} > {event.source_dataset_size}")
     _child(event)
 

@@ -21,7 +21,7 @@ import math
 import numpy as np
 from scipy.special import log_ndtr
 
-from silodp.accounting._checks import check_delta, check_positive
+from silodp._validation import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting import zcdp
 
@@ -30,13 +30,13 @@ METHODS = ("classical", "zcdp", "analytic")
 
 def _check_method(method: str) -> str:
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
     return method
 
 
 def _classical_range(eps: float) -> float:
     if eps >= 1:
-        raise ValueError("epsilon must be < 1 for the classical Gaussian bound (Dwork-Roth Thm A.1)")
+        raise ValueError("epsilon: must be < 1 for the classical Gaussian bound (Dwork-Roth Thm A.1)")
     return eps
 
 

@@ -16,7 +16,7 @@ import math
 from collections import defaultdict
 
 from silodp.accounting import events as ev
-from silodp.accounting._checks import check_count, check_delta, check_nonnegative
+from silodp._validation import check_count, check_delta, check_nonnegative
 from silodp.accounting.accountants import get_accountant
 
 
@@ -46,7 +46,7 @@ class IsrlLedger:
     def record(self, silo: int, event: ev.DpEvent, count: int = 1) -> None:
         """Silo ``silo`` released ``count`` more copies of ``event``."""
         if not 0 <= int(silo) < self.num_silos:
-            raise ValueError(f"silo must lie in [0, {self.num_silos}), got {silo}")
+            raise ValueError(f"silo: must lie in [0, {self.num_silos}), got {silo}")
         self._events[int(silo)].append(ev.SelfComposedDpEvent(event, check_count("count", count)))
 
     def silo_epsilon(self, silo: int, delta: float) -> float:

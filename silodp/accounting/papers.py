@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from silodp.accounting._checks import check_count, check_delta, check_positive
+from silodp._validation import check_count, check_delta, check_positive
 
 
 def _log_inv(delta: float) -> float:

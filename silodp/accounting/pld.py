@@ -52,7 +52,7 @@ import numpy as np
 from scipy.special import log_ndtr, logsumexp
 
 from silodp.accounting import events as ev
-from silodp.accounting._checks import check_delta, check_nonnegative, check_positive
+from silodp._validation import check_delta, check_nonnegative, check_positive
 
 #: Default ln of the tail mass cut at each side of each mechanism and each composition (and
 #: charged to delta): 1e-15, as dp-accounting's default tail truncation.
@@ -402,7 +402,7 @@ class PrivacyLossDistribution:
     def compute_mixture(self, other: "PrivacyLossDistribution", self_weight: float) -> "PrivacyLossDistribution":
         """``self_weight`` self + (1 - self_weight) other (a labelled mixture of mechanisms)."""
         if not 0.0 <= self_weight <= 1.0:
-            raise ValueError(f"self_weight must lie in [0, 1], got {self_weight}")
+            raise ValueError(f"self_weight: must lie in [0, 1], got {self_weight}")
         return mixture([(self_weight, self), (1.0 - self_weight, other)])
 
     def get_delta_for_epsilon(self, epsilon: float) -> float:
@@ -440,9 +440,9 @@ def from_gaussian_mechanism(
     z = check_positive("noise_multiplier", noise_multiplier)
     h = check_positive("value_discretization_interval", value_discretization_interval)
     if not 0.0 < sampling_prob <= 1.0:
-        raise ValueError(f"sampling_prob must lie in (0, 1], got {sampling_prob}")
+        raise ValueError(f"sampling_prob: must lie in (0, 1], got {sampling_prob}")
     if not log_mass_truncation_bound < 0:
-        raise ValueError(f"log_mass_truncation_bound must be < 0, got {log_mass_truncation_bound}")
+        raise ValueError(f"log_mass_truncation_bound: must be < 0, got {log_mass_truncation_bound}")
     bound = float(log_mass_truncation_bound)
     if sampling_prob == 1.0:
         pair = GaussianPair(1.0, 0.0, z / ev.sensitivity(neighbouring))
@@ -498,7 +498,7 @@ def from_privacy_parameters(epsilon: float, delta: float, value_discretization_i
     finite losses rounded up to the grid."""
     eps = check_nonnegative("epsilon", epsilon)
     if not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must lie in [0, 1), got {delta}")
+        raise ValueError(f"delta: must lie in [0, 1), got {delta}")
     h = check_positive("value_discretization_interval", value_discretization_interval)
     top, bottom = math.ceil(eps / h), math.ceil(-eps / h)
     masses = np.zeros(top - bottom + 1)

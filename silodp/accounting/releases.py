@@ -38,7 +38,8 @@ from typing import Sequence
 
 from silodp.accounting import _binomial
 from silodp.accounting import events as ev
-from silodp.accounting._checks import check_count, check_positive
+from silodp._validation import check_count, check_positive, check_probability
+from silodp.accounting.blocks import Sampling
 
 
 class BatchSampling(enum.Enum):
@@ -148,6 +149,34 @@ def delta_weight(r: ShuffleRelease) -> float:
     k = _group_size(r)
     uses = uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size)
     return uses * k * math.exp(min(700.0, (k - 1) * r.epsilon))
+
+
+def sampled_steps(steps: int, noise_multiplier: float, sampling: Sampling | str = Sampling.NONE,
+                  q: float | None = None, dataset_size: int | None = None) -> ev.DpEvent:
+    """``steps`` Gaussian steps (noise multiplier sigma / C) on records drawn by ``sampling``: none
+    (every record), Poisson with probability ``q``, or a batch of round(q n) of ``dataset_size``
+    records without or with replacement (fresh each step). A parameter the sampling does not use is
+    an error, not ignored (the library side of ``silodp epsilon|noise``)."""
+    how = Sampling(sampling)
+    steps = check_count("steps", steps)
+    if how == Sampling.NONE:
+        if q is not None and q != 1:
+            raise ValueError("q: applies only with a sampling (poisson, without-replacement, with-replacement)")
+        if dataset_size is not None:
+            raise ValueError("dataset_size: applies only to sampling without or with replacement")
+        return gaussian_steps(steps, noise_multiplier, BatchSampling.FULL, 1, 1)
+    if q is None:
+        raise ValueError(f"q: required with sampling {how.value}")
+    q = check_probability("q", q)
+    if how == Sampling.POISSON:
+        if dataset_size is not None:
+            raise ValueError("dataset_size: does not apply to Poisson sampling (only q does)")
+        return ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(noise_multiplier)), steps)
+    if dataset_size is None:
+        raise ValueError(f"dataset_size: required with sampling {how.value} (batch = round(q n))")
+    n = check_count("dataset_size", dataset_size)
+    batch = BatchSampling.SUBSET if how == Sampling.WITHOUT_REPLACEMENT else BatchSampling.WITH_REPLACEMENT
+    return gaussian_steps(steps, noise_multiplier, batch, max(1, round(q * n)), n)
 
 
 def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:

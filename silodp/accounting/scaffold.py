@@ -65,10 +65,10 @@ import numpy as np
 from silodp.accounting import events as ev
 from silodp.accounting import pld as pld_lib
 from silodp.accounting import _binomial
-from silodp.accounting._checks import check_count, check_delta, check_positive, check_probability
+from silodp._validation import check_count, check_delta, check_positive, check_probability
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import get_accountant
-from silodp.accounting.calibration import calibrate
+from silodp.accounting.calibration import calibrate, pld_discretization
 
 class Participation(enum.Enum):
     """How the server's count of rounds treats user sampling (module docstring)."""
@@ -205,11 +205,6 @@ def _is_mixture(against: str, participation: str) -> bool:
     return _choice("against", against, ("server", "third-party")) == "third-party" or participation == "expected"
 
 
-def _discretization(cfg: ScaffoldConfig, epsilon: float) -> float:
-    """As :func:`silodp.accounting.calibrate`: the pessimistic grid adds about 2.5 steps disc^2."""
-    return min(2e-3, max(1e-4, math.sqrt(0.002 * epsilon / (2.5 * cfg.steps))))
-
-
 def certified_epsilon(cfg: ScaffoldConfig, sigma_g: float, delta: float, against: str = "server",
                       participation: str = "worst-case", accountant: str = "pld",
                       value_discretization_interval: float = 1e-3) -> float:
@@ -242,7 +237,7 @@ def scaffold_sigma_g(cfg: ScaffoldConfig, epsilon: float, delta: float, against:
     worst = calibrate(lambda z: server_event(cfg, z), eps, dl, accountant)
     if not mixture:
         return ScaffoldCalibration(worst.noise_multiplier, worst.epsilon, dl, against, participation, worst.accountant)
-    disc = _discretization(cfg, eps)
+    disc = pld_discretization(eps, cfg.steps)
 
     def eps_of(sigma: float, grid: float = 2e-3) -> float:
         return certified_epsilon(cfg, sigma, dl, against, participation, accountant, grid)

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from silodp.accounting import _binomial
-from silodp.accounting._checks import check_count, check_delta, check_positive
+from silodp._validation import check_count, check_delta, check_positive
 from silodp.accounting._profiles import DiscreteProfile
 
 
@@ -30,7 +30,7 @@ def erlingsson2019(eps0: float, n: int, delta: float) -> float:
     """EFMRTT19 Cor 9 (requires eps0 < 1/2)."""
     e0, n, dl = _check(eps0, n, delta)
     if e0 >= 0.5:
-        raise ValueError(f"eps0 must be < 1/2 for the Erlingsson et al. 2019 bound, got {e0}")
+        raise ValueError(f"eps0: must be < 1/2 for the Erlingsson et al. 2019 bound, got {e0}")
     return 12.0 * e0 * math.sqrt(math.log(1.0 / dl) / n)
 
 
@@ -39,7 +39,7 @@ def fmt21_closed_form(eps0: float, n: int, delta: float) -> float:
     e0, n, dl = _check(eps0, n, delta)
     limit = math.log(n / (16.0 * math.log(2.0 / dl)))
     if e0 > limit:
-        raise ValueError(f"eps0 must be <= ln(n/(16 ln(2/delta))) = {limit:.4g} for the FMT21 closed form, got {e0}")
+        raise ValueError(f"eps0: must be <= ln(n/(16 ln(2/delta))) = {limit:.4g} for the FMT21 closed form, got {e0}")
     ee = math.exp(e0)
     inner = 8.0 * math.sqrt(ee * math.log(4.0 / dl) / n) + 8.0 * ee / n
     return math.log1p((ee - 1.0) / (ee + 1.0) * inner)

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from silodp.accounting import _binomial
-from silodp.accounting._checks import check_count, check_nonnegative, check_positive, check_probability
+from silodp._validation import check_count, check_nonnegative, check_positive, check_probability
 from silodp.accounting.gaussian import analytic_log_delta
 
 
@@ -45,7 +45,7 @@ def without_replacement(epsilon: float, delta: float, sample_size: int, dataset_
     m = check_count("sample_size", sample_size)
     n = check_count("dataset_size", dataset_size)
     if m > n:
-        raise ValueError(f"sample_size must be <= dataset_size, got {m} > {n}")
+        raise ValueError(f"sample_size: must be <= dataset_size, got {m} > {n}")
     return amplify(epsilon, delta, m / n)
 
 

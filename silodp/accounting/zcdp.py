@@ -22,7 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
-from silodp.accounting._checks import check_delta, check_nonnegative, check_positive
+from silodp._validation import check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 
 

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import torch
 
+from silodp._validation import check_count
 from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, ShuffleRelease
 
 from . import grads as _grads
@@ -50,11 +51,6 @@ class Batch(tuple):
         out.sampling = sampling
         return out
 
-
-def _positive_int(name: str, value) -> int:
-    if value is None or int(value) != value or int(value) < 1:
-        raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
@@ -253,9 +249,9 @@ class FederatedAlgorithm:
         return self.releases(cfg, sigmas)
 
     def _validate(self, problem, federation) -> None:
-        _positive_int("rounds", self.rounds)
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("metrics_every", self.metrics_every) if self.metrics_every else None
+        check_count("rounds", self.rounds)
+        check_count("batch_size", self.batch_size)
+        check_count("metrics_every", self.metrics_every) if self.metrics_every else None
         if self.grad_method not in _grads.METHODS:
             raise ValueError(f"grad_method: must be one of {_grads.METHODS}, got {self.grad_method!r}")
         if self.calibration not in CALIBRATIONS:

@@ -3,7 +3,9 @@ non-private and ISRL-DP (Lowy and Razaviyayn 2021, arXiv:2106.09779)."""
 
 from __future__ import annotations
 
-from .base import FederatedAlgorithm, _positive_int
+from silodp._validation import check_count
+
+from .base import FederatedAlgorithm
 from .proxsgd import IsrlProxSGD
 
 
@@ -46,7 +48,7 @@ class IsrlLocalSGD(FederatedAlgorithm):
                              cfg.batch_size, cfg)]
 
     def _run(self, ctx, w):
-        steps = _positive_int("local_steps", self.local_steps)
+        steps = check_count("local_steps", self.local_steps)
         sampler = ctx.sampler(int(self.batch_size))
         std = ctx.sigmas.get("sigma", 0.0)
         n = ctx.fed.num_silos

@@ -14,19 +14,12 @@ gives none, the sensitivity shape) by the smallest factor the chosen accountant 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 
-from silodp.accounting import calibrate, tightest_calibration, tightest_epsilon, get_accountant
-from silodp.accounting._checks import check_count, check_delta, check_positive
+from silodp.accounting import calibrate, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import CalibrationMethod as Calibration
+from silodp._validation import check_count, check_delta, check_positive
 from silodp.accounting.releases import releases_event
-
-
-class Calibration(enum.Enum):
-    """How the noise for a target budget is chosen."""
-
-    TIGHT = "tight"
-    PAPER = "paper"
 
 
 CALIBRATIONS = tuple(c.value for c in Calibration)
@@ -57,13 +50,13 @@ class TranscriptConfig:
             check_count(name, getattr(self, name))
         check_positive("clip", self.clip)
         if self.batch_size > self.n:
-            raise ValueError(f"batch_size must be <= n, got {self.batch_size} > {self.n}")
+            raise ValueError(f"batch_size: must be <= n, got {self.batch_size} > {self.n}")
         if self.batch_size2 is not None and not 1 <= self.batch_size2 <= self.n:
-            raise ValueError(f"batch_size2 must lie in [1, n], got {self.batch_size2}")
+            raise ValueError(f"batch_size2: must lie in [1, n], got {self.batch_size2}")
         if self.silos_per_round is not None and not 1 <= self.silos_per_round <= self.num_silos:
-            raise ValueError(f"silos_per_round must lie in [1, num_silos], got {self.silos_per_round}")
+            raise ValueError(f"silos_per_round: must lie in [1, num_silos], got {self.silos_per_round}")
         if not self.beta > 0:
-            raise ValueError(f"beta must be > 0, got {self.beta}")
+            raise ValueError(f"beta: must be > 0, got {self.beta}")
 
     @property
     def k2(self) -> int:
@@ -119,7 +112,7 @@ def _method(method: str) -> Calibration:
     try:
         return Calibration(method)
     except ValueError:
-        raise ValueError(f"method must be one of {CALIBRATIONS}, got {method!r}") from None
+        raise ValueError(f"method: must be one of {CALIBRATIONS}, got {method!r}") from None
 
 
 def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,

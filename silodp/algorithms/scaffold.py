@@ -35,11 +35,12 @@ from typing import ClassVar
 
 import torch
 
+from silodp._validation import check_count
 from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
 from silodp.accounting.scaffold import PARTICIPATION
 
-from .base import FederatedAlgorithm, _positive_int
+from .base import FederatedAlgorithm
 
 
 class SubsetSampler:
@@ -77,6 +78,8 @@ class DpScaffold(FederatedAlgorithm):
     default_replacement = False
     control_variates: ClassVar[bool] = True
     warm_start: ClassVar[bool] = False
+    #: local steps the algorithm is defined with (DP-FedSGD: 1), None when it is a parameter
+    fixed_local_steps: ClassVar[int | None] = None
 
     def __init__(self, *, local_steps: int = 5, user_sampling: float = 1.0, data_sampling: float | None = None,
                  global_step_size: float = 1.0, privacy_against: str = "server",
@@ -125,9 +128,9 @@ class DpScaffold(FederatedAlgorithm):
 
     def _validate(self, problem, federation) -> None:
         super()._validate(problem, federation)
-        _positive_int("local_steps", self.local_steps)
+        check_count("local_steps", self.local_steps)
         if self.warm_steps is not None:
-            _positive_int("warm_steps", self.warm_steps)
+            check_count("warm_steps", self.warm_steps)
             if not self.warm_start:
                 raise ValueError(f"warm_steps: only {DpScaffoldWarm.name} has a warm start")
         if not 0 < float(self.user_sampling) <= 1:
@@ -229,6 +232,7 @@ class DpFedSGD(DpFedAvg):
     """DP-FedSGD: DP-FedAvg with a single local step (K = 1)."""
 
     name = "dp-fedsgd"
+    fixed_local_steps = 1
 
     def __init__(self, *, local_steps: int = 1, **kwargs):
         super().__init__(local_steps=local_steps, **kwargs)

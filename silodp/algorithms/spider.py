@@ -7,10 +7,11 @@ import math
 
 import torch
 
+from silodp._validation import check_count
 from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
-from .base import FederatedAlgorithm, _positive_int
+from .base import FederatedAlgorithm
 
 
 def anchors(cfg) -> int:
@@ -71,7 +72,7 @@ class IsrlSpider(FederatedAlgorithm):
         self.q = q
 
     def _k2(self) -> int:
-        return int(self.batch_size) if self.batch_size2 is None else _positive_int("batch_size2", self.batch_size2)
+        return int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
 
     def config_fields(self, problem, federation):
         return {**super().config_fields(problem, federation), "batch_size2": self._k2(), "q": int(self.q)}
@@ -85,7 +86,7 @@ class IsrlSpider(FederatedAlgorithm):
         return min(s2 * step if math.isfinite(s2) else math.inf, s2_hat)
 
     def _run(self, ctx, w):
-        q = _positive_int("q", self.q)
+        q = check_count("q", self.q)
         s1 = ctx.sigmas.get("sigma1", 0.0)
         clip, beta = ctx.problem.clip, ctx.problem.beta
         sample1, sample2 = ctx.sampler(int(self.batch_size)), ctx.sampler(self._k2())
@@ -170,7 +171,7 @@ class IsrlFedSpider(FederatedAlgorithm):
         return {**super().config_fields(problem, federation), "batch_size2": k2}
 
     def _run(self, ctx, w2):
-        k2 = int(self.batch_size) if self.batch_size2 is None else _positive_int("batch_size2", self.batch_size2)
+        k2 = int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
         s1, s2 = ctx.sigmas.get("sigma1", 0.0), ctx.sigmas.get("sigma2", 0.0)
         clip = ctx.problem.clip
         sample1, sample2 = ctx.sampler(int(self.batch_size)), ctx.sampler(k2)

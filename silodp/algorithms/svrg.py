@@ -7,10 +7,11 @@ import math
 
 import torch
 
+from silodp._validation import check_count
 from silodp.accounting import papers
 from silodp.accounting.releases import BatchSampling, ShuffleRelease
 
-from .base import FederatedAlgorithm, _positive_int
+from .base import FederatedAlgorithm
 
 
 class IsrlProxSVRG(FederatedAlgorithm):
@@ -51,14 +52,14 @@ class IsrlProxSVRG(FederatedAlgorithm):
     def _q(self, federation) -> int:
         if self.inner_steps is None:
             return max(1, federation.min_size // int(self.batch_size))
-        return _positive_int("inner_steps", self.inner_steps)
+        return check_count("inner_steps", self.inner_steps)
 
     def config_fields(self, problem, federation):
         return {**super().config_fields(problem, federation), "inner_steps": self._q(federation),
                 "restarts": int(self.restarts)}
 
     def _run(self, ctx, w):
-        restarts = _positive_int("restarts", self.restarts)
+        restarts = check_count("restarts", self.restarts)
         q = self._q(ctx.fed)
         sampler = ctx.sampler(int(self.batch_size))
         clip = ctx.problem.clip

@@ -42,12 +42,24 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split()) or type(exc).__name__
 
 
+def _flag_names(message: str, parser: argparse.ArgumentParser | None) -> str:
+    """``dataset_size: must ...`` from the library as ``--dataset-size: must ...`` when the command
+    has that flag, so the one line names what the user typed."""
+    head, sep, rest = message.partition(":")
+    if not sep or parser is None or " " in head.strip():
+        return message
+    flag = "--" + head.strip().replace("_", "-")
+    known = {opt for action in parser._actions for opt in action.option_strings}
+    return f"{flag}:{rest}" if flag in known else message
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="silodp",
         description="Differentially private federated learning without a trusted server.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.set_defaults(subparsers=sub)
     for name in _MODULES:
         try:
             module = importlib.import_module(f"silodp.cli.{name}")
@@ -90,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except Exception as exc:  # the contract: one line, exit 2, whatever failed
-        print(f"silodp {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        command = args.subparsers.choices.get(args.command)
+        print(f"silodp {args.command}: error: {_flag_names(one_line(exc), command)}", file=sys.stderr)
         return 2
 
 

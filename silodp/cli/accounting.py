@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import math
 
+from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.cli import emit
 
-ACCOUNTANT_CHOICES = ("gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth", "all")
-SAMPLING_CHOICES = ("none", "poisson", "without-replacement", "with-replacement")
+ACCOUNTANT_CHOICES = (*ACCOUNTANTS, "all")
+SAMPLING_CHOICES = tuple(s.value for s in Sampling)
+METHOD_CHOICES = (*(m.value for m in CalibrationMethod), "both")
 
 
 def _mechanism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=1, help="number of composed steps (default 1)")
     p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
     p.add_argument("--sampling", choices=SAMPLING_CHOICES, default="none")
-    p.add_argument("--q", type=float, default=1.0, help="sampling ratio in (0, 1]")
+    p.add_argument("--q", type=float, default=None, help="sampling ratio in (0, 1] (with --sampling)")
     p.add_argument("--dataset-size", type=int, default=None,
                    help="records n (needed for with/without-replacement sampling: batch = round(q n))")
     p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
@@ -44,27 +46,12 @@ def _settings_used(args) -> dict:
 
 
 def _event_fn(args):
-    from silodp.accounting import events as ev
-    from silodp.accounting._checks import check_count, check_probability
-
-    steps = check_count("steps", args.steps)
-    q = check_probability("q", args.q)
-    if args.sampling in ("with-replacement", "without-replacement"):
-        if args.dataset_size is None:
-            raise ValueError(f"--dataset-size is required with --sampling {args.sampling}")
-        n = check_count("dataset-size", args.dataset_size)
-        m = max(1, round(q * n))
+    from silodp.accounting.releases import sampled_steps
 
     def make(z: float):
-        step = ev.GaussianDpEvent(z)
-        if args.sampling == "poisson":
-            step = ev.PoissonSampledDpEvent(q, step)
-        elif args.sampling == "without-replacement":
-            step = ev.SampledWithoutReplacementDpEvent(n, m, step)
-        elif args.sampling == "with-replacement":
-            step = ev.SampledWithReplacementDpEvent(n, m, step)
-        return ev.SelfComposedDpEvent(step, steps)
+        return sampled_steps(args.steps, z, args.sampling, args.q, args.dataset_size)
 
+    make(1.0)  # validate the flags once, before any work
     return make
 
 
@@ -106,7 +93,7 @@ def _for_each(args, compute):
 
 def _epsilon(args) -> int:
     from silodp.accounting import epsilon, tightest_epsilon
-    from silodp.accounting._checks import check_delta, check_positive
+    from silodp._validation import check_delta, check_positive
 
     z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
@@ -130,7 +117,7 @@ def _epsilon(args) -> int:
 
 def _noise_generic(args) -> int:
     from silodp.accounting import tightest_calibration
-    from silodp.accounting._checks import check_delta, check_positive
+    from silodp._validation import check_delta, check_positive
 
     eps = check_positive("epsilon", args.epsilon)
     delta = check_delta("delta", args.delta)
@@ -159,17 +146,14 @@ def _noise_generic(args) -> int:
     return 0
 
 
-SCAFFOLD_FAMILY = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "dp-fedsgd")
-
-
-def _noise_scaffold(args) -> int:
+def _noise_scaffold(args, cls) -> int:
     """DP-SCAFFOLD family (Noble et al.): sigma_g toward the server and toward a third party."""
     from silodp.accounting.scaffold import noise_report
 
-    warm = args.warm_steps if args.algorithm == "dp-scaffold-warm" else 0
+    warm = args.warm_steps if cls.warm_start else 0
     payload = noise_report(
         args.epsilon, args.delta, num_users=args.silos, records_per_user=args.n, rounds=args.rounds,
-        local_steps=1 if args.algorithm == "dp-fedsgd" else args.local_steps,
+        local_steps=cls.fixed_local_steps or args.local_steps,
         user_sampling=args.user_sampling, data_sampling=args.data_sampling, clip=args.clip,
         warm_steps=warm, accountant=args.accountant or "pld")
     payload["algorithm"] = args.algorithm
@@ -178,10 +162,11 @@ def _noise_scaffold(args) -> int:
 
 
 def _noise_algorithm(args) -> int:
-    from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm, paper_vs_tight
+    from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm, paper_vs_tight
 
-    if args.algorithm in SCAFFOLD_FAMILY:
-        return _noise_scaffold(args)
+    cls = algorithm_class(args.algorithm)
+    if cls.self_calibrating:  # the DP-SCAFFOLD family
+        return _noise_scaffold(args, cls)
 
     cfg = TranscriptConfig(
         n=args.n, rounds=args.rounds, batch_size=args.batch_size, clip=args.clip,
@@ -227,7 +212,7 @@ def register(sub) -> None:
     _mechanism_flags(p)
     g = p.add_argument_group("algorithm mode (--algorithm NAME)")
     g.add_argument("--algorithm", default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
-    g.add_argument("--method", choices=("tight", "paper", "both"), default="both")
+    g.add_argument("--method", choices=METHOD_CHOICES, default="both")
     g.add_argument("--n", type=int, default=1000, help="records per silo")
     g.add_argument("--rounds", type=int, default=10, help="R (epochs E for SVRG)")
     g.add_argument("--batch-size", type=int, default=100, help="K (K1 for SPIDER)")

@@ -129,5 +129,5 @@ def _run_with_progress(algo, problem, train, args):
         return algo.run(problem, train, seed=args.seed)
     from tqdm import tqdm
 
-    with tqdm(desc=args.algorithm, unit="round") as bar:
+    with tqdm(desc=args.algorithm, unit="round", disable=None, leave=False) as bar:  # no bar off a terminal
         return algo.run(problem, train, seed=args.seed, callback=lambda r, w: bar.update(1))

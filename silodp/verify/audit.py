@@ -15,7 +15,7 @@ import dataclasses
 import math
 
 from silodp.accounting import gaussian
-from silodp.accounting._checks import check_delta, check_positive
+from silodp._validation import check_delta, check_positive
 from silodp.verify import audit_game as game
 from silodp.verify.estimators import ESTIMATORS, EpsilonBound, Scores, estimate
 

@@ -13,7 +13,7 @@ calibrated its P_vec invocations (``FederatedAlgorithm.resolve_noise``).
 
 from __future__ import annotations
 
-from silodp.accounting._checks import check_delta, check_positive
+from silodp._validation import check_delta, check_positive
 from silodp.verify.audit import DEFAULT_DELTA, AuditResult, Claim, Scenario, _check_estimator, judge
 from silodp.verify.estimators import Scores
 

@@ -32,7 +32,7 @@ from scipy.special import ndtri
 from scipy.stats import beta as beta_dist
 
 from silodp.accounting import gaussian
-from silodp.accounting._checks import check_delta
+from silodp._validation import check_delta
 
 
 @dataclasses.dataclass(frozen=True)

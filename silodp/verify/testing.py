@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from silodp.accounting._checks import check_delta, check_positive
+from silodp._validation import check_delta, check_positive
 from silodp.verify import audit_game as game
 from silodp.verify.audit import AuditResult, Claim, judge
 from silodp.verify.estimators import Scores

@@ -39,7 +39,7 @@ def test_pld_settings_are_flags_and_printed_with_the_result(capsys):
     coarse = json.loads(out)
     assert coarse["pld_settings"]["value_discretization_interval"] == 1e-3 and coarse["epsilon"] > default["epsilon"]
     code, _, err = run(capsys, *argv, "--value-discretization-interval", "-1")
-    assert code == 2 and "value_discretization_interval" in err
+    assert code == 2 and "--value-discretization-interval" in err
 
 
 def test_gaussian_compositions_default_to_the_exact_gdp_certificate(capsys):
