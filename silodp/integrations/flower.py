@@ -282,7 +282,7 @@ class IsrlDpMod:
                              self.noise_multiplier, np.random.default_rng())
         out.content[key] = ArrayRecord({k: Array(v) for k, v in zip(reply.keys(), released, strict=True)})
         ledger.record(release)
-        eps = ledger.epsilon(self.delta)
+        eps = projected  # the ledger now holds exactly the projected releases
         metrics = list(out.content.metric_records.values())
         if metrics:
             metrics[0][EPSILON_KEY] = eps
