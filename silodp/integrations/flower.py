@@ -20,6 +20,7 @@ Units: ``noise_multiplier`` is sigma / C, C the clip norm, as in Flower and Opac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from logging import INFO
 
@@ -37,7 +38,7 @@ from flwr.supercore.privacy_accounting import (
     SamplingMethod,
 )
 
-from silodp.accounting import get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import Calibration, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting import events as ev
 from silodp.accounting._checks import check_count, check_delta, check_positive
 from silodp.accounting.releases import BatchSampling, GaussianRelease, releases_event
@@ -244,15 +245,22 @@ class IsrlDpMod:
         self.epsilon = check_positive("epsilon", epsilon)
         self.delta = check_delta("delta", delta)
         self.rounds = check_count("rounds", rounds)
-        cal = tightest_calibration(lambda z: releases_event([
+        self.accountant = accountant
+
+    @functools.cached_property
+    def calibration(self) -> Calibration:
+        """The noise of every release, computed on first use (see the class docstring)."""
+        return tightest_calibration(lambda z: releases_event([
             GaussianRelease("update", self.rounds, z, BatchSampling.FULL, 1, 1)]),
-            self.epsilon, self.delta, accountant, ev.REPLACE_ONE)
-        self.noise_multiplier = cal.noise_multiplier
-        self.accountant = accountant or cal.accountant.split("(")[0]
-        self.calibration = cal
+            self.epsilon, self.delta, self.accountant, ev.REPLACE_ONE)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.calibration.noise_multiplier
 
     def ledger(self, context: Context) -> SiloLedger:
-        return SiloLedger(context, self.accountant)
+        """The silo's ledger, evaluated by the calibration's accountant (its name, less options)."""
+        return SiloLedger(context, self.accountant or self.calibration.accountant.split("(")[0])
 
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         if msg.metadata.message_type != MessageType.TRAIN:
