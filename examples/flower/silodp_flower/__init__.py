@@ -1,0 +1,1 @@
+"""silodp's ISRL-DP algorithms as a Flower app (see docs/integrations.md)."""

@@ -1,0 +1,330 @@
+"""silodp inside Flower (``flwr>=1.42,<1.43``): a privacy-accountant backend, an ISRL-DP client mod
+with a per-silo ledger, and a worst-silo epsilon aggregator.
+
+* :class:`SilodpAccountant` implements ``flwr.serverapp.PrivacyAccountant`` (the protocol of
+  Flower's client-level, trusted-server DP strategies ``DifferentialPrivacy{Server,Client}Side
+  FixedClipping``) on silodp's accountants: PLD by default (Koskela et al. 2020; Doroshenko et
+  al. 2022, pessimistic discretization: a certificate), or RDP. Flower's own backend is RDP only.
+* :class:`IsrlDpMod` is the no-trusted-server counterpart: each silo clips its update and adds
+  Gaussian noise *before* anything leaves it, calibrates that noise from its own (epsilon, delta,
+  rounds) with silodp's accountants, keeps its ledger in the node's persistent state
+  (``Context.state``), reports its epsilon in its metrics and refuses to reply once the next
+  release would exceed its budget. Flower's ``LocalDpMod`` composes nothing across rounds and uses
+  the classical Gaussian formula (Dwork & Roth 2014, Thm A.1, valid for epsilon < 1 only).
+* :func:`worst_silo_epsilon` aggregates the silos' reports on the server: ISRL-DP (paper
+  Definition 4) holds for the federation at the *largest* silo epsilon.
+
+Units: ``noise_multiplier`` is sigma / C, C the clip norm, as in Flower and Opacus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from logging import INFO
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common.constant import ErrorCode
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
+from flwr.supercore import log
+from flwr.supercore.privacy_accounting import (
+    GaussianPrivacyEvent,
+    NeighboringRelation,
+    PrivacyConfig,
+    PrivacySpent,
+    SamplingMethod,
+)
+
+from silodp.accounting import Calibration, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import events as ev
+from silodp.accounting._checks import check_count, check_delta, check_positive
+from silodp.accounting.releases import BatchSampling, GaussianRelease, releases_event
+
+#: The metric each silo reports (and :func:`worst_silo_epsilon` maximizes).
+EPSILON_KEY = "silodp_epsilon"
+#: Where :class:`SiloLedger` lives in a node's ``Context.state``.
+LEDGER_KEY = "silodp.ledger"
+_STATE_SCHEMA_VERSION = 1
+_BACKENDS = ("pld", "rdp")
+
+
+class SilodpAccountant:
+    """Flower's ``PrivacyAccountant`` protocol on a silodp accountant (``"pld"`` or ``"rdp"``).
+
+    Each ``GaussianPrivacyEvent`` becomes the silodp event of Flower's ``sampling_method``:
+    ``POISSON`` -> ``PoissonSampledDpEvent(sample_size / population_size, Gaussian)``,
+    ``WITHOUT_REPLACEMENT`` -> ``SampledWithoutReplacementDpEvent``, ``NO_AMPLIFICATION`` -> the
+    Gaussian itself, under the configured neighbouring relation (client-level: a client's data
+    appears, disappears or is replaced). Same events, same epsilon rules as Flower's RDP backend;
+    the PLD is tighter (never larger, up to its discretization).
+    """
+
+    def __init__(self, config: PrivacyConfig, accountant: str = "pld") -> None:
+        if not isinstance(config, PrivacyConfig):
+            raise ValueError(f"config must be a flwr PrivacyConfig, got {type(config).__name__}")
+        if accountant not in _BACKENDS:
+            raise ValueError(f"accountant must be one of {_BACKENDS}, got {accountant!r}")
+        self._config = config
+        self.accountant = accountant
+        self._compositions: list[tuple[GaussianPrivacyEvent, int]] = []
+
+    @property
+    def config(self) -> PrivacyConfig:
+        return self._config
+
+    @property
+    def accounting_method(self) -> str:
+        return f"silodp-{self.accountant}"
+
+    @property
+    def num_releases(self) -> int:
+        return sum(count for _, count in self._compositions)
+
+    def _event(self, event: GaussianPrivacyEvent) -> ev.DpEvent:
+        if not isinstance(event, GaussianPrivacyEvent):
+            raise ValueError(f"event must be a flwr GaussianPrivacyEvent, got {type(event).__name__}")
+        if event.population_size != self._config.population_size:
+            raise ValueError(f"event.population_size {event.population_size} != config.population_size "
+                             f"{self._config.population_size}")
+        gaussian = ev.GaussianDpEvent(event.noise_multiplier)
+        method = self._config.sampling_method
+        if method is SamplingMethod.POISSON:
+            return ev.PoissonSampledDpEvent(event.sample_size / event.population_size, gaussian)
+        if method is SamplingMethod.WITHOUT_REPLACEMENT:
+            return ev.SampledWithoutReplacementDpEvent(event.population_size, event.sample_size, gaussian)
+        return gaussian
+
+    def _silodp(self, extra: tuple[GaussianPrivacyEvent, int] | None = None):
+        acc = get_accountant(self.accountant, ev.relation(self._config.neighboring_relation))
+        for event, count in self._compositions + ([extra] if extra else []):
+            acc.compose(self._event(event), count)
+        return acc
+
+    def compose(self, event: GaussianPrivacyEvent, count: int = 1) -> None:
+        """Compose ``count`` identical releases of ``event``."""
+        check_count("count", count)
+        self._silodp((event, count))  # validates before committing
+        self._compositions.append((event, int(count)))
+
+    def get_epsilon(self, delta: float) -> float:
+        return self._silodp().get_epsilon(check_delta("delta", delta))
+
+    def get_delta(self, epsilon: float) -> float:
+        if not epsilon > 0 or not math.isfinite(epsilon):
+            raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
+        return self._silodp().get_delta(epsilon)
+
+    def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
+        dl = self._config.target_delta if delta is None else check_delta("delta", delta)
+        return PrivacySpent(epsilon=self.get_epsilon(dl), delta=dl, num_releases=self.num_releases,
+                            accounting_method=self.accounting_method)
+
+    def would_exceed(self, event: GaussianPrivacyEvent, max_epsilon: float | None = None, count: int = 1) -> bool:
+        """Whether composing ``count`` more ``event`` would certify more than ``max_epsilon`` (or
+        the config's) at the config's delta; the committed state is not changed."""
+        limit = self._config.max_epsilon if max_epsilon is None else max_epsilon
+        if limit is None:
+            raise ValueError("max_epsilon must be supplied either in PrivacyConfig or to would_exceed()")
+        check_positive("max_epsilon", limit)
+        projected = self._silodp((event, check_count("count", count)))
+        return bool(projected.get_epsilon(self._config.target_delta) > limit)
+
+    def state_dict(self) -> dict[str, object]:
+        """JSON-serializable state: the configuration and the ledger of composed events."""
+        return {
+            "schema_version": _STATE_SCHEMA_VERSION,
+            "backend": self.accounting_method,
+            "config": {**dataclasses.asdict(self._config),
+                       "neighboring_relation": self._config.neighboring_relation.value,
+                       "sampling_method": self._config.sampling_method.value},
+            "compositions": [{"event": dataclasses.asdict(e), "count": c} for e, c in self._compositions],
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`'s output; the configuration and backend must match."""
+        if not isinstance(state, dict) or state.get("schema_version") != _STATE_SCHEMA_VERSION:
+            raise ValueError(f"state: must be a dict with schema_version {_STATE_SCHEMA_VERSION}")
+        if state.get("backend") != self.accounting_method:
+            raise ValueError(f"state: produced by backend {state.get('backend')!r}, not {self.accounting_method!r}")
+        raw = dict(state.get("config") or {})
+        try:
+            config = PrivacyConfig(**{**raw, "neighboring_relation": NeighboringRelation(raw["neighboring_relation"]),
+                                      "sampling_method": SamplingMethod(raw["sampling_method"])})
+            compositions = [(GaussianPrivacyEvent(**c["event"]), int(c["count"])) for c in state["compositions"]]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"state: malformed ({exc})") from exc
+        if config != self._config:
+            raise ValueError("state: its privacy configuration does not match this accountant's")
+        previous, self._compositions = self._compositions, []
+        try:
+            for event, count in compositions:
+                self.compose(event, count)
+        except ValueError:
+            self._compositions = previous
+            raise
+
+
+class SiloLedger:
+    """One silo's releases, kept in its node's ``Context.state`` so they outlive each round.
+
+    Every release is a :class:`~silodp.accounting.releases.GaussianRelease` (a group, its
+    sampling, batch and dataset size, noise multiplier sigma / C); the silo's epsilon is that of
+    :func:`~silodp.accounting.releases.releases_event` of all of them under ``REPLACE_ONE``
+    (ISRL-DP, paper Definition 4), the same event the simulator certifies. Releases of the same
+    group, sampling, sizes and noise are merged (counts add).
+    """
+
+    _FIELDS = ("group", "count", "noise_multiplier", "sampling", "batch_size", "dataset_size")
+
+    def __init__(self, context: Context, accountant: str | None = None) -> None:
+        self.context = context
+        self.accountant = accountant
+
+    def releases(self) -> list[GaussianRelease]:
+        if LEDGER_KEY not in self.context.state:
+            return []
+        rec = self.context.state[LEDGER_KEY]
+        return [GaussianRelease(g, int(c), float(z), BatchSampling(s), int(k), int(n))
+                for g, c, z, s, k, n in zip(*(rec[f] for f in self._FIELDS))]
+
+    def _merged(self, release: GaussianRelease | None) -> list[GaussianRelease]:
+        merged: dict[tuple, int] = {}
+        for r in self.releases() + ([release] if release else []):
+            key = (r.group, r.noise_multiplier, r.sampling, r.batch_size, r.dataset_size)
+            merged[key] = merged.get(key, 0) + r.count
+        return [GaussianRelease(g, c, z, s, k, n) for (g, z, s, k, n), c in merged.items()]
+
+    def epsilon(self, delta: float, release: GaussianRelease | None = None) -> float:
+        """Certified epsilon of everything recorded (plus ``release``, if given, as a projection)."""
+        event = releases_event(self._merged(release))
+        acc = self.accountant
+        if acc is None:  # the tightest of the candidates, as `silodp run` certifies
+            return tightest_epsilon(event, delta)[0]
+        return get_accountant(acc, ev.REPLACE_ONE).compose(event).get_epsilon(delta)
+
+    def record(self, release: GaussianRelease) -> None:
+        rows = self._merged(release)
+        self.context.state[LEDGER_KEY] = ConfigRecord({
+            "group": [r.group for r in rows], "count": [r.count for r in rows],
+            "noise_multiplier": [r.noise_multiplier for r in rows], "sampling": [r.sampling.value for r in rows],
+            "batch_size": [r.batch_size for r in rows], "dataset_size": [r.dataset_size for r in rows]})
+
+    def count(self) -> int:
+        return sum(r.count for r in self.releases())
+
+
+def _update_release(noise_multiplier: float) -> GaussianRelease:
+    # the whole clipped update is one contribution of norm <= C (batch = dataset = 1 slot)
+    return GaussianRelease("update", 1, noise_multiplier, BatchSampling.FULL, 1, 1)
+
+
+class IsrlDpMod:
+    """Client mod: ISRL-DP for each silo on its own, with a ledger in the node's state.
+
+    On each ``train`` message the silo's model update (reply arrays minus received arrays) is
+    clipped to l2 norm ``clipping_norm`` = C and released with N(0, (z C)^2 I) noise added. The
+    clipped update is one contribution of norm <= C, so replacing one record of the silo (indeed
+    its whole dataset) moves it by at most 2C: each release is ``GaussianDpEvent(z)`` under
+    ``REPLACE_ONE`` (sensitivity 2C), and R releases compose adaptively. ``z`` is the smallest
+    noise multiplier certifying (``epsilon``, ``delta``) for ``rounds`` releases
+    (:func:`silodp.accounting.tightest_calibration`, rounded toward more privacy; ``accountant``
+    names it, default the tightest of silodp's candidates). This is silo-level DP, which implies
+    ISRL-DP (paper Definition 4); no amplification by the silo's own minibatching is credited.
+
+    Each reply carries ``silodp_epsilon`` (the silo's certified epsilon after this release) in its
+    metrics. A message whose release would take the silo past ``epsilon`` is answered with an
+    error and no training happens.
+    """
+
+    def __init__(self, clipping_norm: float, epsilon: float, delta: float, rounds: int,
+                 accountant: str | None = None) -> None:
+        self.clipping_norm = check_positive("clipping_norm", clipping_norm)
+        self.epsilon = check_positive("epsilon", epsilon)
+        self.delta = check_delta("delta", delta)
+        self.rounds = check_count("rounds", rounds)
+        self.accountant = accountant
+
+    @functools.cached_property
+    def calibration(self) -> Calibration:
+        """The noise of every release, computed on first use (see the class docstring)."""
+        return tightest_calibration(lambda z: releases_event([
+            GaussianRelease("update", self.rounds, z, BatchSampling.FULL, 1, 1)]),
+            self.epsilon, self.delta, self.accountant, ev.REPLACE_ONE)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.calibration.noise_multiplier
+
+    def ledger(self, context: Context) -> SiloLedger:
+        """The silo's ledger, evaluated by the calibration's accountant (its name, less options)."""
+        return SiloLedger(context, self.accountant or self.calibration.accountant.split("(")[0])
+
+    def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return call_next(msg, ctxt)
+        ledger = self.ledger(ctxt)
+        release = _update_release(self.noise_multiplier)
+        projected = ledger.epsilon(self.delta, release)
+        if projected > self.epsilon:
+            reason = (f"IsrlDpMod: budget exhausted: the next release would certify epsilon {projected:.6g} > "
+                      f"{self.epsilon:g} at delta {self.delta:g} ({ledger.count()} releases made)")
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, reason), reply_to=msg)
+        if len(msg.content.array_records) != 1:
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, "IsrlDpMod: expected one ArrayRecord"),
+                           reply_to=msg)
+        sent = next(iter(msg.content.array_records.values()))
+        out = call_next(msg, ctxt)
+        if out.has_error():
+            return out
+        if len(out.content.array_records) != 1:
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, "IsrlDpMod: reply must hold one ArrayRecord"),
+                           reply_to=msg)
+        key, reply = next(iter(out.content.array_records.items()))
+        if list(reply.keys()) != list(sent.keys()):
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, "IsrlDpMod: reply arrays differ from the sent ones"),
+                           reply_to=msg)
+        released = privatize(reply.to_numpy_ndarrays(), sent.to_numpy_ndarrays(), self.clipping_norm,
+                             self.noise_multiplier, np.random.default_rng())
+        out.content[key] = ArrayRecord({k: Array(v) for k, v in zip(reply.keys(), released, strict=True)})
+        ledger.record(release)
+        eps = projected  # the ledger now holds exactly the projected releases
+        metrics = list(out.content.metric_records.values())
+        if metrics:
+            metrics[0][EPSILON_KEY] = eps
+        else:
+            out.content["silodp"] = MetricRecord({EPSILON_KEY: eps})
+        log(INFO, "IsrlDpMod: update clipped to %.4g, noise std %.4g; silo epsilon %.6g at delta %g",
+            self.clipping_norm, self.noise_multiplier * self.clipping_norm, eps, self.delta)
+        return out
+
+
+def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float, noise_multiplier: float,
+              rng: np.random.Generator) -> list[np.ndarray]:
+    """``old + clip(new - old, C) + N(0, (z C)^2 I)`` over all arrays jointly (one l2 norm)."""
+    deltas = [np.asarray(n, dtype=np.float64) - np.asarray(o, dtype=np.float64) for n, o in zip(new, old, strict=True)]
+    norm = math.sqrt(sum(float(np.sum(d * d)) for d in deltas))
+    scale = min(1.0, clipping_norm / norm) if norm > 0 else 1.0
+    std = noise_multiplier * clipping_norm
+    return [(o + d * scale + rng.normal(0.0, std, size=d.shape)).astype(np.asarray(n).dtype)
+            for n, o, d in zip(new, old, deltas)]
+
+
+def worst_silo_epsilon(records: list[RecordDict], weighting_metric_name: str) -> MetricRecord:
+    """Flower's weighted metric average, except ``silodp_epsilon``: the largest a silo reported
+    (the federation is ISRL-DP at its worst silo's epsilon). Signature of FedAvg's
+    ``train_metrics_aggr_fn``."""
+    worst = -math.inf
+    for rec in records:
+        for metric in rec.metric_records.values():
+            if EPSILON_KEY in metric:
+                worst = max(worst, float(metric[EPSILON_KEY]))
+    out = aggregate_metricrecords(records, weighting_metric_name)
+    if worst > -math.inf:
+        out[EPSILON_KEY] = worst
+    return out
+
+
+__all__ = ["EPSILON_KEY", "IsrlDpMod", "SiloLedger", "SilodpAccountant", "privatize", "worst_silo_epsilon"]

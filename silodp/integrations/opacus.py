@@ -1,0 +1,245 @@
+"""silodp's accountants inside Opacus: registered by name, for Poisson, shuffled or with-replacement batches.
+
+Opacus creates its accountant from a name (``PrivacyEngine(accountant="prv")``,
+``get_noise_multiplier(accountant=...)``, ``make_private_with_epsilon``) through
+``opacus.accountants.registry``, and records its steps as ``(noise_multiplier, sample_rate,
+steps)`` triples in ``history``. Importing this module registers, under those rules:
+
+========================================  ==================  ======================
+name                                      batches             neighbouring relation
+========================================  ==================  ======================
+``silodp-pld``, ``silodp-rdp``            Poisson             add/remove (Opacus')
+``silodp-pld-replace-one`` (``-rdp-``)    Poisson             replace-one
+``silodp-pld-shuffled`` (``-rdp-``)       shuffled, fixed     replace-one
+========================================  ==================  ======================
+
+and :func:`opacus_accountant` registers any other combination (with-replacement sampling needs
+the dataset and batch sizes). ``noise_multiplier`` is sigma / C, C the clip norm
+(``max_grad_norm``), exactly as Opacus; silodp's accountant applies the relation's sensitivity
+(2C under replace-one).
+
+Shuffled fixed-size batches (``poisson_sampling=False``). Opacus then walks through a random
+permutation in ``m = 1 / sample_rate = len(data_loader)`` batches per epoch and still accounts each
+step as Poisson-subsampled, which its own docstring calls an approximation: a shuffled batch is not
+a Poisson sample, and the amplification-by-subsampling theorems (Mironov, Talwar & Zhang 2019;
+Balle, Barthe & Gaboardi 2018, Thm 9) do not apply to batches of one permutation, which are not
+independent. Here the certificate is the one that holds: within an epoch a record lies in exactly
+one batch, so the epoch's m releases are a parallel composition (McSherry 2009, Thm 4) and cost one
+un-amplified Gaussian release of the record's batch (sensitivity 2C under replace-one, the coupling
+that keeps the permutation and swaps the record); epochs compose adaptively. This is
+:func:`silodp.accounting.releases.gaussian_steps` with ``BatchSampling.SHUFFLED``; when the noise
+changes inside an epoch the epoch is charged its smallest noise multiplier. Under add/remove the
+argument fails (an inserted record shifts every later batch boundary), so shuffled batches are
+certified under replace-one only.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, ClassVar
+
+from opacus.accountants import IAccountant
+from opacus.accountants.registry import _ACCOUNTANTS, register_accountant
+
+from silodp.accounting import calibrate, get_accountant
+from silodp.accounting import events as ev
+from silodp.accounting._checks import check_count, check_delta, check_positive, check_probability
+from silodp.accounting.releases import BatchSampling, gaussian_steps
+
+#: silodp accountants offered to Opacus (tight PLD first; RDP as Opacus' own default).
+ACCOUNTANT_NAMES = ("pld", "rdp")
+
+
+class OpacusSampling(enum.Enum):
+    """How Opacus' data loader draws a batch."""
+
+    POISSON = "poisson"
+    SHUFFLED = "shuffled"
+    WITH_REPLACEMENT = "with-replacement"
+
+
+class SilodpOpacusAccountant(IAccountant):
+    """An Opacus ``IAccountant`` whose epsilon is certified by a silodp accountant.
+
+    Subclasses (made by :func:`opacus_accountant`) fix the silodp ``accountant`` name, the
+    ``sampling`` and the ``neighbouring`` relation, because Opacus' registry constructs
+    accountants without arguments. ``history`` holds Opacus' ``(noise_multiplier, sample_rate,
+    steps)`` triples in order, so Opacus' own ``get_noise_multiplier`` and checkpoints work.
+    """
+
+    accountant: ClassVar[str] = "pld"
+    sampling: ClassVar[OpacusSampling] = OpacusSampling.POISSON
+    neighbouring: ClassVar[ev.NeighboringRelation] = ev.ADD_OR_REMOVE_ONE
+    dataset_size: ClassVar[int | None] = None
+    batch_size: ClassVar[int | None] = None
+    name: ClassVar[str] = "silodp-pld"
+
+    def __init__(self) -> None:
+        self.history: list[tuple[float, float, int]] = []
+
+    @classmethod
+    def mechanism(cls) -> str:
+        return cls.name
+
+    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
+        """Record one optimizer step (merged into the last entry when nothing changed)."""
+        z = check_positive("noise_multiplier", noise_multiplier)
+        q = check_probability("sample_rate", sample_rate)
+        if self.history and self.history[-1][:2] == (z, q):
+            self.history[-1] = (z, q, self.history[-1][2] + 1)
+        else:
+            self.history.append((z, q, 1))
+
+    def __len__(self) -> int:
+        return sum(int(steps) for _, _, steps in self.history)
+
+    def event(self) -> ev.DpEvent:
+        """The silodp event of every step recorded so far (see the module docstring)."""
+        if not self.history:
+            return ev.NoOpDpEvent()
+        if self.sampling == OpacusSampling.SHUFFLED:
+            return _shuffled_event(self.history)
+        parts = []
+        for z, q, steps in self.history:
+            step = ev.GaussianDpEvent(check_positive("noise_multiplier", z))
+            if self.sampling == OpacusSampling.WITH_REPLACEMENT:
+                step = ev.SampledWithReplacementDpEvent(self.dataset_size, self.batch_size, step)
+            elif check_probability("sample_rate", q) < 1:
+                step = ev.PoissonSampledDpEvent(q, step)
+            parts.append(ev.SelfComposedDpEvent(step, check_count("steps", steps)))
+        return ev.ComposedDpEvent(parts)
+
+    def get_epsilon(self, delta: float, **kwargs: Any) -> float:
+        """Certified epsilon at ``delta`` (silodp accountant ``self.accountant``, rounded up)."""
+        if kwargs:
+            raise ValueError(f"kwargs: silodp accountants take no options here, got {sorted(kwargs)}")
+        return get_accountant(self.accountant, self.neighbouring).compose(self.event()).get_epsilon(
+            check_delta("delta", delta))
+
+
+def _batches_per_epoch(sample_rate: float) -> int:
+    """Opacus' ``sample_rate = 1 / len(data_loader)`` for shuffled batches: ``len(data_loader)``."""
+    m = round(1.0 / check_probability("sample_rate", sample_rate))
+    if abs(m * sample_rate - 1.0) > 1e-9:
+        raise ValueError(f"sample_rate: shuffled batches need 1 / len(data_loader), got {sample_rate!r} "
+                         "(gradient accumulation is not supported with shuffled batches)")
+    return m
+
+
+def _shuffled_event(history: list[tuple[float, float, int]]) -> ev.DpEvent:
+    """Epoch by epoch: each epoch charged one Gaussian at its smallest noise multiplier (parallel
+    composition within the epoch), consecutive epochs of equal noise as one ``gaussian_steps``."""
+    rates = {q for _, q, _ in history}
+    if len(rates) != 1:
+        raise ValueError(f"sample_rate: shuffled batches need one batches-per-epoch count, got rates {sorted(rates)}")
+    m = _batches_per_epoch(rates.pop())
+    steps_of_epoch: list[int] = []
+    z_of_epoch: list[float] = []
+    position = 0
+    for z, _, steps in history:
+        for _ in range(check_count("steps", steps)):
+            if position % m == 0:
+                steps_of_epoch.append(0)
+                z_of_epoch.append(math.inf)
+            steps_of_epoch[-1] += 1
+            z_of_epoch[-1] = min(z_of_epoch[-1], check_positive("noise_multiplier", z))
+            position += 1
+    runs: list[list[float]] = []  # [z, steps] of consecutive epochs with the same noise
+    for z, steps in zip(z_of_epoch, steps_of_epoch):
+        if runs and runs[-1][0] == z:
+            runs[-1][1] += steps
+        else:
+            runs.append([z, steps])
+    # m batches of one record "slot" each: a record is in exactly one batch per epoch
+    return ev.ComposedDpEvent([gaussian_steps(int(steps), z, BatchSampling.SHUFFLED, 1, m) for z, steps in runs])
+
+
+def _default_name(accountant: str, sampling: OpacusSampling, neighbouring: ev.NeighboringRelation,
+                  dataset_size: int | None, batch_size: int | None) -> str:
+    parts = ["silodp", accountant]
+    if sampling != OpacusSampling.POISSON:
+        parts.append(sampling.value)
+    if sampling == OpacusSampling.WITH_REPLACEMENT:
+        parts += [f"n{dataset_size}", f"k{batch_size}"]
+    if neighbouring == ev.REPLACE_ONE and sampling == OpacusSampling.POISSON:
+        parts.append("replace-one")
+    return "-".join(parts)
+
+
+def opacus_accountant(accountant: str = "pld", sampling: OpacusSampling | str = OpacusSampling.POISSON,
+                      neighbouring: ev.NeighboringRelation = ev.ADD_OR_REMOVE_ONE,
+                      dataset_size: int | None = None, batch_size: int | None = None,
+                      name: str | None = None) -> str:
+    """Register (once) the Opacus accountant for this configuration and return its name, for
+    ``PrivacyEngine(accountant=name)``.
+
+    ``accountant``: ``"pld"`` or ``"rdp"`` (silodp's; see :mod:`silodp.accounting.accountants`).
+    ``sampling``: ``"poisson"`` (Opacus' default loader), ``"shuffled"`` (``poisson_sampling=False``;
+    replace-one only) or ``"with-replacement"`` (a loader drawing ``batch_size`` indices i.i.d. from
+    ``dataset_size`` records each step; replace-one only).
+    """
+    if accountant not in ACCOUNTANT_NAMES:
+        raise ValueError(f"accountant must be one of {ACCOUNTANT_NAMES}, got {accountant!r}")
+    try:
+        how = OpacusSampling(sampling)
+    except ValueError:
+        raise ValueError(f"sampling must be one of {[s.value for s in OpacusSampling]}, got {sampling!r}") from None
+    rel = ev.relation(neighbouring)
+    if how != OpacusSampling.POISSON and rel != ev.REPLACE_ONE:
+        raise ValueError(f"neighbouring: {how.value} batches are certified under REPLACE_ONE only "
+                         "(see silodp.integrations.opacus)")
+    if how == OpacusSampling.WITH_REPLACEMENT:
+        dataset_size, batch_size = check_count("dataset_size", dataset_size), check_count("batch_size", batch_size)
+    elif dataset_size is not None or batch_size is not None:
+        raise ValueError(f"dataset_size, batch_size: only for with-replacement sampling, not {how.value}")
+    name = name or _default_name(accountant, how, rel, dataset_size, batch_size)
+    config = dict(accountant=accountant, sampling=how, neighbouring=rel, dataset_size=dataset_size,
+                  batch_size=batch_size, name=name)
+    existing = _ACCOUNTANTS.get(name)
+    if existing is not None:
+        if not (isinstance(existing, type) and issubclass(existing, SilodpOpacusAccountant)
+                and all(getattr(existing, k) == v for k, v in config.items())):
+            raise ValueError(f"name: {name!r} is already registered in Opacus for another accountant")
+        return name
+    cls = type(f"SilodpOpacus_{name.replace('-', '_')}", (SilodpOpacusAccountant,), config)
+    register_accountant(name, cls)
+    return name
+
+
+def get_noise_multiplier(*, target_epsilon: float, target_delta: float, sample_rate: float,
+                         steps: int | None = None, epochs: int | None = None,
+                         accountant: str = "silodp-pld") -> float:
+    """The smallest noise multiplier silodp certifies for ``steps`` (or ``epochs / sample_rate``)
+    Opacus steps at ``sample_rate`` under the registered ``accountant``: silodp's
+    :func:`~silodp.accounting.calibrate`, rounded toward more privacy (certified epsilon in
+    [target (1 - rtol), target]). Opacus' own ``get_noise_multiplier(accountant=...)`` also works
+    with these names (its bisection stops within an absolute 0.01 below the target)."""
+    cls = _ACCOUNTANTS.get(accountant)
+    if not (isinstance(cls, type) and issubclass(cls, SilodpOpacusAccountant)):
+        raise ValueError(f"accountant: {accountant!r} is not a registered silodp accountant "
+                         "(see opacus_accountant)")
+    q = check_probability("sample_rate", sample_rate)
+    if (steps is None) == (epochs is None):
+        raise ValueError("steps, epochs: give exactly one")
+    count = check_count("steps", steps) if steps is not None else int(check_count("epochs", epochs) / q)  # as Opacus
+
+    def event_of(z: float) -> ev.DpEvent:
+        probe = cls()
+        probe.history = [(z, q, count)]
+        return probe.event()
+
+    return calibrate(event_of, target_epsilon, target_delta, cls.accountant, cls.neighbouring).noise_multiplier
+
+
+def _register_defaults() -> None:
+    for name in ACCOUNTANT_NAMES:
+        opacus_accountant(name)
+        opacus_accountant(name, neighbouring=ev.REPLACE_ONE)
+        opacus_accountant(name, OpacusSampling.SHUFFLED, ev.REPLACE_ONE)
+
+
+_register_defaults()
+
+__all__ = ["ACCOUNTANT_NAMES", "OpacusSampling", "SilodpOpacusAccountant", "get_noise_multiplier",
+           "opacus_accountant"]
