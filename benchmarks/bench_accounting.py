@@ -18,7 +18,7 @@ import warnings
 import dp_accounting as dpa
 from dp_accounting import mechanism_calibration
 
-from silodp.accounting import ADD_OR_REMOVE_ONE, GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, calibrate, to_dp_accounting
+from silodp.accounting import ADD_OR_REMOVE_ONE, GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, calibrate
 
 GRID = [(q, steps, eps) for q in (0.001, 0.01, 0.1) for steps in (100, 1000, 10000) for eps in (0.5, 2.0, 8.0)]
 QUICK = [(0.01, 1000, 1.0), (0.1, 100, 2.0)]
@@ -34,8 +34,9 @@ def row(q: float, steps: int, eps: float, delta: float = 1e-5) -> dict:
     fn = lambda z: SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), steps)
     ours, t_ours = timed(lambda: calibrate(fn, eps, delta, "pld", ADD_OR_REMOVE_ONE).noise_multiplier)
     ours_rdp, t_ours_rdp = timed(lambda: calibrate(fn, eps, delta, "rdp", ADD_OR_REMOVE_ONE).noise_multiplier)
-    pld, t_pld = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(dpa.pld.PLDAccountant, lambda z: to_dp_accounting(fn(z)), eps, delta))
-    rdp, t_rdp = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(dpa.rdp.RdpAccountant, lambda z: to_dp_accounting(fn(z)), eps, delta))
+    theirs = lambda z: dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), steps)  # noqa: E731
+    pld, t_pld = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(dpa.pld.PLDAccountant, theirs, eps, delta))
+    rdp, t_rdp = timed(lambda: mechanism_calibration.calibrate_dp_mechanism(dpa.rdp.RdpAccountant, theirs, eps, delta))
     try:
         from opacus.accountants.utils import get_noise_multiplier
         opacus, t_opacus = timed(lambda: get_noise_multiplier(target_epsilon=eps, target_delta=delta,

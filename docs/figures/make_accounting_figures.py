@@ -26,7 +26,7 @@ from silodp.accounting import (  # noqa: E402
 )
 
 HERE = Path(__file__).parent
-PANELS = ((1000, 100, 2.0), (100_000, 10, 1.0))  # (n, batch m, noise multiplier z)
+PANELS = ((1000, 100, 4.0), (100_000, 10, 2.0))  # (n, batch m, noise multiplier z = sigma / C)
 STEPS = (1, 3, 10, 30, 100, 300, 1000)
 CURVES = (("pld", SampledWithReplacementDpEvent, "pld, labelled multiplicities"),
           ("rdp", SampledWithReplacementDpEvent, "rdp, labelled multiplicities"),

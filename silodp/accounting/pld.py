@@ -63,17 +63,27 @@ MAX_POINTS = 50_000_000
 MAX_LOSS = 600.0
 #: Unit round-off of float64.
 _U = 2.0 ** -53
-#: Normwise error of one FFT stage: ||fl(FFT x) - FFT x||_2 <= log2(n) eta ||FFT x||_2 / (1 - log2(n) eta)
-#: (Higham 2002, *Accuracy and Stability of Numerical Algorithms*, Thm 24.2, with
-#: eta = mu + gamma_4 (sqrt 2 + mu) ~ 6.7u for radix-2 butterflies and twiddles accurate to mu ~ u);
-#: 16u leaves room for pocketfft's radix-3 and radix-5 butterflies. Inverses obey the same bound.
-_FFT_STAGE_ERROR = 16.0 * _U
+#: Normwise error of one FFT stage, in units of the unit round-off u:
+#: ||fl(FFT x) - FFT x||_2 <= log2(n) eta ||FFT x||_2 / (1 - log2(n) eta) (Higham 2002, *Accuracy
+#: and Stability of Numerical Algorithms*, Thm 24.2, with eta = mu + gamma_4 (sqrt 2 + mu) ~ 6.7u
+#: for radix-2 butterflies and twiddles accurate to mu ~ u); 16u leaves room for pocketfft's
+#: radix-3 and radix-5 butterflies. Inverses obey the same bound.
+_FFT_STAGE_UNITS = 16.0
+#: The extended precision the accountant falls back to when float64's charge is too large a
+#: share of delta (x86's 80-bit long double: u = 2^-64; numpy's FFT computes in it).
+EXTENDED = np.longdouble
 
 
-def _fft_error(size: int, l2_norm: float) -> float:
+def _unit(values) -> float:
+    """Unit round-off of the floating-point type of ``values`` (float64: 2^-53)."""
+    dtype = np.asarray(values).dtype
+    return float(np.finfo(dtype).eps) / 2.0 if np.issubdtype(dtype, np.floating) else _U
+
+
+def _fft_error(size: int, l2_norm: float, u: float = _U) -> float:
     """Bound on ||fl(FFT x) - FFT x||_2 (or the inverse's) for a transform of ``size`` points whose
-    exact output has l2 norm ``l2_norm`` (Higham 2002, Thm 24.2; see ``_FFT_STAGE_ERROR``)."""
-    eta = _FFT_STAGE_ERROR * math.log2(max(size, 2))
+    exact output has l2 norm ``l2_norm``, at unit round-off ``u`` (Higham 2002, Thm 24.2)."""
+    eta = _FFT_STAGE_UNITS * u * math.log2(max(size, 2))
     return eta / (1.0 - eta) * l2_norm
 
 
@@ -90,8 +100,9 @@ def _inverse_roundoff(masses: np.ndarray, size: int, spectrum_error: float) -> f
     is off by at most ``spectrum_error`` in l2 (full spectrum): by Parseval the spectrum error
     reaches the output as l2 error spectrum_error / sqrt(size), the transform adds
     ``_fft_error`` of the output's norm, and l1 <= sqrt(size) l2."""
-    own = _fft_error(size, float(np.linalg.norm(masses)))
-    return spectrum_error + math.sqrt(size) * own * (1.0 + 4.0 * _U)
+    u = _unit(masses)
+    own = _fft_error(size, float(np.linalg.norm(masses)), u)
+    return spectrum_error + math.sqrt(size) * own * (1.0 + 4.0 * u)
 
 
 class UncertifiableDeltaError(ValueError):
@@ -141,16 +152,17 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     <= (m + 1) u (Higham 2002, Sec 3.1), so l1 error <= (m + 1) u sum(out). FFT: with
     ||e_x||_2 <= _fft_error(|X|) per transform and |X_k|, |Y_k| <= 1, the product's spectrum is
     off by at most e_x + (1 + e_x) e_y + 2u ||X Y||_2, then :func:`_inverse_roundoff`."""
+    u = max(_unit(x), _unit(y))
     if min(len(x), len(y)) <= 32 or len(x) * len(y) <= 200_000:
         out = np.convolve(x, y)
-        return out, (min(len(x), len(y)) + 1) * _U * 1.01 * float(np.sum(out))
+        return out, (min(len(x), len(y)) + 1) * u * 1.01 * float(np.sum(out))
     n = len(x) + len(y) - 1
     size = _next_fast_length(n)
     fx, fy = np.fft.rfft(x, size), np.fft.rfft(y, size)
-    ex = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(x)))
-    ey = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)))
+    ex = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(x)), u)
+    ey = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)), u)
     product = fx * fy
-    spectrum_error = ex + (1.0 + ex) * ey + 2.0 * _U * _spectral_norm(product, size)
+    spectrum_error = ex + (1.0 + ex) * ey + 2.0 * u * _spectral_norm(product, size)
     out = np.fft.irfft(product, size)[:n]
     return np.maximum(out, 0.0), _inverse_roundoff(out, size, spectrum_error)
 
@@ -172,6 +184,11 @@ class LossPmf:
     def charged_infinity(self) -> float:
         """Mass at +inf plus the round-off charge: what delta(eps) never falls below."""
         return self.infinity_mass + self.roundoff
+
+    def astype(self, dtype) -> "LossPmf":
+        """The same masses in floating-point type ``dtype`` (e.g. :data:`EXTENDED`); compositions
+        then compute, and bound their round-off, in that precision."""
+        return dataclasses.replace(self, masses=self.masses.astype(dtype))
 
     @property
     def losses(self) -> np.ndarray:
@@ -264,15 +281,17 @@ class LossPmf:
             raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points "
                              "(epsilon is huge); use a coarser grid or the 'rdp' accountant")
         size = _next_fast_length(n)
+        u = _unit(self.masses)
         positions = (self.offset + np.arange(len(self.masses))) % size
-        wrapped = np.bincount(positions, weights=self.masses, minlength=size)
+        wrapped = np.zeros(size, dtype=self.masses.dtype)
+        np.add.at(wrapped, positions, self.masses)
         spectrum = np.fft.rfft(wrapped)
-        e = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(wrapped)))
+        e = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(wrapped)), u)
         radius = np.abs(spectrum)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             log_r = np.log(radius)
             propagated = count * e * np.exp((count - 1) * np.log(radius + e))
-            powering = 4.0 * _U * (count * (np.abs(log_r) + 2.0 * math.pi) + 2.0) * np.exp(count * log_r)
+            powering = 4.0 * u * (count * (np.abs(log_r) + 2.0 * math.pi) + 2.0) * np.exp(count * log_r)
         coefficient_error = propagated + np.where(radius > 0, powering, 0.0)
         power = np.fft.irfft(spectrum ** count, size)
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
@@ -294,11 +313,11 @@ def _mix(pmfs: list[LossPmf], weights: list[float]) -> LossPmf:
     """sum_i weights_i pmfs_i on their common grid."""
     h = _same_grid(pmfs)
     lo = min(p.offset for p in pmfs)
-    out = np.zeros(max(p.offset + len(p.masses) for p in pmfs) - lo)
+    out = np.zeros(max(p.offset + len(p.masses) for p in pmfs) - lo, dtype=np.result_type(*[p.masses for p in pmfs]))
     for p, w in zip(pmfs, weights):
         out[p.offset - lo:p.offset - lo + len(p.masses)] += w * p.masses
     return LossPmf(h, lo, out, sum(w * p.infinity_mass for p, w in zip(pmfs, weights)),
-                   sum(w * p.roundoff for p, w in zip(pmfs, weights)) + 2.0 * _U * float(np.sum(out)))
+                   sum(w * p.roundoff for p, w in zip(pmfs, weights)) + 2.0 * _unit(out) * float(np.sum(out)))
 
 
 def _log(p: float) -> float:
@@ -380,6 +399,11 @@ class PrivacyLossDistribution:
 
     def _directions(self) -> tuple[LossPmf, ...]:
         return (self.remove,) if self.add is None else (self.remove, self.add)
+
+    def astype(self, dtype) -> "PrivacyLossDistribution":
+        """Both directions in floating-point type ``dtype`` (:meth:`LossPmf.astype`)."""
+        return dataclasses.replace(self, remove=self.remove.astype(dtype),
+                                   add=None if self.add is None else self.add.astype(dtype))
 
     @property
     def roundoff(self) -> float:

@@ -77,10 +77,12 @@ class IsrlSpider(FederatedAlgorithm):
     def config_fields(self, problem, federation):
         return {**super().config_fields(problem, federation), "batch_size2": self._k2(), "q": int(self.q)}
 
-    def _diff_noise(self, ctx, step):
-        """min(sigma2 ||w_r - w_{r-1}||, sigma2_hat) (Alg 3 line 10); ``step`` a float, or one
-        norm per stacked run (a tensor) in :mod:`silodp.verify.rate_trials`."""
-        s2, s2_hat = ctx.sigmas.get("sigma2", 0.0), ctx.sigmas.get("sigma2_hat", 0.0)
+    @staticmethod
+    def diff_noise(sigmas: dict, step):
+        """Noise std of a SPIDER difference, min(sigma2 ||w_r - w_{r-1}||, sigma2_hat) (Alg 3
+        line 10); ``step`` a float, or one norm per stacked run (a tensor, as in
+        :mod:`silodp.verify.rate_trials`)."""
+        s2, s2_hat = sigmas.get("sigma2", 0.0), sigmas.get("sigma2_hat", 0.0)
         if isinstance(step, torch.Tensor):
             return torch.clamp(s2 * step, max=s2_hat) if math.isfinite(s2) else torch.full_like(step, s2_hat)
         return min(s2 * step if math.isfinite(s2) else math.inf, s2_hat)
@@ -106,7 +108,7 @@ class IsrlSpider(FederatedAlgorithm):
                     diff_clip = beta * step if clip is None else _smaller(2 * clip, beta * step)
                     bound = _larger(diff_clip, 1e-12)
                 diff = ctx.term(data, w, w_old=w_prev, diff_clip=diff_clip)
-                big_h, _ = ctx.send("diff", diff, data, avail, std=self._diff_noise(ctx, step), bound=bound)
+                big_h, _ = ctx.send("diff", diff, data, avail, std=self.diff_noise(ctx.sigmas, step), bound=bound)
                 h = h + big_h
             w_prev, w = w, ctx.prox(w - ctx.eta * h)
             ctx.end_round(w, keep_iterate=True)

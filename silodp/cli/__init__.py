@@ -53,6 +53,33 @@ def _flag_names(message: str, parser: argparse.ArgumentParser | None) -> str:
     return f"{flag}:{rest}" if flag in known else message
 
 
+def given(args, *flags: str) -> list[str]:
+    """Which of ``flags`` (``--name`` strings) the user typed (``args.given``, set by :func:`main`)."""
+    typed = getattr(args, "given", set())
+    return [f for f in flags if f in typed]
+
+
+def refuse(args, flags, why: str) -> None:
+    """ValueError naming the first of ``flags`` the user typed, which does not apply (``why``)."""
+    typed = given(args, *flags)
+    if typed:
+        raise ValueError(f"{typed[0]}: does not apply {why}")
+
+
+def _typed_flags(argv: Sequence[str], parser: argparse.ArgumentParser) -> set[str]:
+    """The long options in ``argv``, expanded from unambiguous prefixes as argparse does."""
+    known = {opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")}
+    out = set()
+    for token in argv:
+        if token == "--":
+            break
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            matches = [k for k in known if k == name] or [k for k in known if k.startswith(name)]
+            out.update(matches[:1] if len(matches) == 1 else [])
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="silodp",
@@ -94,15 +121,17 @@ def emit(payload: dict, as_json: bool, human: str | None = None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except CliError as exc:
         print(one_line(exc), file=sys.stderr)
         return 2
+    command = args.subparsers.choices.get(args.command)
+    args.given = _typed_flags(argv, command) if command is not None else set()
     try:
         return int(args.handler(args) or 0)
     except Exception as exc:  # the contract: one line, exit 2, whatever failed
-        command = args.subparsers.choices.get(args.command)
         print(f"silodp {args.command}: error: {_flag_names(one_line(exc), command)}", file=sys.stderr)
         return 2
 

@@ -6,7 +6,14 @@ import argparse
 import math
 
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
-from silodp.cli import emit
+from silodp.cli import emit, refuse
+
+#: flags of `noise`'s algorithm mode, and of the generic mechanism mode
+ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2", "--clip", "--spider-q",
+                   "--inner-steps", "--restarts", "--local-steps", "--beta", "--silos", "--silos-per-round",
+                   "--dimension", "--without-replacement", "--user-sampling", "--data-sampling", "--warm-steps")
+MECHANISM_FLAGS = ("--steps", "--sampling", "--q", "--dataset-size", "--relation", "--value-discretization-interval",
+                   "--log-mass-truncation-bound")
 
 ACCOUNTANT_CHOICES = (*ACCOUNTANTS, "all")
 SAMPLING_CHOICES = tuple(s.value for s in Sampling)
@@ -187,7 +194,9 @@ def _noise_algorithm(args) -> int:
 
 def _noise(args) -> int:
     if args.algorithm:
+        refuse(args, MECHANISM_FLAGS, "with --algorithm (the algorithm's own transcript is calibrated)")
         return _noise_algorithm(args)
+    refuse(args, ALGORITHM_FLAGS, "without --algorithm")
     return _noise_generic(args)
 
 

@@ -41,6 +41,20 @@ def _human(payload: dict) -> str:
     return "\n".join(f"{k:>30}: {v}" for k, v in payload.items())
 
 
+def _check_applicable(args) -> None:
+    """Flags that the chosen mode does not read are errors, not silently ignored."""
+    from silodp.cli import refuse
+
+    if args.mechanism == "gaussian":
+        refuse(args, ("--epsilon", "--messages", "--mutation", "--repeats"), "to --mechanism gaussian")
+    elif args.mechanism == "pvec":
+        refuse(args, ("--noise-multiplier", "--mutation", "--repeats"), "to --mechanism pvec")
+    elif args.papers:
+        refuse(args, ("--noise-multiplier", "--messages", "--mutation", "--repeats", "--alpha"), "to --papers")
+    else:
+        refuse(args, ("--noise-multiplier", "--messages"), "to --algorithm (use --epsilon)")
+
+
 def _check_args(args) -> None:
     if args.trials is not None and args.trials < 2:
         raise ValueError(f"--trials: must be >= 2, got {args.trials}")
@@ -57,6 +71,7 @@ def handle(args) -> int:
     from silodp.verify import audit
 
     _check_args(args)
+    _check_applicable(args)
     if args.mechanism == "gaussian":
         if args.noise_multiplier is None:
             raise ValueError("--noise-multiplier: required with --mechanism gaussian")

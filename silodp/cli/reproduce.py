@@ -52,6 +52,9 @@ def handle_reproduce(args) -> int:
              f"ran {runs['ran']} ({runs['failed']} failed, {runs['skipped']} skipped) in {runs['wall_s']:.1f} s\n"
              + format_summary(payload["summary"], payload["claims"]))
     emit(payload, args.json, human)
+    if runs["failed"]:  # the results are printed; the exit status says that some are missing
+        raise ValueError(f"{runs['failed']} of {runs['total']} runs failed (their errors are in the JSON "
+                         f"and in {payload['store']}; fix the cause and rerun with --retry-failed)")
     return 0
 
 

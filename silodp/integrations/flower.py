@@ -40,7 +40,7 @@ from flwr.supercore.privacy_accounting import (
 
 from silodp.accounting import Calibration, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting import events as ev
-from silodp.accounting._checks import check_count, check_delta, check_positive
+from silodp._validation import check_count, check_delta, check_positive
 from silodp.accounting.releases import BatchSampling, GaussianRelease, releases_event
 
 #: The metric each silo reports (and :func:`worst_silo_epsilon` maximizes).

@@ -44,7 +44,7 @@ from opacus.accountants.registry import _ACCOUNTANTS, register_accountant
 
 from silodp.accounting import calibrate, get_accountant
 from silodp.accounting import events as ev
-from silodp.accounting._checks import check_count, check_delta, check_positive, check_probability
+from silodp._validation import check_count, check_delta, check_positive, check_probability
 from silodp.accounting.releases import BatchSampling, gaussian_steps
 
 #: silodp accountants offered to Opacus (tight PLD first; RDP as Opacus' own default).

@@ -121,3 +121,25 @@ def test_shuffle_returns_the_bounds_that_are_defined():
     res = shuffle_bounds(2.0, 10 ** 6, 1e-12)
     assert res["numerical"] is None and res["erlingsson2019"] is None
     assert res["closed_form"] == pytest.approx(0.0855, rel=1e-3)
+
+
+def test_pld_falls_back_to_extended_precision_before_refusing():
+    """Where float64's round-off charge is too large a share of delta, the composition is redone
+    in extended precision (u = 2^-64): a ~2000x smaller charge, so pld still certifies (and agrees
+    with dp-accounting, which charges no round-off, to the discretization)."""
+    import dp_accounting as dpa
+    import numpy as np
+
+    from silodp.accounting import PoissonSampledDpEvent
+    from silodp.accounting import pld as pld_lib
+
+    if np.finfo(pld_lib.EXTENDED).eps >= np.finfo(float).eps:
+        pytest.skip("no extended precision on this platform")
+    event = SelfComposedDpEvent(PoissonSampledDpEvent(0.01, GaussianDpEvent(1.0)), 1000)
+    acc = get_accountant("pld").compose(event)
+    double, extended = acc._pld().roundoff, acc._pld(pld_lib.EXTENDED).roundoff
+    assert double > 0.5 * 1e-9 > extended and extended < double / 1000
+    ours = acc.get_epsilon(1e-9)
+    theirs = dpa.pld.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE).compose(
+        dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.01, dpa.GaussianDpEvent(1.0)), 1000)).get_epsilon(1e-9)
+    assert ours == pytest.approx(theirs, rel=1e-4)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import types
 
 import torch
 
@@ -98,7 +97,7 @@ def silo_data(data: ExperimentData, partition_id: int) -> Federation:
 
 def diff_std(algorithm, sigmas: dict, step: float) -> float:
     """Alg 3 line 10's noise, min(sigma2 ||w_r - w_{r-1}||, sigma2_hat), from the algorithm itself."""
-    return algorithm._diff_noise(types.SimpleNamespace(sigmas=sigmas), step)
+    return algorithm.diff_noise(sigmas, step)
 
 
 def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None,
