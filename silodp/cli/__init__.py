@@ -13,7 +13,9 @@ import argparse
 import importlib
 import json
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 # Subcommand modules, in the order they appear in ``silodp --help``.
@@ -78,6 +80,18 @@ def _typed_flags(argv: Sequence[str], parser: argparse.ArgumentParser) -> set[st
             matches = [k for k in known if k == name] or [k for k in known if k.startswith(name)]
             out.update(matches[:1] if len(matches) == 1 else [])
     return out
+
+
+def check_writable(path: str, flag: str) -> None:
+    """Fail before any work when ``path`` cannot be written (missing directory, not writable)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise ValueError(f"{flag}: {path!r} is a directory")
+    if not folder.is_dir():
+        raise ValueError(f"{flag}: the directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ValueError(f"{flag}: {path!r} is not writable")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -59,12 +59,13 @@ def handle_reproduce(args) -> int:
 
 
 def handle_plot(args) -> int:
-    from silodp.cli import emit
+    from silodp.cli import check_writable, emit
     from silodp.experiments import Store, error_vs_epsilon, store_summary
 
     if not Path(args.store).is_file():
         raise ValueError(f"--store: no such file {args.store!r}")
-    with Store(args.store) as st:
+    check_writable(args.out, "--out")
+    with Store(args.store, read_only=True) as st:
         rows, claims = store_summary(st, output=args.output)
     if not rows:
         raise ValueError(f"--store: no finished runs in {args.store!r}")

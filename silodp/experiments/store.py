@@ -103,28 +103,78 @@ def _num(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
 
+def _is_silodp_store(db: sqlite3.Connection) -> bool | None:
+    """True for a silodp store, None for a database with no tables, False for anything else."""
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return None
+    if not {"runs", "calibrations", "meta"} <= tables:
+        return False
+    return db.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is not None
+
+
 class Store:
     """SQLite results store at ``path`` (created on first use). Use as a context manager or call
-    :meth:`close`. Only one process should write at a time (the sweep's parent does)."""
+    :meth:`close`. Only one process should write at a time (the sweep's parent does).
 
-    def __init__(self, path: str | Path):
+    ``read_only=True`` opens an existing store without writing anything (so a store on a read-only
+    disk can still be summarized and plotted). Fail closed: a file that is not an SQLite database,
+    or a database with tables that are not silodp's, is refused (ValueError naming ``store``),
+    never written into.
+    """
+
+    def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
+        self.read_only = bool(read_only)
         self._db: sqlite3.Connection | None = None
 
     # -- connection ------------------------------------------------------------------------------
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            if self.path.is_dir():
-                raise ValueError(f"store: {self.path} is a directory, expected a database file")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            self._db = db
+            self._db = self._connect()
         return self._db
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``; where even that cannot open (a WAL store on a read-only disk needs its
+        shared-memory file), ``immutable=1``, which reads the main file alone."""
+        uri = self.path.resolve().as_uri()
+        try:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path.is_dir():
+            raise ValueError(f"store: {self.path} is a directory, expected a database file")
+        if self.read_only and not self.path.is_file():
+            raise ValueError(f"store: no such file {str(self.path)!r}")
+        try:
+            if self.read_only:
+                db = self._connect_read_only()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+            ours = _is_silodp_store(db)
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise ValueError(f"store: {str(self.path)!r} is not a readable SQLite database ({exc})") from None
+        if ours is False or (ours is None and self.read_only):
+            db.close()
+            raise ValueError(f"store: {str(self.path)!r} is not a silodp results store; refusing to "
+                             f"{'read' if self.read_only else 'write into'} it")
+        if not self.read_only:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.executescript(_SCHEMA)
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            except sqlite3.OperationalError as exc:
+                db.close()
+                raise ValueError(f"store: cannot write to {str(self.path)!r} ({exc}); plot and summaries "
+                                 "read a store without writing") from None
+        return db
 
     def close(self) -> None:
         if self._db is not None:

@@ -65,3 +65,46 @@ def test_bad_status_and_bad_path(tmp_path):
         st.record(_cfg(), {"status": "maybe"})
     with pytest.raises(ValueError, match="store"):
         Store(tmp_path).counts()
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_text("these are not runs\n" * 50)
+    for read_only in (False, True):
+        with pytest.raises(ValueError, match="store: .* not a readable SQLite database"):
+            Store(path, read_only=read_only).counts()
+    assert path.read_text().startswith("these are not runs")
+
+
+def test_a_foreign_database_is_never_written_into(tmp_path):
+    path = tmp_path / "foreign.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (id INTEGER, note TEXT)")
+    before = path.read_bytes()
+    for read_only in (False, True):
+        with pytest.raises(ValueError, match="not a silodp results store"):
+            Store(path, read_only=read_only).counts()
+    assert path.read_bytes() == before
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    with pytest.raises(ValueError, match="not a silodp results store; refusing to read"):
+        Store(empty, read_only=True).counts()
+    assert not [t for (t,) in sqlite3.connect(empty).execute("SELECT name FROM sqlite_master")]
+
+
+def test_reading_a_store_writes_nothing(tmp_path):
+    """plot and summaries open the store read-only (SQLite mode=ro, else immutable), so a store on
+    a read-only disk can still be read: the database file is not touched."""
+    path = tmp_path / "r.db"
+    with Store(path) as st:
+        st.record(_cfg(), _ok(), "v1")
+    before = path.read_bytes()
+    for uri_mode in ("mode=ro", "immutable"):
+        st = Store(path, read_only=True)
+        if uri_mode == "immutable":  # what a read-only disk leaves: the fallback
+            st._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, isolation_level=None)
+        with st:
+            assert st.counts() == {"ok": 1, "failed": 0, "skipped": 0} and len(st.records()) == 1
+            with pytest.raises(sqlite3.OperationalError, match="readonly"):
+                st.record(_cfg(trial=1), _ok(), "v1")
+    assert path.read_bytes() == before
