@@ -40,6 +40,8 @@ class CalibrationMethod(enum.Enum):
     TIGHT = "tight"
     PAPER = "paper"
 
+#: Calibration searches noise multipliers up to this; a target that needs more is refused at once.
+MAX_NOISE_MULTIPLIER = 1e7
 #: Measured over-estimate of a pessimistic PLD after T compositions: about _BIAS * T * disc^2.
 _BIAS = 2.5
 
@@ -64,6 +66,16 @@ def pld_discretization(epsilon: float, steps: int) -> float:
     over-estimates epsilon by about ``_BIAS * steps * disc^2`` (measured), so this keeps that
     below 0.2% of the target, within [1e-4, 2e-3]. Any grid certifies; this one is tight enough."""
     return min(2e-3, max(1e-4, math.sqrt(0.002 * epsilon / (_BIAS * steps))))
+
+
+def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant: str, neighbouring,
+                     kwargs: dict) -> None:
+    """ValueError at once (not after a long search) when even the largest noise multiplier the
+    search tries does not certify ``epsilon``."""
+    floor = _certifier(event_fn, delta, accountant, neighbouring, **kwargs)(MAX_NOISE_MULTIPLIER)
+    if floor > epsilon:
+        raise ValueError(f"epsilon: {epsilon:g} is unreachable with {accountant}: even noise_multiplier="
+                         f"{MAX_NOISE_MULTIPLIER:g} certifies {floor:.3g} at delta={delta:g}")
 
 
 def _certifier(event_fn: EventFn, delta: float, accountant: str, neighbouring, **kwargs) -> Callable[[float], float]:
@@ -123,8 +135,9 @@ def _search(eps_of: Callable[[float], float], target: float, rtol: float, start:
     x = math.log(start)
     for _ in range(100):
         z = math.exp(x)
-        if z > 1e7:
-            raise ValueError(f"epsilon={target:g} is unreachable: a noise multiplier above 1e7 would be needed")
+        if z > MAX_NOISE_MULTIPLIER:
+            raise ValueError(f"epsilon={target:g} is unreachable: a noise multiplier above "
+                             f"{MAX_NOISE_MULTIPLIER:g} would be needed")
         e = eps_of(z)
         if e <= target:
             if target * (1.0 - rtol) <= e:
@@ -187,13 +200,17 @@ def calibrate(
         accountant_kwargs = {"value_discretization_interval": disc, "log_mass_truncation_bound": truncation}
         name = f"pld(value_discretization_interval={disc:.2g})"
         rtol = min(rtol, 0.003)
+        _check_reachable(event_fn, eps, dl, accountant, neighbouring, accountant_kwargs)
         if disc < 5e-4:  # fine PLDs are costly: locate the answer on a 4x coarser grid first
             coarse = _certifier(event_fn, dl, "pld", neighbouring, value_discretization_interval=4 * disc,
                                 log_mass_truncation_bound=truncation)
             z_c, e_c, slope = _search(coarse, eps, 0.03, start, slope)
             # predict the fine epsilon at z_c from the bias model, then step toward the goal
             e_f = max(0.5 * e_c, e_c - _BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
-            start = z_c * math.exp((math.log(eps * (1 - rtol / 2)) - math.log(e_f)) / slope)
+            if 0 < e_f < math.inf:
+                start = z_c * math.exp((math.log(eps * (1 - rtol / 2)) - math.log(e_f)) / slope)
+    else:
+        _check_reachable(event_fn, eps, dl, accountant, neighbouring, accountant_kwargs)
     eps_of = _certifier(event_fn, dl, accountant, neighbouring, **accountant_kwargs)
     z, certified, _ = _search(eps_of, eps, rtol, start, slope)
     note = "" if certified >= eps * (1.0 - rtol) or z < 1e-4 else (
