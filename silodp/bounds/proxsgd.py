@@ -14,7 +14,7 @@ term Thm E.2 carries; Lemma E.3).  The bounds as printed therefore state the con
 ``full_participation`` (M >= N), false for M < N; the ``*-sampling`` bounds add the missing term
 (rate form ``SILO_SAMPLING upsilon^2 / mu``; explicit form ``2 SILO_SAMPLING upsilon^2 / mu``: the
 term enters eq. (18) doubled like (13)'s, then the geometric sum <= 2 beta / mu) and need the
-parameter ``upsilon`` (docs/paper-notes.md, note 19).
+parameter ``upsilon`` (docs/paper-notes.md, note 28).
 """
 
 from __future__ import annotations

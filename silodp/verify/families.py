@@ -16,7 +16,7 @@ Families (Lowy, Ghafelebashi & Razaviyayn 2023, arXiv:2203.06735, Assumptions 1,
   (``f1`` = its indicator, optionally ``+ lam/2 ||w||^2``); ``L`` holds on the ball only.
 * :func:`sigmoid_l1` -- non-convex composite: ``f0 = (sigmoid(<w, x>) - y)^2 / 2`` (the squared
   loss on a sigmoid output), ``f1 = l1 ||w||_1``.
-* :func:`opposed_silos` -- the counterexample to Thm 2.1 for M < N (docs/paper-notes.md, note 19):
+* :func:`opposed_silos` -- the counterexample to Thm 2.1 for M < N (docs/paper-notes.md, note 28):
   d = 1, ``f = (w - x)^2 / 2`` on ``[-radius, radius]``, every record of silo i equal to
   ``+h`` (even i) or ``-h`` (odd i), so ``upsilon^2 = h^2`` exactly and ``mu = beta = 1``.
 

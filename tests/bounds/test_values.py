@@ -136,7 +136,7 @@ HAND = {
     "eq20-corrected": eq20_corrected,
     "eq22": eq22,
     "eq22-corrected": eq22_corrected,
-    # Lemma E.3's silo-sampling variance, missing from eqs. (11)-(13) for M < N (paper-notes 19)
+    # Lemma E.3's silo-sampling variance, missing from eqs. (11)-(13) for M < N (paper-notes 28)
     "thm2.1-isrl-sampling": lambda p: thm21_isrl(p) + _het(p) / p["mu"],
     "thm2.1-sdp-sampling": lambda p: thm21_sdp(p) + _het(p) / p["mu"],
     "eq20-sampling": lambda p: eq20_corrected(p) + 2 * _het(p) / p["mu"],

@@ -213,7 +213,7 @@ def test_l1_variant_optimum_agrees_between_lbfgs_split_and_proximal_gradient():
     assert (ref.w_star.abs() < 1e-12).any()  # the l1 term makes some coordinates exactly zero
 
 
-# -- Thm 2.1's counterexample for M < N (docs/paper-notes.md, note 19) ---------------------------------
+# -- Thm 2.1's counterexample for M < N (docs/paper-notes.md, note 28) ---------------------------------
 def test_opposed_silos_constants():
     fam = F.opposed_silos(heterogeneity=1.0, radius=10.0)
     ref = fam.reference()
