@@ -447,6 +447,41 @@ _OTHER = {
 }
 
 
+#: Every theorem at its own prescriptions (issue 14), in regimes where the output improves on w0 = 0:
+#: Thm 2.1 (Prox-SGD: R, K of Thm E.1, its noise) over n at eps = 8, where the bound's statistical
+#: term dominates, and over eps; Thm 2.2 (PL-SVRG: Thm E.2's R = 12 kappa, S, K, E, eta; tight noise)
+#: over kappa at eps = 15, d = 3; Thm 3.1 (SPIDER: Thm F.1's corrected q, R, eta = 1/(2 beta),
+#: K1 = K2 = n; tight noise) over eps and n, where the bound's optimization term (exponent -4/3)
+#: dominates. ``quick`` keeps the ends of each grid and fewer trials.
+_PRESCRIBED = {
+    "isrl-prox-sgd": dict(n=2000, eps=8.0, noise="paper", trials=192, quick_trials=64,
+                          values={"n": (1000, 2000, 4000, 8000, 16000), "eps": (0.5, 1.0, 2.0, 4.0, 8.0)},
+                          quick_values={"n": (1000, 4000), "eps": (1.0, 8.0)}),
+    "isrl-pl-svrg": dict(n=1000, eps=15.0, d=3, noise="tight", trials=12, quick_trials=6,
+                         values={"kappa": (2.0, 4.0, 8.0)}, quick_values={"kappa": (2.0, 4.0)}),
+    "isrl-spider": dict(n=1000, eps=2.0, noise="tight", trials=32, quick_trials=8,
+                        values={"eps": (1.0, 2.0, 4.0, 8.0), "n": (250, 500, 1000, 2000)},
+                        quick_values={"eps": (1.0, 4.0), "n": (500, 2000)}),
+}
+
+
+def prescribed_setup(algorithm: str = "isrl-prox-sgd", vary: str = "n", quick: bool = False,
+                     **overrides) -> RateSetup:
+    """The algorithm at its theorem's own prescriptions (``rounds=None``; see :data:`_PRESCRIBED`),
+    with the non-private floor and, in full mode, the runs from the optimum (``noise_floor``)."""
+    get_theorem(algorithm)
+    if algorithm not in _PRESCRIBED:
+        raise ValueError(f"algorithm: prescribed presets exist for {sorted(_PRESCRIBED)}, got {algorithm!r}")
+    params = dict(_PRESCRIBED[algorithm])
+    grids, quick_grids = params.pop("values"), params.pop("quick_values")
+    trials, quick_trials = params.pop("trials"), params.pop("quick_trials")
+    if vary not in grids:
+        raise ValueError(f"vary: prescribed presets for {algorithm} vary one of {sorted(grids)}, got {vary!r}")
+    params.update(values=(quick_grids if quick else grids)[vary], trials=quick_trials if quick else trials,
+                  rounds=None, baseline=not quick or algorithm == "isrl-prox-sgd", noise_floor=not quick)
+    return RateSetup(algorithm=algorithm, vary=vary, **{**params, **overrides})
+
+
 def quick_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:
     """A small grid in the privacy-dominated regime (seconds; used by the tests and notebooks)."""
     return _preset(algorithm, vary, False, overrides)
