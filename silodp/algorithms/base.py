@@ -39,6 +39,10 @@ from .privacy import CALIBRATIONS, TranscriptConfig
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize
 
+#: ``output``: None (the algorithm's own rule), "random" (the same: a uniformly random iterate where the
+#: Alg says so), "last" (the last iterate, post-processing of the same releases)
+OUTPUTS = (None, "random", "last")
+
 
 class Batch(tuple):
     """``(x, y, weights, idx)`` of one minibatch (or the full data, ``idx`` None), with the
@@ -73,7 +77,8 @@ class FederatedAlgorithm:
     ``sigmas`` (noise standard deviations of the released per-silo message, keys as in
     :attr:`noise_keys`) / ``shuffle_params`` (SDP: ``(g, b, p)`` per message group);
     ``replacement`` (minibatch sampling), ``grad_method`` ("ghost" | "materialize"),
-    ``record_transcript``, ``metrics_every`` (0 = no per-round metrics), ``w0``.
+    ``record_transcript``, ``metrics_every`` (0 = no per-round metrics), ``w0``, ``output``
+    (see :data:`OUTPUTS`).
     """
 
     name: ClassVar[str] = ""
@@ -94,7 +99,7 @@ class FederatedAlgorithm:
                  sigmas: dict | None = None, shuffle_params: dict | None = None,
                  calibration: str = "tight", accountant: str | None = None, replacement: bool | None = None,
                  grad_method: str = "ghost", record_transcript: bool = False,
-                 metrics_every: int = 1, w0: torch.Tensor | None = None):
+                 metrics_every: int = 1, w0: torch.Tensor | None = None, output: str | None = None):
         self.rounds = rounds
         self.batch_size = batch_size
         self.step_size = step_size
@@ -109,6 +114,7 @@ class FederatedAlgorithm:
         self.record_transcript = record_transcript
         self.metrics_every = metrics_every
         self.w0 = w0
+        self.output = output
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
@@ -270,8 +276,16 @@ class FederatedAlgorithm:
             raise ValueError(f"epsilon: must be a finite number > 0, got {self.epsilon}")
         if self.delta is not None and not (0 < float(self.delta) < 1):
             raise ValueError(f"delta: must be in (0, 1), got {self.delta}")
+        if self.output not in OUTPUTS:
+            raise ValueError(f"output: must be one of {OUTPUTS}, got {self.output!r}")
         if self.w0 is not None and tuple(self.w0.shape) != (problem.dim,):
             raise ValueError(f"w0: must have shape ({problem.dim},), got {tuple(self.w0.shape)}")
+
+    @property
+    def picks_uniform(self) -> bool:
+        """Whether ``w_priv`` is a uniformly random iterate: the algorithm's own rule (``output``
+        None or "random", e.g. Alg 3 line 17) or the last iterate (``output="last"``, post-processing)."""
+        return self.uniform_output and self.output != "last"
 
     def eta(self, problem) -> float:
         return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
@@ -317,7 +331,7 @@ class FederatedAlgorithm:
         ctx.callback = callback
         w0 = self.w0 if self.w0 is not None else problem.model.init(ctx.gen, dtype=federation.x.dtype)
         w_last = self._run(ctx, w0.to(federation.x.dtype).clone())
-        if self.uniform_output and ctx.iterates:
+        if self.picks_uniform and ctx.iterates:
             pick = int(torch.randint(len(ctx.iterates), (1,), generator=ctx.gen))
             w_priv = ctx.iterates[pick]
         else:

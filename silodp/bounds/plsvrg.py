@@ -13,7 +13,7 @@ import sympy as sp
 from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
 from silodp.bounds.registry import register
 from silodp.bounds.symbols import (
-    LN_INV_DELTA, Delta, E, K, L, M, N, R, S, beta, d, delta, eps, kappa, mu, n,
+    LN_INV_DELTA, SILO_SAMPLING, Delta, E, K, L, M, N, R, S, beta, d, delta, eps, kappa, mu, n,
     upsilon,
 )
 
@@ -34,8 +34,6 @@ SDP_AVAILABILITY = Condition(
     "M >= min{(eps N L)^(3/4) (d ln^3(d/delta))^(3/8) / (n^(1/4) (beta Delta)^(3/8)), N} (Thm E.2.2)",
 )
 
-#: (N - M) / (M (N - 1)) 1{N > 1}: the silo-sampling variance factor of Lemma E.3.
-SAMPLING = sp.Piecewise(((N - M) / (M * (N - 1)), sp.StrictGreaterThan(N, 1)), (0, True))
 
 
 def _prescription(silos: sp.Expr, restarts_scale: sp.Expr, sigma2_const: int, sigma2_log: sp.Expr):
@@ -101,7 +99,7 @@ THME2_ISRL = Bound(
     title="ISRL-DP Prox-PL-SVRG, M <= N with heterogeneity (as printed)",
     source=Source(LOWY_2023, "Theorem E.2 part 1", "Appendix E.4"),
     kind=Kind("upper", "ISRL-DP", **_RATE),
-    terms=(_PRIVACY_ISRL, Term("heterogeneity", SAMPLING * upsilon**2)),
+    terms=(_PRIVACY_ISRL, Term("heterogeneity", SILO_SAMPLING * upsilon**2)),
     conditions=(EPS_RANGE, DELTA_RANGE),
     prescriptions={"paper": ISRL_PAPER, "corrected": ISRL_CORRECTED},
     quantity=QUANTITY_ERM,
@@ -113,7 +111,7 @@ THME2_ISRL_CORRECTED = Bound(
     title="ISRL-DP Prox-PL-SVRG, M <= N, heterogeneity term with 1/mu as in eq. (40)",
     source=Source(LOWY_2023, "Theorem E.2 part 1, proof", "eq. (40)"),
     kind=Kind("upper", "ISRL-DP", **_RATE),
-    terms=(_PRIVACY_ISRL, Term("heterogeneity", SAMPLING * upsilon**2 / mu)),
+    terms=(_PRIVACY_ISRL, Term("heterogeneity", SILO_SAMPLING * upsilon**2 / mu)),
     conditions=(EPS_RANGE, DELTA_RANGE),
     prescriptions={"paper": ISRL_CORRECTED},
     quantity=QUANTITY_ERM,
@@ -124,7 +122,7 @@ THME2_SDP = Bound(
     title="SDP Prox-PL-SVRG, M <= N with heterogeneity",
     source=Source(LOWY_2023, "Theorem E.2 part 2", "Appendix E.4, eq. (43)"),
     kind=Kind("upper", "SDP", **_RATE),
-    terms=(_PRIVACY_SDP, Term("heterogeneity", SAMPLING * upsilon**2 / mu)),
+    terms=(_PRIVACY_SDP, Term("heterogeneity", SILO_SAMPLING * upsilon**2 / mu)),
     conditions=(EPS_RANGE, DELTA_RANGE, SDP_AVAILABILITY),
     prescriptions={"paper": SDP_PAPER},
     quantity=QUANTITY_ERM,

@@ -5,6 +5,16 @@ Theorem 2.1 (restated as Theorem E.1) of Lowy, Ghafelebashi & Razaviyayn (2023).
 factor ln^2(mu Delta / L^2 min{...}) of the last display of the proof; the logs the paper writes
 explicitly (ln(1/delta), ln^2(d/delta)) are kept.  Explicit forms (``eq20``, ``eq22``) carry the
 proof's constants and keep R and K as parameters (prescribed by Thm E.1 when not given).
+
+M < N with heterogeneous silos. Eqs. (11)-(13) treat the per-sample gradient errors
+``grad F(w_r) - grad f(w_r, x_ij)`` as zero-mean, but x_ij ~ D_i has mean ``grad F_i(w_r)``; over
+the M silos drawn out of N the mean error carries the silo-sampling variance
+``(N - M)/((N - 1) M) * (1/N) sum_i ||grad F_i - grad F||^2 <= SILO_SAMPLING * upsilon^2`` (the
+term Thm E.2 carries; Lemma E.3).  The bounds as printed therefore state the condition
+``full_participation`` (M >= N), false for M < N; the ``*-sampling`` bounds add the missing term
+(rate form ``SILO_SAMPLING upsilon^2 / mu``; explicit form ``2 SILO_SAMPLING upsilon^2 / mu``: the
+term enters eq. (18) doubled like (13)'s, then the geometric sum <= 2 beta / mu) and need the
+parameter ``upsilon`` (docs/paper-notes.md, note 28).
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ import sympy as sp
 from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
 from silodp.bounds.registry import register
 from silodp.bounds.symbols import (
-    LN_INV_DELTA, Delta, K, L, M, N, R, d, delta, eps, kappa, mu, n,
+    LN_INV_DELTA, SILO_SAMPLING, Delta, K, L, M, N, R, d, delta, eps, kappa, mu, n, upsilon,
 )
 
 LN2_D_DELTA = sp.log(d / delta) ** 2
@@ -34,6 +44,11 @@ SDP_AVAILABILITY = Condition(
     "sdp_availability", M >= N * sp.Min(eps / 2, 1), "M >= N min(eps/2, 1) (SDP part)"
 )
 K_FITS = Condition("K_fits", K * R <= n, "K <= n/R (disjoint batches, parallel composition)")
+FULL_PARTICIPATION = Condition(
+    "full_participation", M >= N,
+    "M = N: eqs. (11)-(13) drop the silo-sampling variance (N-M)/((N-1)M) upsilon^2 when M < N "
+    "(use the *-sampling bound)",
+)
 
 
 def _rounds(privacy_scale: sp.Expr) -> sp.Expr:
@@ -75,7 +90,7 @@ THM21_ISRL = Bound(
         Term("privacy", PREFACTOR * kappa**2 * d * LN_INV_DELTA / (eps**2 * n**2 * M)),
         Term("statistical", PREFACTOR * kappa / (M * n)),
     ),
-    conditions=(EPS_RANGE, DELTA_RANGE, N_LARGE, KAPPA_GE_1),
+    conditions=(EPS_RANGE, DELTA_RANGE, N_LARGE, KAPPA_GE_1, FULL_PARTICIPATION),
     prescriptions={"paper": _ISRL_PRESCRIPTION, "corrected": _ISRL_PRESCRIPTION_CORRECTED},
     quantity=QUANTITY_SO,
     notes="O-tilde: the factor ln^2(mu Delta/L^2 min{Mn, eps^2 n^2 M/d}) is dropped.",
@@ -89,7 +104,7 @@ THM21_SDP = replace(
     kind=Kind("upper", "SDP", **_KIND_RATE),
     terms=(Term("privacy", PREFACTOR * kappa**2 * d * LN2_D_DELTA / (eps**2 * n**2 * N**2)),
            THM21_ISRL.terms[1]),
-    conditions=(EPS_RANGE, DELTA_RANGE, N_LARGE, KAPPA_GE_1, SDP_AVAILABILITY),
+    conditions=(EPS_RANGE, DELTA_RANGE, N_LARGE, KAPPA_GE_1, SDP_AVAILABILITY, FULL_PARTICIPATION),
     prescriptions={"paper": _SDP_PRESCRIPTION},
     notes="O-tilde: the factor ln^2(mu Delta/L^2 min{Mn, eps^2 n^2 N^2/d}) is dropped.",
 )
@@ -100,7 +115,7 @@ _OPTIMIZATION = Term("optimization", Delta * (1 - 1 / (2 * kappa)) ** R)
 def _explicit(bound_id: str, title: str, part: str, eqn: str, privacy: sp.Expr, statistical: sp.Expr,
               sdp: bool, prescriptions: dict, notes: str) -> Bound:
     """An explicit Prox-SGD bound: Delta (1 - mu/2beta)^R + L^2/mu [privacy + statistical]."""
-    conditions = (EPS_RANGE, DELTA_RANGE, KAPPA_GE_1, K_FITS) + ((SDP_AVAILABILITY,) if sdp else ())
+    conditions = (EPS_RANGE, DELTA_RANGE, KAPPA_GE_1, K_FITS, FULL_PARTICIPATION) + ((SDP_AVAILABILITY,) if sdp else ())
     return Bound(
         id=bound_id, title=title, source=Source(LOWY_2023, f"Proof of Theorem E.1 part {part}", eqn),
         kind=Kind("upper", "SDP" if sdp else "ISRL-DP", **_KIND_EXPLICIT),
@@ -139,4 +154,26 @@ EQ22_CORRECTED = _explicit(
     "O(.) constant 1; reproduces eq. (7) after R = O-tilde(kappa), K = n/R.",
 )
 
-register(THM21_ISRL, THM21_SDP, EQ20, EQ20_CORRECTED, EQ22, EQ22_CORRECTED)
+
+def _with_sampling(bound: Bound, constant: int, title: str) -> Bound:
+    """``bound`` plus the silo-sampling term ``constant * SILO_SAMPLING * upsilon^2 / mu`` it lacks
+    for M < N (module docstring); ``full_participation`` dropped from its conditions."""
+    term = Term("heterogeneity", constant * SILO_SAMPLING * upsilon**2 / mu)
+    return replace(
+        bound, id=f"{bound.id.removesuffix('-corrected')}-sampling", title=title,
+        source=Source(bound.source.paper, bound.source.theorem,
+                      f"{bound.source.equation} + the silo-sampling variance of Lemma E.3"),
+        terms=bound.terms + (term,), conditions=tuple(c for c in bound.conditions if c is not FULL_PARTICIPATION),
+        notes="upsilon^2 >= sup_w (1/N) sum_i ||grad F_i(w) - grad F(w)||^2 (population); the term vanishes at M = N.",
+    )
+
+
+THM21_ISRL_SAMPLING = _with_sampling(THM21_ISRL, 1, "ISRL-DP Noisy Prox-SGD, M <= N heterogeneous silos")
+THM21_SDP_SAMPLING = _with_sampling(THM21_SDP, 1, "SDP Noisy Prox-SGD, M <= N heterogeneous silos")
+EQ20_SAMPLING = _with_sampling(
+    EQ20_CORRECTED, 2, "ISRL-DP Noisy Prox-SGD, eq. (19) unrolled with Prop D.2's sigma and the silo-sampling term")
+EQ22_SAMPLING = _with_sampling(
+    EQ22_CORRECTED, 2, "SDP Noisy Prox-SGD, explicit bound with the silo-sampling term")
+
+register(THM21_ISRL, THM21_SDP, EQ20, EQ20_CORRECTED, EQ22, EQ22_CORRECTED,
+         THM21_ISRL_SAMPLING, THM21_SDP_SAMPLING, EQ20_SAMPLING, EQ22_SAMPLING)

@@ -28,7 +28,8 @@ _SPEC: dict[str, tuple[str, str]] = {
     "mu": ("proximal-PL (or strong convexity) parameter", r"\mu"),
     "kappa": ("condition number beta / mu", r"\kappa"),
     "Delta": ("initial suboptimality F(w_0) - F^*", r"\Delta"),
-    "upsilon": ("heterogeneity hat upsilon_X (Assumption 5)", r"\hat{\upsilon}"),
+    "upsilon": ("heterogeneity: sup_w sqrt((1/N) sum_i ||grad F_i(w) - grad F(w)||^2) (hat upsilon_X of Assumption 5 for ERM)",
+                r"\hat{\upsilon}"),
     "R": ("communication rounds", "R"),
     "K": ("local minibatch size", "K"),
     "q": ("SPIDER phase length", "q"),
@@ -62,6 +63,11 @@ eta, sigma, sigma1, sigma2 = (SYMBOLS[k] for k in ("eta", "sigma", "sigma1", "si
 LN_INV_DELTA = sp.log(1 / delta)
 
 
+#: (N - M) / (M (N - 1)) 1{N > 1}: the variance factor of the mean of M silos drawn without
+#: replacement out of N (Lemma E.3 / proof of Thm E.2); it multiplies the heterogeneity upsilon^2.
+SILO_SAMPLING = sp.Piecewise(((N - M) / (M * (N - 1)), sp.StrictGreaterThan(N, 1)), (0, True))
+
+
 def indicator_lt(a: sp.Expr, b: sp.Expr) -> sp.Expr:
     """The indicator 1{a < b} (e.g. 1{M < N} in eq. 44) as a sympy Piecewise."""
     return sp.Piecewise((1, sp.StrictLessThan(a, b)), (0, True))
@@ -73,7 +79,7 @@ def indicator_gt(a: sp.Expr, b: sp.Expr) -> sp.Expr:
 
 
 __all__ = [
-    "SYMBOLS", "LATEX_NAMES", "DESCRIPTIONS", "INTEGER_LIKE", "LN_INV_DELTA",
+    "SYMBOLS", "LATEX_NAMES", "DESCRIPTIONS", "INTEGER_LIKE", "LN_INV_DELTA", "SILO_SAMPLING",
     "indicator_lt", "indicator_gt",
     "n", "N", "M", "d", "eps", "delta", "L", "beta", "mu", "kappa", "Delta", "upsilon",
     "R", "K", "q", "S", "E", "T", "eta", "sigma", "sigma1", "sigma2",

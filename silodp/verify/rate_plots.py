@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-LABELS = {"eps": r"$\epsilon$", "n": "n (records per silo)", "M": "M (silos per round)",
+LABELS = {"eps": r"$\epsilon$", "n": "n (records per silo)", "M": "M (silos per round)", "kappa": r"$\kappa = \beta/\mu$",
           "N": "N (silos, M = N)", "d": "d (dimension)"}
 
 
@@ -64,6 +64,10 @@ def plot_rates(result, ax=None, title: str | None = None) -> Any:
     floor = [r.get("nonprivate_mean") for r in rows]
     if all(f is not None and f > 0 for f in floor):
         ax.plot(x, floor, "s", color="0.5", ms=4, label="non-private floor (same R, K)")
+    at_opt = [r.get("noise_only_mean") for r in rows]
+    if all(f is not None and f > 0 for f in at_opt):
+        ax.plot(x, at_opt, "x", color="tab:green", ms=6, label="started at w* (accumulated noise only)")
+    ax.plot(x, [r["start_metric"] for r in rows], "_", color="k", ms=14, mew=1.5, label="at the start w0 = 0")
     ax.plot(curve["x"], curve["bound"], "-", color="tab:red", label=f"{result.theorem.bound} (constants 1)")
     explicit = [r["explicit_bound"] for r in rows]
     if all(e is not None for e in explicit):

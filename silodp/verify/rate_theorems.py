@@ -71,7 +71,11 @@ def for_bound(bound_id: str, params: dict) -> dict:
 
 # --------------------------------------------------------------------- Thm 2.1: Prox-SGD
 def _prox_sgd_plan(point, rounds, constants, ref) -> dict:
-    rounds = 15 if rounds is None else int(rounds)
+    """``rounds`` given: R = rounds, K = floor(n/R). None: Thm E.1's prescription,
+    R = ceil(2 kappa ln(mu Delta/L^2 min{Mn, eps^2 n^2 M/(d ln(1/delta))})), K = floor(n/R)."""
+    if rounds is None:
+        rounds = int(get_bound("thm2.1-isrl").prescribe(for_bound("thm2.1-isrl", problem_params(point, constants, ref)))["R"])
+    rounds = int(rounds)
     k = int(point["n"]) // rounds
     if k < 1:
         raise ValueError(f"n: must be >= rounds ({rounds}) so that K = floor(n/R) >= 1, got {point['n']}")
@@ -79,13 +83,15 @@ def _prox_sgd_plan(point, rounds, constants, ref) -> dict:
 
 
 def _prox_sgd_explicit(point, plan, constants, ref, sigmas) -> dict:
-    """eq. (19) unrolled (``eq20-corrected``) at the run's sigma: its ``eps`` is the one for which
-    Prop D.2's sigma^2 = 16 L^2 ln(1/delta) / (eps K)^2 equals the sigma used."""
+    """eq. (19) unrolled with the silo-sampling term (``eq20-sampling``; it is ``eq20-corrected``
+    at M = N) at the run's sigma: its ``eps`` is the one for which Prop D.2's
+    sigma^2 = 16 L^2 ln(1/delta) / (eps K)^2 equals the sigma used; ``upsilon^2`` is the largest
+    heterogeneity over the reference's probe points (a lower estimate of the supremum)."""
     k, sigma = plan["batch_size"], sigmas["sigma"]
     eps_eff = 4 * constants.L * math.sqrt(math.log(1 / point["delta"])) / (k * sigma)
-    return {"Delta": ref.Delta, "K": k, "L": constants.L, "M": point["M"], "R": plan["rounds"],
+    return {"Delta": ref.Delta, "K": k, "L": constants.L, "M": point["M"], "N": point["N"], "R": plan["rounds"],
             "n": point["n"], "d": point["d"], "delta": point["delta"], "eps": eps_eff, "kappa": constants.kappa,
-            "mu": constants.mu}
+            "mu": constants.mu, "upsilon": math.sqrt(max(ref.upsilon2_max, 1e-300))}
 
 
 # ------------------------------------------------------------------- Thm 2.2: PL-SVRG
@@ -117,7 +123,7 @@ def _spider_explicit(point, plan, constants, ref, sigmas) -> dict:
 THEOREMS: dict[str, Theorem] = {
     t.algorithm: t
     for t in (
-        Theorem("isrl-prox-sgd", "Thm 2.1 (ISRL-DP)", "thm2.1-isrl", "eq20-corrected", "eq20", "logistic-ridge",
+        Theorem("isrl-prox-sgd", "Thm 2.1 (ISRL-DP)", "thm2.1-isrl", "eq20-sampling", "eq20", "logistic-ridge",
                 "SO", "excess risk", _prox_sgd_plan, _prox_sgd_explicit),
         Theorem("sdp-prox-sgd", "Thm 2.1 (SDP)", "thm2.1-sdp", None, None, "logistic-ridge",
                 "SO", "excess risk", _prox_sgd_plan),

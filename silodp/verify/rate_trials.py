@@ -175,6 +175,6 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
         w0 = problem.model.init(ctx.gen, dtype=fed.x.dtype) if algorithm.w0 is None else algorithm.w0
         last = algorithm._run(ctx, w0.to(fed.x.dtype).expand(size, -1).clone())
         w_last.append(last)
-        w_priv.append(_pick_uniform(ctx.iterates, ctx.gen) if algorithm.uniform_output and ctx.iterates else last)
+        w_priv.append(_pick_uniform(ctx.iterates, ctx.gen) if algorithm.picks_uniform and ctx.iterates else last)
     shuffle_out = None if shuffle is None else {g: vars(p) for g, p in shuffle.items()}
     return TrialOutcome(torch.cat(w_priv), torch.cat(w_last), sigmas, epsilon, delta, shuffle_out, chunk)

@@ -1,4 +1,4 @@
-"""Empirical versus theoretical rates (issue 6): vary one of eps, n, M, N, d; fit the slope.
+"""Empirical versus theoretical rates (issues 6, 14): vary one of eps, n, M, N, d, kappa; fit the slope.
 
 :func:`run_rates` runs the algorithm of a theorem (:mod:`silodp.verify.rate_theorems`) on a family
 with known constants at every grid value, ``trials`` independent runs per value (stacked,
@@ -11,10 +11,21 @@ with known constants at every grid value, ``trials`` independent runs per value 
   rate bound's dominant term at the grid's centre (``theory_exponent``).
 
 What is held fixed: everything but the varied parameter. For Prox-SGD the number of rounds R is
-fixed and ``K = floor(n / R)``, so varying n changes the batch size and with it the sensitivity
-``2L/K`` and the noise; varying N sets ``M = N``; varying d rebuilds the family with the same
-constants (features of norm <= 1, same ridge), so L, beta, mu do not move. :func:`quick_setup` and
-:func:`full_setup` hold grids chosen inside the regime where the bound's privacy term dominates.
+fixed (``rounds``) and ``K = floor(n / R)``, so varying n changes the batch size and with it the
+sensitivity ``2L/K`` and the noise; with ``rounds=None`` R and K follow Thm E.1's prescription at
+every point. Varying N sets ``M = N``; varying d rebuilds the family with the same constants
+(features of norm <= 1, same ridge), so L, beta, mu do not move; varying kappa rebuilds
+``logistic-ridge`` with ridge ``lam = beta / (kappa - 1)`` (so ``mu = beta / kappa``, beta fixed).
+:func:`quick_setup` and :func:`full_setup` hold grids chosen inside the regime where the bound's
+privacy term dominates; :func:`prescribed_setup` runs every algorithm at its theorem's own
+prescriptions (R, K, q, step size, noise) in regimes where the output improves on the start w0 = 0,
+with the statistical (Thm 2.1, n at large eps), kappa (Thm 2.2) and optimization (Thm 3.1, the
+``(eps n)^(-4/3)`` term) dependences exercised.
+
+Per point, besides the mean: ``start_metric`` (the metric at w0 = 0: Delta, or ||G(w0)||^2) and,
+with ``noise_floor``, ``noise_only_mean``: the same algorithm, data and noise started at the optimum
+w* of the reference (no initial gap), i.e. the accumulated noise alone (privacy noise and, for SO,
+minibatch noise). ``mean / noise_only_mean`` then shows what the theorem's optimization term adds.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from silodp.verify import stats
 from silodp.verify.rate_theorems import Theorem, for_bound, get_theorem, problem_params
 from silodp.verify.rate_trials import run_trials
 
-VARIABLES = ("eps", "n", "M", "N", "d")
+VARIABLES = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
 INTEGER = {"n", "M", "N", "d"}
 
@@ -47,7 +58,10 @@ class RateSetup:
     certified by a tight accountant; "tight"). ``fit_privacy_only``: fit the slope on the grid
     points where the rate bound's privacy term dominates. ``baseline``: also run with zero noise
     (the non-private floor of the same algorithm and batches). ``family``: another family of
-    :mod:`silodp.verify.families` than the theorem's (its builder's defaults).
+    :mod:`silodp.verify.families` than the theorem's (its builder's defaults). ``kappa``: the
+    condition number of ``logistic-ridge`` (None: its default ridge, kappa = 3). ``noise_floor``:
+    also run from the optimum w* (``noise_only_mean``). ``output``: the output rule
+    (:data:`silodp.algorithms.base.OUTPUTS`; None: the algorithm's own, e.g. Alg 3's random iterate).
     """
 
     algorithm: str = "isrl-prox-sgd"
@@ -69,6 +83,9 @@ class RateSetup:
     fit_privacy_only: bool = False
     baseline: bool = False
     family: str | None = None
+    kappa: float | None = None
+    noise_floor: bool = False
+    output: str | None = None
 
     def __post_init__(self):
         if self.vary not in VARIABLES:
@@ -84,6 +101,10 @@ class RateSetup:
             raise ValueError(f"trials: must be >= 2, got {self.trials}")
         if self.family is not None and self.family not in fam_mod.FAMILIES:
             raise ValueError(f"family: must be one of {fam_mod.FAMILIES}, got {self.family!r}")
+        if self.kappa is not None and not float(self.kappa) > 1:
+            raise ValueError(f"kappa: must be > 1 (mu < beta), got {self.kappa}")
+        if self.vary == "kappa" and min(vals) <= 1:
+            raise ValueError(f"values: kappa must be > 1, got {self.values}")
         object.__setattr__(self, "values", tuple(sorted(vals)))
         for v in self.values:
             self.point(v)
@@ -92,6 +113,8 @@ class RateSetup:
         """The fixed parameters with ``vary`` set to ``value`` (M = N when varying N)."""
         p = {"n": int(self.n), "N": int(self.N), "M": int(self.M), "eps": float(self.eps),
              "delta": float(self.delta), "d": int(self.d)}
+        if self.kappa is not None:
+            p["kappa"] = float(self.kappa)
         p[self.vary] = int(value) if self.vary in INTEGER else float(value)
         if self.vary == "N":
             p["M"] = p["N"]
@@ -135,6 +158,11 @@ class RateResult:
         return all(v is not False for c in conds for v in c.values())
 
     @property
+    def improves_on_start(self) -> bool:
+        """Whether the upper end of the mean's interval is below the metric at w0 at every point."""
+        return all(r["ci_high"] < r["start_metric"] for r in self.rows)
+
+    @property
     def slope_agrees(self) -> bool:
         return self.fit.contains(self.theory_exponent)
 
@@ -156,6 +184,7 @@ class RateResult:
             "theory_exponent": self.theory_exponent, "explicit_bound_holds": self.explicit_bound_holds,
             "slope_agrees": self.slope_agrees, "privacy_dominated": self.privacy_dominated,
             "explicit_conditions_hold": self.explicit_conditions_hold, "noise_slope": self.noise_slope,
+            "improves_on_start": self.improves_on_start,
             "dominant_term": self.dominant_term, "algorithm": s.algorithm, "theorem": self.theorem.theorem,
             "bound": self.theorem.bound, "explicit_bound": self.theorem.explicit,
             "family": s.family or self.theorem.family,
@@ -189,10 +218,15 @@ def _flatten(row: dict) -> dict:
 # ------------------------------------------------------------------------------- pieces
 def _family(theorem: Theorem, setup: RateSetup, point: dict, cache: dict):
     name = setup.family or theorem.family
-    key = (name, point["d"], point["N"])
+    extra = {}
+    if "kappa" in point:
+        if name != "logistic-ridge":
+            raise ValueError(f"kappa: only the logistic-ridge family sets its condition number, not {name!r}")
+        extra["lam_ratio"] = 1.0 / (point["kappa"] - 1.0)  # mu = beta lam/(beta + lam) = beta / kappa
+    key = (name, point["d"], point["N"], point.get("kappa"))
     if key not in cache:
         cache[key] = fam_mod.get_family(name, dim=point["d"], num_silos=point["N"],
-                                        heterogeneity=setup.heterogeneity, seed=setup.seed)
+                                        heterogeneity=setup.heterogeneity, seed=setup.seed, **extra)
     return cache[key]
 
 
@@ -216,7 +250,11 @@ def _metric(theorem: Theorem, family, fed, ref, w: torch.Tensor, eta: float) -> 
 
 
 def _shift(params: dict, vary: str, factor: float) -> dict:
+    """``params`` with ``vary`` multiplied by ``factor`` (M with N; kappa through mu = beta/kappa)."""
     out = dict(params)
+    if vary == "kappa":
+        out["mu"] = params["mu"] / factor
+        return out
     out[vary] = params[vary] * factor
     if vary == "N" and "M" in out:
         out["M"] = params["M"] * factor
@@ -227,7 +265,8 @@ def term_exponents(bound_id: str, params: dict, vary: str, h: float = 1e-4) -> d
     """``d log(term) / d log(vary)`` of every term of a bound (M moves with N when varying N;
     a backward difference where a forward step would break ``M <= N``)."""
     bound = get_bound(bound_id)
-    if vary not in bound.parameters and not (vary == "N" and "M" in bound.parameters):
+    moved = {"N": ("N", "M"), "kappa": ("kappa", "mu")}.get(vary, (vary,))
+    if not set(moved) & set(bound.parameters):
         return {t: 0.0 for t in bound.term_names}
     step_up = 0.0 if vary == "M" and params["M"] * math.exp(h) > params.get("N", math.inf) else h
     up = bound.term_values(for_bound(bound_id, _shift(params, vary, math.exp(step_up))))
@@ -236,10 +275,10 @@ def term_exponents(bound_id: str, params: dict, vary: str, h: float = 1e-4) -> d
             for t in bound.term_names}
 
 
-def _algorithm(theorem: Theorem, setup: RateSetup, plan: dict, point: dict, private: bool):
+def _algorithm(theorem: Theorem, setup: RateSetup, plan: dict, point: dict, private: bool, w0=None):
     from silodp.algorithms.registry import get_algorithm
 
-    params = dict(plan, metrics_every=0)
+    params = dict(plan, metrics_every=0, output=setup.output, w0=w0)
     if private:
         params.update(epsilon=point["eps"], delta=point["delta"], calibration=setup.noise)
     elif get_algorithm(theorem.algorithm).shuffled:
@@ -258,7 +297,8 @@ def _bound_check(bound_id: str | None, params: dict | None, high: float) -> tupl
 
 @dataclass
 class _Measured:
-    """One grid point's run: parameters, family, reference, plan, trials and metric values."""
+    """One grid point's run: parameters, family, reference, plan, trials and metric values; the
+    metric at w0 = 0, the non-private floor and the mean of the runs started at the optimum."""
 
     point: dict
     family: fam_mod.Family
@@ -266,7 +306,9 @@ class _Measured:
     plan: dict
     outcome: object
     samples: np.ndarray
+    start: float
     floor: float | None
+    noise_only: float | None
 
 
 def _run_point(theorem: Theorem, setup: RateSetup, index: int, value: float, caches: dict) -> _Measured:
@@ -287,12 +329,18 @@ def _run_point(theorem: Theorem, setup: RateSetup, index: int, value: float, cac
     seed = setup.seed * 1000 + index
     out = run_trials(_algorithm(theorem, setup, plan, point, True), family.problem, data, setup.trials,
                      point["M"], seed=seed)
-    floor = None
+    floor = noise_only = None
     if setup.baseline:
         base = run_trials(_algorithm(theorem, setup, plan, point, False), family.problem, data, setup.trials,
                           point["M"], seed=seed)
         floor = float(_metric(theorem, family, fed, ref, base.w_priv, eta).mean())
-    return _Measured(point, family, ref, plan, out, _metric(theorem, family, fed, ref, out.w_priv, eta), floor)
+    if setup.noise_floor:
+        at_opt = run_trials(_algorithm(theorem, setup, plan, point, True, w0=ref.w_star.to(fed.x.dtype)),
+                            family.problem, data, setup.trials, point["M"], seed=seed)
+        noise_only = float(_metric(theorem, family, fed, ref, at_opt.w_priv, eta).mean())
+    start = float(_metric(theorem, family, fed, ref, torch.zeros(1, family.dim, dtype=fed.x.dtype), eta)[0])
+    samples = _metric(theorem, family, fed, ref, out.w_priv, eta)
+    return _Measured(point, family, ref, plan, out, samples, start, floor, noise_only)
 
 
 def _row(theorem: Theorem, setup: RateSetup, m: _Measured, mean: float, lo: float, hi: float) -> dict:
@@ -316,7 +364,10 @@ def _row(theorem: Theorem, setup: RateSetup, m: _Measured, mean: float, lo: floa
         "dominant_exponent": exps[dominant], "term_exponents": exps,
         "explicit_bound": explicit, "explicit_holds": holds, "explicit_conditions": conditions,
         "explicit_as_printed": printed, "explicit_as_printed_holds": printed_holds,
-        "nonprivate_mean": m.floor, "noise": {k: float(v) for k, v in out.sigmas.items()} or out.shuffle,
+        "nonprivate_mean": m.floor, "start_metric": m.start, "improves_on_start": bool(hi < m.start),
+        "noise_only_mean": m.noise_only,
+        "mean_over_noise_only": mean / m.noise_only if m.noise_only else None,
+        "noise": {k: float(v) for k, v in out.sigmas.items()} or out.shuffle,
         "certified_epsilon": out.epsilon, **{k: point[k] for k in ("n", "N", "M", "d", "eps", "delta")},
         "plan": dict(plan), "L": c.L, "beta": c.beta, "mu": c.mu, "kappa": c.kappa,
         "Delta": ref.Delta, "F_star": ref.F_star, "upsilon2_at_opt": ref.upsilon2_at_opt,
@@ -329,7 +380,10 @@ def _centre_params(setup: RateSetup, value: float, m: _Measured) -> dict:
     point = {**m.point, setup.vary: value}
     if setup.vary == "N":
         point["M"] = value
-    return problem_params(point, m.family.constants, m.ref)
+    params = problem_params(point, m.family.constants, m.ref)
+    if setup.vary == "kappa":
+        params["mu"] = params["beta"] / np.asarray(value, dtype=float)
+    return params
 
 
 def _curve(bound_id: str, setup: RateSetup, m: _Measured, points: int = 64) -> dict:
@@ -391,6 +445,41 @@ _OTHER = {
     "isrl-spider": dict(n=250, eps=1.0, rounds=None, noise="tight", trials=16,
                         values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (125, 250, 500, 1000)}),
 }
+
+
+#: Every theorem at its own prescriptions (issue 14), in regimes where the output improves on w0 = 0:
+#: Thm 2.1 (Prox-SGD: R, K of Thm E.1, its noise) over n at eps = 8, where the bound's statistical
+#: term dominates, and over eps; Thm 2.2 (PL-SVRG: Thm E.2's R = 12 kappa, S, K, E, eta; tight noise)
+#: over kappa at eps = 15, d = 3; Thm 3.1 (SPIDER: Thm F.1's corrected q, R, eta = 1/(2 beta),
+#: K1 = K2 = n; tight noise) over eps and n, where the bound's optimization term (exponent -4/3)
+#: dominates. ``quick`` keeps the ends of each grid and fewer trials.
+_PRESCRIBED = {
+    "isrl-prox-sgd": dict(n=2000, eps=8.0, noise="paper", trials=192, quick_trials=64,
+                          values={"n": (1000, 2000, 4000, 8000, 16000), "eps": (0.5, 1.0, 2.0, 4.0, 8.0)},
+                          quick_values={"n": (1000, 4000), "eps": (1.0, 8.0)}),
+    "isrl-pl-svrg": dict(n=1000, eps=15.0, d=3, noise="tight", trials=12, quick_trials=6,
+                         values={"kappa": (2.0, 4.0, 8.0)}, quick_values={"kappa": (2.0, 4.0)}),
+    "isrl-spider": dict(n=1000, eps=2.0, noise="tight", trials=32, quick_trials=8,
+                        values={"eps": (1.0, 2.0, 4.0, 8.0), "n": (250, 500, 1000, 2000)},
+                        quick_values={"eps": (1.0, 4.0), "n": (500, 2000)}),
+}
+
+
+def prescribed_setup(algorithm: str = "isrl-prox-sgd", vary: str = "n", quick: bool = False,
+                     **overrides) -> RateSetup:
+    """The algorithm at its theorem's own prescriptions (``rounds=None``; see :data:`_PRESCRIBED`),
+    with the non-private floor and, in full mode, the runs from the optimum (``noise_floor``)."""
+    get_theorem(algorithm)
+    if algorithm not in _PRESCRIBED:
+        raise ValueError(f"algorithm: prescribed presets exist for {sorted(_PRESCRIBED)}, got {algorithm!r}")
+    params = dict(_PRESCRIBED[algorithm])
+    grids, quick_grids = params.pop("values"), params.pop("quick_values")
+    trials, quick_trials = params.pop("trials"), params.pop("quick_trials")
+    if vary not in grids:
+        raise ValueError(f"vary: prescribed presets for {algorithm} vary one of {sorted(grids)}, got {vary!r}")
+    params.update(values=(quick_grids if quick else grids)[vary], trials=quick_trials if quick else trials,
+                  rounds=None, baseline=not quick or algorithm == "isrl-prox-sgd", noise_floor=not quick)
+    return RateSetup(algorithm=algorithm, vary=vary, **{**params, **overrides})
 
 
 def quick_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:

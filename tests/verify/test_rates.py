@@ -3,7 +3,8 @@
 Quick mode, privacy-dominated regime (the rate bound's privacy term dominates at every grid
 point): the fitted log-log slope's 95% bootstrap interval must contain the exponent of the bound's
 dominant term, -2 in eps, -2 in n, -1 in M, +1 in d; and the measured mean plus its interval must
-stay below the explicit bound eq. (19)-(20) (``eq20-corrected``) at the run's constants and noise.
+stay below the explicit bound eq. (19)-(20) with the silo-sampling term (``eq20-sampling``) at the
+run's constants and noise.
 """
 
 import csv
@@ -93,7 +94,7 @@ def test_figure(results):
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("fit: slope" in s for s in labels) and any("privacy term dominates" in s for s in labels)
-    assert any("thm2.1-isrl" in s for s in labels) and any("eq20-corrected" in s for s in labels)
+    assert any("thm2.1-isrl" in s for s in labels) and any("eq20-sampling" in s for s in labels)
 
 
 def test_term_exponents_of_a_bound():
