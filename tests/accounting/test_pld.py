@@ -181,6 +181,6 @@ def test_random_mechanisms_agree_with_the_references_and_beat_rdp(z, log_q, step
         if ref <= 100:
             assert ref * (1 - 1e-4) - 1e-6 <= ours <= ref_charged * (1 + 1e-4) + 1e-6
         else:  # as for the Gaussian, dp-accounting drifts up (or overflows) at huge epsilon
-            assert ref * 0.99 <= ours <= ref_charged * (1 + 1e-9)
+            assert ref * 0.99 <= ours <= ref_charged * (1 + 1e-6)  # 1e-6: an extended-precision recomposition
     event = SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)) if q < 1 else GaussianDpEvent(z), steps)
     assert ours <= epsilon(event, delta, "rdp", nr) * (1 + 1e-3) + 1e-2  # up to ten grid steps

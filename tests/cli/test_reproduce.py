@@ -69,17 +69,20 @@ def test_cifar10_quick_from_local_pickles(tmp_path, capsys):
     (["reproduce", "imagenet"], "preset"),
     (["reproduce", "wbcd", "--workers", "0"], "--workers"),
     (["reproduce", "wbcd", "--max-runs", "-1"], "--max-runs"),
-    (["reproduce", "wbcd", "--data-path", "/tmp"], "data_path"),
+    (["reproduce", "wbcd", "--data-path", "/tmp"], "--data-path"),
     (["reproduce", "cifar10", "--quick", "--workers", "1"], None),  # no data path: every run fails, recorded
     (["plot", "--store", "/nonexistent/results.db", "--out", "x.png"], "--store"),
 ])
 def test_bad_input(argv, match, tmp_path, capsys):
     argv = argv + ["--store", str(tmp_path / "r.db")] if argv[0] == "reproduce" else argv
     code = main(argv + ["--json"])
-    if match is None:
-        assert code == 0
-        out = json.loads(capsys.readouterr().out)
-        assert out["runs"]["ok"] == 0 and "path" in out["failures"][0]["error"]
+    if match is None:  # the results are printed, and the exit status says runs failed (issue 15)
+        captured = capsys.readouterr()
+        out = json.loads(captured.out)
+        assert code == 2 and out["runs"]["ok"] == 0 and "path" in out["failures"][0]["error"]
+        assert captured.err.strip() == (f"silodp reproduce: error: {out['runs']['failed']} of {out['runs']['total']} "
+                                        f"runs failed (their errors are in the JSON and in {out['store']}; fix the "
+                                        "cause and rerun with --retry-failed)")
     else:
         assert code == 2 and match in capsys.readouterr().err
 
