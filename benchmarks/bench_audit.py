@@ -54,7 +54,7 @@ def detection(repeats: int, trials_scale: float = 1.0) -> list[dict]:
 
 
 def figures(outdir: Path, trials: int) -> None:
-    from silodp.verify.audit_plots import plot_brackets, plot_gaussian_tightness
+    from silodp.verify.audit.plots import plot_brackets, plot_gaussian_tightness
 
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from silodp.verify import rates
-from silodp.verify.rate_plots import plot_comparison, plot_rates
+from silodp.verify.rates.plots import plot_comparison, plot_rates
 
 HERE = Path(__file__).resolve().parent
 

@@ -349,7 +349,7 @@ class Context:
     transcript and metrics."""
 
     #: whether sent messages must stay within the algorithm's declaration (off only for the
-    #: deliberately broken variants of :mod:`silodp.verify.mutations`, which the audits must catch)
+    #: deliberately broken variants of :mod:`silodp.verify.audit.mutations`, which the audits must catch)
     check_releases: ClassVar[bool] = True
 
     def __init__(self, algo, problem, federation, seed, sigmas, shuffle, replay):

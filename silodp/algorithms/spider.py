@@ -81,7 +81,7 @@ class IsrlSpider(FederatedAlgorithm):
     def diff_noise(sigmas: dict, step):
         """Noise std of a SPIDER difference, min(sigma2 ||w_r - w_{r-1}||, sigma2_hat) (Alg 3
         line 10); ``step`` a float, or one norm per stacked run (a tensor, as in
-        :mod:`silodp.verify.rate_trials`)."""
+        :mod:`silodp.verify.rates.trials`)."""
         s2, s2_hat = sigmas.get("sigma2", 0.0), sigmas.get("sigma2_hat", 0.0)
         if isinstance(step, torch.Tensor):
             return torch.clamp(s2 * step, max=s2_hat) if math.isfinite(s2) else torch.full_like(step, s2_hat)

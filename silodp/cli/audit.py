@@ -101,7 +101,7 @@ def handle(args) -> int:
         payload = audit.detection_rate(args.mutation, args.repeats, args.trials, args.epsilon, args.delta,
                                        args.estimator, args.seed)
     elif _shuffled(args.algorithm):  # shuffle-DP: real runs, whole transcripts (audit_sdp)
-        from silodp.verify.audit_sdp import audit_sdp
+        from silodp.verify.audit.sdp import audit_sdp
 
         if args.mutation is not None:
             raise ValueError("--mutation: the mutation suite targets the Gaussian algorithms")
@@ -126,7 +126,7 @@ def _shuffled(name: str) -> bool:
 
 
 def _check_names(args, audit) -> None:
-    from silodp.verify.mutations import MUTATIONS
+    from silodp.verify.audit.mutations import MUTATIONS
 
     if args.algorithm not in audit.SCENARIOS:
         raise ValueError(f"--algorithm: must be one of {sorted(audit.SCENARIOS)}, got {args.algorithm!r}")

@@ -77,7 +77,7 @@ def handle(args) -> int:
         with open(args.csv, "w", newline="") as fh:
             fh.write(result.to_csv())
     if args.plot:
-        from silodp.verify.rate_plots import plot_comparison, plot_rates
+        from silodp.verify.rates.plots import plot_comparison, plot_rates
 
         fig = plot_rates(result) if comparison is None else plot_comparison(comparison)
         fig.savefig(args.plot, dpi=120)

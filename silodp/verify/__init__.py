@@ -14,13 +14,13 @@ from silodp.verify.audit import (
     detection_rate,
     judge,
 )
-from silodp.verify.audit_sdp import SDP_SCENARIOS, audit_sdp
-from silodp.verify.estimators import Scores, clopper_pearson_epsilon, estimate, gdp_epsilon
-from silodp.verify.families import Constants, Family, get_family, least_squares_ball, logistic_ridge, sigmoid_l1
-from silodp.verify.mutations import MUTATIONS
+from silodp.verify.audit.sdp import SDP_SCENARIOS, audit_sdp
+from silodp.verify.audit.estimators import Scores, clopper_pearson_epsilon, estimate, gdp_epsilon
+from silodp.verify.rates.families import Constants, Family, get_family, least_squares_ball, logistic_ridge, sigmoid_l1
+from silodp.verify.audit.mutations import MUTATIONS
 from silodp.verify.rates import Comparison, RateResult, RateSetup, compare, full_setup, quick_setup, run_rates
-from silodp.verify.stats import PowerLawFit, bootstrap_means, fit_power_law
-from silodp.verify.testing import assert_dp
+from silodp.verify.rates.stats import PowerLawFit, bootstrap_means, fit_power_law
+from silodp.verify.audit.testing import assert_dp
 
 __all__ = [
     "AlgorithmGame", "AuditResult", "Claim", "Comparison", "Constants", "Family", "MUTATIONS", "PowerLawFit",

@@ -52,7 +52,7 @@ def test_a_release_beyond_the_declaration_raises_naming_it(setup):
 
 def test_less_noise_than_declared_raises(setup):
     """The run-time check catches the audit's halve-noise bug on its own."""
-    from silodp.verify.audit_game import RecordingContext
+    from silodp.verify.audit.game import RecordingContext
 
     class HalfNoise(RecordingContext):
         def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):

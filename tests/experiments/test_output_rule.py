@@ -37,8 +37,8 @@ def test_bad_output_names_the_argument():
 
 
 def test_rate_trials_respect_the_output_rule():
-    from silodp.verify import families
-    from silodp.verify.rate_trials import run_trials
+    from silodp.verify.rates import families
+    from silodp.verify.rates.trials import run_trials
 
     fam = families.logistic_ridge(dim=3, num_silos=2, pool_size=64)
     algo = get_algorithm("isrl-spider", rounds=4, batch_size=8, q=2, output="last", metrics_every=0,

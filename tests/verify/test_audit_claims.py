@@ -8,9 +8,9 @@ from scipy.stats import ks_2samp
 
 from silodp.accounting import gaussian
 from silodp.algorithms.shuffle import BinomialParams, pvec_fast
-from silodp.verify import audit_game as game
+from silodp.verify.audit import game as game
 from silodp.verify.audit import SCENARIOS, AlgorithmGame, audit_papers, audit_pvec
-from silodp.verify.testing import assert_dp, audit, linear_statistic
+from silodp.verify.audit.testing import assert_dp, audit, linear_statistic
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -1,4 +1,4 @@
-"""Epsilon lower bounds from scores (silodp.verify.estimators), checked against closed forms and
+"""Epsilon lower bounds from scores (silodp.verify.audit.estimators), checked against closed forms and
 the exact Gaussian privacy curve (silodp.accounting.gaussian, Balle & Wang 2018)."""
 
 import math
@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import norm
 
 from silodp.accounting import gaussian
-from silodp.verify.estimators import (
+from silodp.verify.audit.estimators import (
     ESTIMATORS,
     Scores,
     clopper_pearson_epsilon,

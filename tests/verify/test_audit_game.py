@@ -1,4 +1,4 @@
-"""The distinguishing game (silodp.verify.audit_game): the vectorized simulation reproduces the
+"""The distinguishing game (silodp.verify.audit.game): the vectorized simulation reproduces the
 real algorithms message for message, its scores match real runs in distribution, the canaries
 reach the sensitivities the accountant assumes, and a single Gaussian release is audited tightly."""
 
@@ -11,7 +11,7 @@ from scipy.stats import ks_2samp
 
 from silodp.accounting import gaussian
 from silodp.algorithms import ALGORITHMS, get_algorithm
-from silodp.verify import audit_game as game
+from silodp.verify.audit import game as game
 from silodp.verify.audit import MUTATION_SCENARIOS, SCENARIOS, AlgorithmGame, Scenario, audit_gaussian, prepare
 
 HETEROGENEOUS = Scenario("isrl-prox-sgd", dict(rounds=4, batch_size=5, step_size=0.1), canary="gradient")

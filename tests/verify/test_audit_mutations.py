@@ -1,4 +1,4 @@
-"""The mutation suite (silodp.verify.mutations): every deliberately broken mechanism is flagged by
+"""The mutation suite (silodp.verify.audit.mutations): every deliberately broken mechanism is flagged by
 the Clopper-Pearson lower bound at the trial budget of docs/audit.md (quick mode: two independent
 audits each), while the correct mechanism in the same scenario is not."""
 
@@ -9,7 +9,7 @@ import torch
 
 from silodp.algorithms import Problem, get_algorithm, mlp
 from silodp.verify.audit import MUTATION_SCENARIOS, MUTATION_TRIALS, AlgorithmGame, judge
-from silodp.verify.mutations import MUTATIONS, clip_median, clip_per_layer, get_mutation
+from silodp.verify.audit.mutations import MUTATIONS, clip_median, clip_per_layer, get_mutation
 
 ISSUE_NAMES = {"halve-noise", "per-layer-clip", "median-clip", "missing-k", "spider-sensitivity", "shared-seed",
                "with-replacement-as-disjoint", "noise-on-average-not-sum"}

@@ -1,10 +1,10 @@
-"""Whole-transcript audits of the shuffle-DP algorithms (silodp.verify.audit_sdp): real stacked
+"""Whole-transcript audits of the shuffle-DP algorithms (silodp.verify.audit.sdp): real stacked
 runs, the final model's weight on the canary's free coordinate as the score."""
 
 import pytest
 
 from silodp.verify import SDP_SCENARIOS, audit_sdp
-from silodp.verify.audit_sdp import sdp_scores
+from silodp.verify.audit.sdp import sdp_scores
 
 
 @pytest.mark.parametrize("name", sorted(SDP_SCENARIOS))

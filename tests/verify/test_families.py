@@ -1,4 +1,4 @@
-"""silodp.verify.families: the constants are true bounds, F* is accurate, heterogeneity moves.
+"""silodp.verify.rates.families: the constants are true bounds, F* is accurate, heterogeneity moves.
 
 Independent references: per-sample gradients and Hessians from torch.func at random points
 (L, beta); the proximal-PL inequality of Assumption 4 evaluated exactly (its inner minimum is a
@@ -15,7 +15,7 @@ from scipy import optimize
 
 from silodp.algorithms import Federation
 from silodp.algorithms.grads import clipped_grad_sum
-from silodp.verify import families as F
+from silodp.verify.rates import families as F
 
 D = 6
 
@@ -238,7 +238,7 @@ def test_thm21_counterexample_violates_eq20_for_partial_participation(n):
     is the algorithm at n records per silo exactly (without allocating n records)."""
     from silodp.algorithms import get_algorithm
     from silodp.bounds import get_bound
-    from silodp.verify.rate_trials import run_trials
+    from silodp.verify.rates.trials import run_trials
 
     fam = F.opposed_silos(heterogeneity=1.0, radius=10.0)
     p = dict(n=n, N=2, M=1, d=1, eps=1.0, delta=1e-5, L=fam.constants.L, beta=1.0, mu=1.0, Delta=50.0)  # w0 = 10

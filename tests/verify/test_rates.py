@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from silodp.verify import rates
-from silodp.verify.rate_plots import plot_comparison, plot_rates
+from silodp.verify.rates.plots import plot_comparison, plot_rates
 
 EXPECTED = {"eps": -2.0, "n": -2.0, "M": -1.0, "d": 1.0}
 

@@ -1,4 +1,4 @@
-"""silodp.verify.stats: bootstrap intervals and log-log slope fits.
+"""silodp.verify.rates.stats: bootstrap intervals and log-log slope fits.
 
 References: scipy.stats.bootstrap (percentile method) for the mean's interval; a known power law
 for the slope; the frequency with which the slope interval covers the true slope over repeated
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from silodp.verify import stats
+from silodp.verify.rates import stats
 
 
 def test_mean_interval_matches_scipy_percentile_bootstrap():

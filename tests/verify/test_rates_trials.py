@@ -1,4 +1,4 @@
-"""silodp.verify.rate_trials: stacked trials are the algorithm's own runs, independent, and exact.
+"""silodp.verify.rates.trials: stacked trials are the algorithm's own runs, independent, and exact.
 
 References: (1) one stacked trial reproduces ``FederatedAlgorithm.run`` bit for bit; (2) without
 noise every stacked trial equals a separate run on its own data; (3) on a quadratic problem with
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
-from silodp.verify.families import BallRidge, logistic_ridge, objective
-from silodp.verify.rate_trials import BATCH_SAFE, TrialContext, run_trials
+from silodp.verify.rates.families import BallRidge, logistic_ridge, objective
+from silodp.verify.rates.trials import BATCH_SAFE, TrialContext, run_trials
 
 
 @pytest.fixture(scope="module")

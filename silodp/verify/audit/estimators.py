@@ -197,7 +197,7 @@ def clopper_pearson_epsilon(scores: Scores, delta: float, alpha: float = 0.05, s
     """
     dl, a = check_delta("delta", delta), _check_alpha(alpha)
     if not isinstance(scores, Scores):
-        raise ValueError("scores: expected a silodp.verify.estimators.Scores")
+        raise ValueError("scores: expected a silodp.verify.audit.estimators.Scores")
     t, direction, fpr, fnr, fpr_up, fnr_up, n = _select_and_evaluate(
         scores, dl, a, select_fraction, seed, lambda f, g: _cp_epsilon(f, g, dl))
     eps = float(_cp_epsilon(np.array([fpr_up]), np.array([fnr_up]), dl)[0])
@@ -214,7 +214,7 @@ def gdp_epsilon(scores: Scores, delta: float, alpha: float = 0.05, select_fracti
     """
     dl, a = check_delta("delta", delta), _check_alpha(alpha)
     if not isinstance(scores, Scores):
-        raise ValueError("scores: expected a silodp.verify.estimators.Scores")
+        raise ValueError("scores: expected a silodp.verify.audit.estimators.Scores")
     t, direction, fpr, fnr, fpr_up, fnr_up, n = _select_and_evaluate(scores, dl, a, select_fraction, seed, _gdp_mu)
     mu = float(_gdp_mu(np.array([fpr_up]), np.array([fnr_up]))[0])
     return EpsilonBound("gdp", gdp_to_epsilon(mu, dl), dl, a, t, direction, fpr, fnr, fpr_up, fnr_up, n, mu)

@@ -4,7 +4,7 @@ Each :class:`Mutation` keeps the *claim* of the correct mechanism (the accountin
 certified epsilon for the intended configuration) and changes what is actually released. It acts
 in both games:
 
-* vectorized (:func:`silodp.verify.audit_game.build_plan`): a clip function, a noise factor per
+* vectorized (:func:`silodp.verify.audit.game.build_plan`): a clip function, a noise factor per
   release, the minibatch sampling, or one noise draw shared by all releases;
 * end to end: :meth:`Mutation.context_class` is a :class:`~silodp.algorithms.base.Context`
   subclass that breaks the real algorithm the same way (set it as ``algo.context_class``).
@@ -40,7 +40,7 @@ import torch
 
 from silodp.algorithms import grads as _grads
 from silodp.algorithms.models import PARAMETRIC
-from silodp.verify.audit_game import ClipFn, RecordingContext, clip_whole
+from silodp.verify.audit.game import ClipFn, RecordingContext, clip_whole
 
 CLIPS = ("whole", "per-layer", "median")
 

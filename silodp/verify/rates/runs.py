@@ -1,8 +1,8 @@
 """Empirical versus theoretical rates (issues 6, 14): vary one of eps, n, M, N, d, kappa; fit the slope.
 
-:func:`run_rates` runs the algorithm of a theorem (:mod:`silodp.verify.rate_theorems`) on a family
+:func:`run_rates` runs the algorithm of a theorem (:mod:`silodp.verify.rates.theorems`) on a family
 with known constants at every grid value, ``trials`` independent runs per value (stacked,
-:mod:`silodp.verify.rate_trials`), and returns a :class:`RateResult`:
+:mod:`silodp.verify.rates.trials`), and returns a :class:`RateResult`:
 
 * per point: the trial mean of the metric with a percentile-bootstrap interval, the rate-form
   bound (each term, the dominant one and its exponent along the varied parameter), the explicit
@@ -39,10 +39,10 @@ import numpy as np
 import torch
 
 from silodp.bounds import get_bound
-from silodp.verify import families as fam_mod
-from silodp.verify import stats
-from silodp.verify.rate_theorems import Theorem, for_bound, get_theorem, problem_params
-from silodp.verify.rate_trials import run_trials
+from silodp.verify.rates import families as fam_mod
+from silodp.verify.rates import stats
+from silodp.verify.rates.theorems import Theorem, for_bound, get_theorem, problem_params
+from silodp.verify.rates.trials import run_trials
 
 VARIABLES = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
@@ -58,7 +58,7 @@ class RateSetup:
     certified by a tight accountant; "tight"). ``fit_privacy_only``: fit the slope on the grid
     points where the rate bound's privacy term dominates. ``baseline``: also run with zero noise
     (the non-private floor of the same algorithm and batches). ``family``: another family of
-    :mod:`silodp.verify.families` than the theorem's (its builder's defaults). ``kappa``: the
+    :mod:`silodp.verify.rates.families` than the theorem's (its builder's defaults). ``kappa``: the
     condition number of ``logistic-ridge`` (None: its default ridge, kappa = 3). ``noise_floor``:
     also run from the optimum w* (``noise_only_mean``). ``output``: the output rule
     (:data:`silodp.algorithms.base.OUTPUTS`; None: the algorithm's own, e.g. Alg 3's random iterate).

@@ -2,7 +2,7 @@
 
 Threat model (paper Def 4): a curious server sees silo i's whole transcript. The game runs an
 algorithm on two neighbouring datasets D, D' of silo i (one record replaced, see
-:mod:`silodp.verify.canaries`) and scores each transcript. Both runs *replay* one reference run
+:mod:`silodp.verify.audit.canaries`) and scores each transcript. Both runs *replay* one reference run
 (:meth:`FederatedAlgorithm.run` with ``replay=``), so every release is computed at the same
 iterates: the adversary fixes the queries, which ISRL-DP allows (the guarantee holds for every
 fixed sequence of the other silos' messages).
@@ -35,7 +35,7 @@ from scipy.stats import binom
 from silodp.accounting.releases import BatchSampling
 from silodp.algorithms import grads as _grads
 from silodp.algorithms.base import Context
-from silodp.verify.estimators import Scores
+from silodp.verify.audit.estimators import Scores
 
 SAMPLINGS = ("full", "replacement", "permutation", "subset")
 #: a clip function: raw per-sample gradients [n, d] -> (clipped [n, d], threshold used)
@@ -152,7 +152,7 @@ def build_plan(reference, problem, worlds, silo: int, record: int, clip_fn: Clip
     records (the sampler that drew the batch).
     ``clip_fn`` replaces whole-gradient clipping (its threshold scales the noise, as code that
     calibrates sigma to its threshold does); ``noise_factor(group, K)`` scales each release's
-    noise. Both exist for the deliberately broken variants of :mod:`silodp.verify.mutations`.
+    noise. Both exist for the deliberately broken variants of :mod:`silodp.verify.audit.mutations`.
     """
     if reference.transcript is None or not reference.transcript or "w" not in reference.transcript[0]:
         raise ValueError("reference: record it with record_transcript=True and a RecordingContext")

@@ -1,6 +1,6 @@
 """``assert_dp``: a privacy audit as a pytest assertion.
 
-    from silodp.verify.testing import assert_dp
+    from silodp.verify.audit.testing import assert_dp
 
     def test_my_mechanism_is_dp():
         assert_dp(lambda world, trials, gen: my_mechanism(world, trials, gen), epsilon=1.0, delta=1e-5)
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from silodp._validation import check_delta, check_positive
-from silodp.verify import audit_game as game
-from silodp.verify.audit import AuditResult, Claim, judge
-from silodp.verify.estimators import Scores
+from silodp.verify.audit import game
+from silodp.verify.audit.audits import AuditResult, Claim, judge
+from silodp.verify.audit.estimators import Scores
 
 Mechanism = Callable[[int, int, torch.Generator], "torch.Tensor | np.ndarray"]
 
@@ -60,7 +60,7 @@ def audit(mechanism, epsilon: float, delta: float, trials: int = 20_000, *, scor
     """Audit ``mechanism`` against the claim (``epsilon``, ``delta``).
 
     ``mechanism``: an :class:`~silodp.verify.audit.AlgorithmGame` (or anything with
-    ``collect(trials, seed) -> Scores``), a vectorized :class:`~silodp.verify.audit_game.Plan`,
+    ``collect(trials, seed) -> Scores``), a vectorized :class:`~silodp.verify.audit.game.Plan`,
     or a black box ``mechanism(world, trials, generator) -> [trials, ...]`` scored by ``score``
     (default: a learned linear statistic).
     """

@@ -2,7 +2,7 @@
 
 A :class:`Theorem` ties an algorithm of Lowy, Ghafelebashi & Razaviyayn 2023 (arXiv:2203.06735) to
 
-* the problem family it is run on (:mod:`silodp.verify.families`) and the setting of the theorem
+* the problem family it is run on (:mod:`silodp.verify.rates.families`) and the setting of the theorem
   ("SO": fresh i.i.d. data every trial, population excess risk; "ERM": one data set, expectation
   over the algorithm only, as Thms 2.2 and 3.1 state);
 * the rate-form bound whose dominant term's exponent the fitted slope is compared with, and the

@@ -1,11 +1,11 @@
 """Whole-transcript audits of the shuffle-DP algorithms (paper Alg 7, 8, 9, 10).
 
-The Gaussian game of :mod:`silodp.verify.audit_game` replays Gaussian messages; the shuffle
+The Gaussian game of :mod:`silodp.verify.audit.game` replays Gaussian messages; the shuffle
 algorithms release P_vec outputs instead (binomial noise on every coordinate). Here the game is
 played with the algorithms' real runs: ``trials`` independent runs per neighbouring dataset are
-stacked by :func:`silodp.verify.rate_trials.run_trials` (P_vec drawn per trial) and the score of a
+stacked by :func:`silodp.verify.rates.trials.run_trials` (P_vec drawn per trial) and the score of a
 run is the final model's weight on the canary's free coordinate
-(:func:`silodp.verify.canaries.gradient_canary`), which only the canary's gradients move. The
+(:func:`silodp.verify.audit.canaries.gradient_canary`), which only the canary's gradients move. The
 final model is post-processing of the whole transcript, so the estimators' lower bound applies
 to the transcript's claim: the epsilon that the accounting layer certified when the algorithm
 calibrated its P_vec invocations (``FederatedAlgorithm.resolve_noise``).
@@ -14,8 +14,8 @@ calibrated its P_vec invocations (``FederatedAlgorithm.resolve_noise``).
 from __future__ import annotations
 
 from silodp._validation import check_delta, check_positive
-from silodp.verify.audit import DEFAULT_DELTA, AuditResult, Claim, Scenario, _check_estimator, judge
-from silodp.verify.estimators import Scores
+from silodp.verify.audit.audits import DEFAULT_DELTA, AuditResult, Claim, Scenario, _check_estimator, judge
+from silodp.verify.audit.estimators import Scores
 
 _FULL = dict(rounds=1, batch_size=20, replacement=False, step_size=0.5)
 #: Default scenario per shuffle-DP algorithm: one round on full batches, so the P_vec releases
@@ -33,7 +33,7 @@ def sdp_scores(scenario: Scenario, epsilon: float, delta: float, trials: int, se
     import torch
 
     from silodp.algorithms import get_algorithm
-    from silodp.verify.rate_trials import run_trials
+    from silodp.verify.rates.trials import run_trials
 
     problem, worlds, _ = scenario.build()
     params = dict(scenario.algorithm_params(), metrics_every=0,

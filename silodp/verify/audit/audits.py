@@ -1,12 +1,12 @@
 """Privacy audits: the accountant's claim (an upper bound) against an empirical lower bound.
 
 ``audit_gaussian`` audits one Gaussian release; ``audit_algorithm`` audits a federated algorithm
-of :mod:`silodp.algorithms` (optionally with a privacy bug from :mod:`silodp.verify.mutations`)
+of :mod:`silodp.algorithms` (optionally with a privacy bug from :mod:`silodp.verify.audit.mutations`)
 in a :class:`Scenario`; ``audit_papers`` audits the papers' closed-form calibrations.
 The claim always comes from :mod:`silodp.accounting` (``calibrate_algorithm`` / ``certify`` for
 the algorithm's transcript, the exact analytic Gaussian for one release); the lower bound from
-the scores of the distinguishing game (:mod:`silodp.verify.audit_game`) through the estimators
-of :mod:`silodp.verify.estimators`. ``violation`` is ``epsilon_lower > epsilon_claimed``.
+the scores of the distinguishing game (:mod:`silodp.verify.audit.game`) through the estimators
+of :mod:`silodp.verify.audit.estimators`. ``violation`` is ``epsilon_lower > epsilon_claimed``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import math
 
 from silodp.accounting import gaussian
 from silodp._validation import check_delta, check_positive
-from silodp.verify import audit_game as game
-from silodp.verify.estimators import ESTIMATORS, EpsilonBound, Scores, estimate
+from silodp.verify.audit import game
+from silodp.verify.audit.estimators import ESTIMATORS, EpsilonBound, Scores, estimate
 
 DEFAULT_DELTA = 1e-5
 CANARIES = ("homogeneous", "gradient", "median")
@@ -28,10 +28,10 @@ class Scenario:
     """Everything an algorithm audit runs on: the algorithm, its parameters and the data.
 
     ``num_silos`` silos of ``n`` records with ``d`` features plus the canary's free coordinate
-    (:func:`~silodp.verify.canaries.free_coordinate_federation`), squared loss, clip 1; a
+    (:func:`~silodp.verify.audit.canaries.free_coordinate_federation`), squared loss, clip 1; a
     linear model, or an MLP with ``hidden`` sizes. ``canary``: "homogeneous" (every record of
     the audited silo a copy of the replaced one: the worst case under subsampling), "gradient"
-    (only the replaced record is a canary) or "median" (:mod:`silodp.verify.canaries`);
+    (only the replaced record is a canary) or "median" (:mod:`silodp.verify.audit.canaries`);
     ``steer``: replay adversarial iterates that flip the canary's gradient (isrl-spider with
     ``hidden=(1,)``). Record ``record`` of silo ``silo`` is replaced. ``noise_shape``: relative
     noise of the message types, scaled as a whole by the accounting layer's calibration
@@ -56,7 +56,7 @@ class Scenario:
         import torch  # noqa: F401  (torch-backed layers below)
 
         from silodp.algorithms import Problem, linear_model, mlp
-        from silodp.verify import canaries
+        from silodp.verify.audit import canaries
 
         fed = canaries.free_coordinate_federation(self.num_silos, self.n, self.d, self.data_seed)
         model = linear_model(self.d + 1) if self.hidden is None else mlp(self.d + 1, list(self.hidden))
@@ -133,7 +133,7 @@ class AlgorithmGame:
 
     Privacy: a target ``epsilon`` (noise calibrated by the accounting layer, ``calibration``
     "tight" | "paper") or explicit ``sigmas``; ``mutation`` names a bug of
-    :mod:`silodp.verify.mutations`. The constructor only stores; :meth:`collect` (vectorized) and
+    :mod:`silodp.verify.audit.mutations`. The constructor only stores; :meth:`collect` (vectorized) and
     :meth:`collect_runs` (one real run per trial) do the work; :meth:`setup` is called by both.
     """
 
@@ -210,7 +210,7 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
     import torch
 
     from silodp.algorithms import get_algorithm
-    from silodp.verify.mutations import get_mutation
+    from silodp.verify.audit.mutations import get_mutation
 
     _check_gaussian(scenario.algorithm)
     mut = None if mutation is None else get_mutation(mutation)
@@ -310,7 +310,7 @@ def audit_pvec(epsilon: float, delta: float = DEFAULT_DELTA, num_messages: int =
                estimator: str = "clopper-pearson", alpha: float = 0.05, seed: int = 0) -> AuditResult:
     """Audit one invocation of the binomial shuffle protocol P_vec (d = 1) with the parameters the
     accounting layer certifies for (``epsilon``, ``delta``) (:func:`binomial_protocol_params`),
-    using a Dirac canary (:func:`~silodp.verify.audit_game.pvec_scores`)."""
+    using a Dirac canary (:func:`~silodp.verify.audit.game.pvec_scores`)."""
     from silodp.accounting.binomial import binomial_protocol_params
 
     dl = check_delta("delta", delta)
