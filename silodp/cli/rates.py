@@ -52,11 +52,14 @@ def _human(payload: dict) -> str:
 def handle(args) -> int:
     import torch  # noqa: F401  (heavy imports stay inside the handler)
 
-    from silodp.cli import emit
+    from silodp.cli import check_writable, emit
     from silodp.verify import rates
 
     if args.trials is not None and args.trials < 2:
         raise ValueError(f"--trials: must be >= 2, got {args.trials}")
+    for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
+        if path:
+            check_writable(path, flag)  # before the (long) computation
     given = (("trials", args.trials), ("noise", args.noise), ("seed", args.seed))
     overrides = {k: v for k, v in given if v is not None}
     if args.values is not None:

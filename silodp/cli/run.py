@@ -58,6 +58,13 @@ def _load_data(args):
     from silodp.algorithms import mnist, synthetic, wbcd
     from silodp.algorithms.fedprox_data import fedprox_synthetic, mnist_label_skew
 
+    from silodp._validation import check_nonnegative
+
+    for flag, value in (("alpha", args.alpha), ("beta", args.beta), ("similarity", args.similarity)):
+        if value is not None:
+            check_nonnegative(flag, value)  # finite: Synthetic(alpha, beta) with inf is degenerate
+    if args.similarity is not None and args.similarity > 1:
+        raise ValueError(f"--similarity: must lie in [0, 1], got {args.similarity}")
     fedprox = args.alpha is not None or args.beta is not None or args.iid
     if fedprox and args.dataset != "synthetic":
         raise ValueError("--alpha/--beta/--iid: only with --dataset synthetic")
@@ -98,7 +105,9 @@ def handle(args) -> int:
     train = data.train.with_availability(args.silos_per_round)
     hidden = _default_hidden(args.dataset) if args.hidden is None else args.hidden
     problem = Problem(mlp(data.num_features, hidden, data.num_outputs), data.loss, clip=args.clip)
-    batch = args.batch_size or max(1, train.min_size // 4)
+    if args.batch_size is not None and args.batch_size < 1:
+        raise ValueError(f"--batch-size: must be an integer >= 1, got {args.batch_size}")
+    batch = args.batch_size if args.batch_size is not None else max(1, train.min_size // 4)
     cls = ALGORITHMS[args.algorithm]
     params = dict(rounds=args.rounds, batch_size=batch, step_size=args.step_size, calibration=args.calibration,
                   **_family_params(cls, args))
@@ -108,9 +117,12 @@ def handle(args) -> int:
     result = _run_with_progress(algo, problem, train, args)  # w_priv: the own rule, w_last: the last iterate
     errors = {rule: _test_error(problem, w, data.test) for rule, w in zip(OUTPUT_RULES, (result.w_priv, result.w_last))}
     chosen = result.w_priv if args.output == "random" else result.w_last
+    certified = None if result.epsilon is None or math.isinf(result.epsilon) else result.epsilon
     payload = {
         "algorithm": args.algorithm,
-        "epsilon": None if result.epsilon is None or math.isinf(result.epsilon) else result.epsilon,
+        "epsilon": certified,
+        "target_epsilon": args.epsilon if cls.private else None,
+        "certified_epsilon": certified,
         "delta": result.delta,
         "output": args.output,
         "test_error": errors[args.output],
@@ -131,6 +143,11 @@ def handle(args) -> int:
         payload.update({k: privacy.get(k) for k in ("sigma_g", "epsilon_server", "epsilon_third_party")})
     human = "\n".join(f"{k:>16}: {v}" for k, v in payload.items())
     emit(payload, args.json, human)
+    if cls.private and certified is not None and certified > args.epsilon * (1 + 1e-9):
+        import sys  # the run happened, but its noise does not meet the requested budget: say so
+
+        print(f"silodp run: warning: the noise certifies epsilon={certified:.6g}, more than the requested "
+              f"--epsilon {args.epsilon:g} (--calibration {args.calibration}: {payload['noise']})", file=sys.stderr)
     return 0
 
 
