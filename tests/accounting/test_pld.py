@@ -183,4 +183,5 @@ def test_random_mechanisms_agree_with_the_references_and_beat_rdp(z, log_q, step
         else:  # as for the Gaussian, dp-accounting drifts up (or overflows) at huge epsilon
             assert ref * 0.99 <= ours <= ref_charged * (1 + 1e-6)  # 1e-6: an extended-precision recomposition
     event = SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)) if q < 1 else GaussianDpEvent(z), steps)
-    assert ours <= epsilon(event, delta, "rdp", nr) * (1 + 1e-3) + 1e-2  # up to ten grid steps
+    # up to ten grid steps; pld may spend up to half of delta on its round-off charge
+    assert ours <= epsilon(event, delta / 2, "rdp", nr) * (1 + 1e-3) + 1e-2
