@@ -49,7 +49,7 @@ def sdp_scores(scenario: Scenario, epsilon: float, delta: float, trials: int, se
             return world.x.expand(t, *world.x.shape), world.y.expand(t, *world.y.shape)
 
         scores.append(run_trials(algo, problem, data, trials, seed=seed + index).w_last[:, free].numpy())
-    return Scores(scores[0], scores[1]), Claim(float(certified), float(dl), "advanced (P_vec invocations)", {})
+    return Scores(scores[0], scores[1]), Claim(float(certified), float(dl), "pvec-pld (whole transcript)", {})
 
 
 def audit_sdp(algorithm: str, epsilon: float = 2.0, delta: float = DEFAULT_DELTA, trials: int = 20_000,
