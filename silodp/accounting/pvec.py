@@ -43,12 +43,12 @@ O(L^2 log(d / beta) / d) instead of L^2.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
 import math
 from typing import Sequence
 
 import numpy as np
+from scipy.special import ndtr
 
 from silodp.accounting import _binomial
 from silodp.accounting import pld as pld_lib
@@ -60,16 +60,6 @@ WINDOW_SDS = 12.0
 ROTATION_BETA = 1e-3
 #: Levels g = max(ceil(sqrt(messages)), MIN_LEVELS): rounding variance at most one message range.
 MIN_LEVELS = 4
-
-
-class Certificate(enum.Enum):
-    """How a P_vec invocation is certified."""
-
-    #: exact discrete PLD, composed over coordinates and invocations by FFT (this module)
-    PLD = "pld"
-    #: exact hockey-stick per coordinate, composed by KOV over d (silodp before issue 13;
-    #: :func:`silodp.accounting.binomial.binomial_protocol_epsilon`)
-    KOV = "kov"
 
 
 def levels(messages: int) -> int:
@@ -224,6 +214,26 @@ def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: fl
     return transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl)
 
 
+def _gaussian_mu(epsilon: float, delta: float) -> float:
+    """mu of the mu-GDP curve (Dong, Roth & Su 2022) with delta(epsilon) = ``delta`` (bisection)."""
+    def curve(mu: float) -> float:
+        return float(ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon) * ndtr(-epsilon / mu - mu / 2))
+
+    lo, hi = 1e-3, 200.0
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if curve(mid) < delta else (lo, mid)
+    return lo
+
+
+def _gaussian_scale(groups, weights, epsilon: float, delta: float) -> float:
+    """The scale s at which b_r = s w_r meets the target under the Gaussian approximation of the
+    binomial counts (per coordinate a shift g over sd sqrt(m b / 4); the search's starting point
+    only, never a certificate)."""
+    total = sum(g.uses * g.dimension * 4.0 * g.g ** 2 / (g.messages * w) for g, w in zip(groups, weights))
+    return max(total / _gaussian_mu(epsilon, delta) ** 2, 1e-12)
+
+
 @functools.lru_cache(maxsize=512)
 def calibrate_noise(groups: tuple[PvecGroup, ...], weights: tuple[float, ...], epsilon: float, delta: float,
                     interval: float) -> tuple[tuple[int, ...], float]:
@@ -242,7 +252,7 @@ def calibrate_noise(groups: tuple[PvecGroup, ...], weights: tuple[float, ...], e
         return transcript_epsilon(tuple(dataclasses.replace(g, b=b) for g, b in zip(groups, bs(i))), dl, interval)
 
     lowest, highest = -64 * 40, 64 * 60
-    lo, hi, i = lowest, None, 0
+    lo, hi, i = lowest, None, min(highest, max(lowest, round(64.0 * math.log2(_gaussian_scale(groups, weights, eps, dl)))))
     for _ in range(12):  # jumps on the model eps ~ b^(-1/2) until the target is bracketed
         e = certify(i)
         if e <= eps:
