@@ -56,6 +56,8 @@ from silodp.accounting._checks import check_count, check_delta, check_positive, 
 
 #: Standard deviations of Bin(m, 1/2) kept on each side of the mean (the rest is charged to +inf).
 WINDOW_SDS = 12.0
+#: Largest noise trials m b per coordinate (the exact pmf window then has ~4e7 points).
+MAX_TRIALS = 10 ** 13
 #: Rotation failure probability per message (bias only, see the module docstring).
 ROTATION_BETA = 1e-3
 #: Levels g = max(ceil(sqrt(messages)), MIN_LEVELS): rounding variance at most one message range.
@@ -81,15 +83,18 @@ def rotated_bound(bound: float, dimension: int, beta: float = ROTATION_BETA) -> 
 
 
 def _log_pmf_from_mode(trials: int) -> tuple[int, np.ndarray, float]:
-    """(lo, log Bin(trials, 1/2)(x) for x = lo..hi, outside mass) on the +-WINDOW_SDS window,
-    from the ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode and normalized."""
+    """(lo, log Bin(trials, 1/2)(x) for x = lo..hi, a bound on the mass outside) on the
+    +-WINDOW_SDS window, from the ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode,
+    normalized to the window's mass."""
     m = trials
     sd = 0.5 * math.sqrt(m)
     lo, hi = max(0, math.floor(m / 2 - WINDOW_SDS * sd)), min(m, math.ceil(m / 2 + WINDOW_SDS * sd))
     x = np.arange(lo, hi, dtype=float)
     steps = np.log(m - x) - np.log(x + 1.0)  # log B(x+1) - log B(x), x = lo..hi-1
     c = np.concatenate([[0.0], np.cumsum(steps)])
-    outside = (_binomial.cdf(lo - 1, m, 0.5) if lo > 0 else 0.0) + (_binomial.sf(hi, m, 0.5) if hi < m else 0.0)
+    # Hoeffding, P[X <= m/2 - t] <= exp(-2 t^2 / m), for each side cut (bdtr loses accuracy at huge m)
+    outside = ((math.exp(-2.0 * (m / 2 - lo + 1) ** 2 / m) if lo > 0 else 0.0)
+               + (math.exp(-2.0 * (hi + 1 - m / 2) ** 2 / m) if hi < m else 0.0))
     c -= c.max()
     c -= math.log(float(np.sum(np.exp(c)))) - math.log1p(-outside)  # window masses sum to 1 - outside
     return lo, c, outside
@@ -100,6 +105,8 @@ def coordinate_pld(trials: int, shift: int, interval: float) -> pld_lib.PrivacyL
     """Symmetric PLD dominating one coordinate of P_vec with Bin(``trials``, 1/2) noise when one
     record moves the levels by at most ``shift`` (module docstring), on the grid ``interval``."""
     m = check_count("trials", trials)
+    if m > MAX_TRIALS:
+        raise ValueError(f"trials: at most {MAX_TRIALS:.0e} noise trials per coordinate, got {m:.3g}")
     s = check_count("shift", shift)
     h = check_positive("interval", interval)
     _, c, outside = _log_pmf_from_mode(m)
@@ -215,7 +222,10 @@ def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: fl
 
 
 def _gaussian_mu(epsilon: float, delta: float) -> float:
-    """mu of the mu-GDP curve (Dong, Roth & Su 2022) with delta(epsilon) = ``delta`` (bisection)."""
+    """mu of the mu-GDP curve (Dong, Roth & Su 2022) with delta(epsilon) = ``delta`` (bisection;
+    epsilon capped at 50, a starting point only)."""
+    epsilon = min(epsilon, 50.0)
+
     def curve(mu: float) -> float:
         return float(ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon) * ndtr(-epsilon / mu - mu / 2))
 
@@ -251,8 +261,11 @@ def calibrate_noise(groups: tuple[PvecGroup, ...], weights: tuple[float, ...], e
     def certify(i: int) -> float:
         return transcript_epsilon(tuple(dataclasses.replace(g, b=b) for g, b in zip(groups, bs(i))), dl, interval)
 
-    lowest, highest = -64 * 40, 64 * 60
-    lo, hi, i = lowest, None, min(highest, max(lowest, round(64.0 * math.log2(_gaussian_scale(groups, weights, eps, dl)))))
+    lowest = -64 * 40
+    most = max(w * g.messages for g, w in zip(groups, weights))  # trials per unit scale
+    highest = math.floor(64.0 * math.log2(MAX_TRIALS / most)) - 1
+    start = round(64.0 * math.log2(_gaussian_scale(groups, weights, eps, dl)))
+    lo, hi, i = lowest, None, min(highest, max(lowest, start))
     for _ in range(12):  # jumps on the model eps ~ b^(-1/2) until the target is bracketed
         e = certify(i)
         if e <= eps:
