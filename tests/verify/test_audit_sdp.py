@@ -32,6 +32,7 @@ def test_bad_input():
         audit_sdp("sdp-prox-sgd", epsilon=0.0)
 
 
+@pytest.mark.slow
 def test_reuse_charged_once_is_caught():
     """sdp-reuse-charged-once: 16 rounds of full batches reuse every record 16 times while the claim
     is the certificate of one round; the Gaussian-DP estimator's lower bound exceeds the claim
