@@ -105,3 +105,27 @@ def test_the_ledger_refuses_fewer_messages_or_another_rotation():
     with pytest.raises(ValueError, match="shuffle parameters"):
         ReleaseLedger([decl]).record(Sent("grad", BatchSampling.FULL, 10, 10, params=(5, 9, 0.5, False),
                                           messages=20))
+
+
+def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
+    """What calibrate_algorithm reports is the P_vec PLD of the releases the run declares (reuse
+    and with-replacement multiplicity included), and it is within the target."""
+    from silodp.accounting import pvec
+    from silodp.accounting.releases import pvec_groups
+    from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm
+
+    cfg = TranscriptConfig(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2, dimension=9, replacement=True)
+    cal = calibrate_algorithm("sdp-prox-svrg", cfg, 3.0, 1e-5)
+    params = {g: (v["g"], v["b"], v["p"], v["rotate"]) for g, v in cal.shuffle.items()}
+    declared = algorithm_class("sdp-prox-svrg").shuffle_releases(cfg, None, params)
+    groups = pvec_groups(declared)
+    assert [g.uses for g in groups] == [4, 12] and groups[1].with_replacement
+    assert cal.epsilon == pvec.transcript_epsilon(groups, 1e-5, pvec.default_interval(3.0)) <= 3.0
+
+
+def test_shuffle_calibration_names_its_own_accountant():
+    from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm
+
+    cfg = TranscriptConfig(n=40, rounds=2, batch_size=10, dimension=3)
+    with pytest.raises(ValueError, match="accountant"):
+        calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5, accountant="rdp")
