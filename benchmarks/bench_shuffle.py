@@ -138,7 +138,8 @@ def table_row(preset: str, algorithm: str, previous_limit: float) -> dict:
             "central_gaussian": None if sigma is None else sigma ** 2 / cfg.m ** 2,
         }
     return {"preset": preset, "algorithm": algorithm, "certified_after": after.epsilon,
-            "certified_paper_alg5": None if paper is None else paper.epsilon, "calibration_seconds": seconds, "groups": rows}
+            "certified_paper_alg5": None if paper is None else paper.epsilon, "calibration_seconds": seconds,
+            "groups": rows}
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ no algorithm names: the registry (:mod:`silodp.algorithms.registry`) maps names 
 ``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
 what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
 gives none, the sensitivity shape) by the smallest factor the chosen accountant certifies.
+Shuffle-DP algorithms are calibrated and certified by the exact P_vec PLD of their whole
+transcript (:mod:`silodp.accounting.pvec`; accountant ``"pvec-pld"``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import dataclasses
 import enum
 import math
 
-from silodp.accounting import calibrate, tightest_calibration, tightest_epsilon, get_accountant
+from silodp.accounting import tightest_calibration, tightest_epsilon, get_accountant
 from silodp.accounting._checks import check_count, check_delta, check_positive
 from silodp.accounting.releases import releases_event
 
