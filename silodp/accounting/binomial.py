@@ -13,6 +13,12 @@ treats every coordinate as worst case, which is sound whatever the vectors; it d
 the l2 bound across coordinates (see docs/paper-notes.md: Alg 5 as printed has no random
 rotation, so its variance is not O(d L^2 log^2(d/delta)/eps^2) as Thm D.2 states).
 
+This per-coordinate + KOV certificate is what silodp used before issue 13; the SDP algorithms
+are now calibrated by the exact discrete PLD of :mod:`silodp.accounting.pvec` (composed over
+coordinates and invocations, with the l2-aware rotation), which needs far less noise. It is
+kept for the single-invocation P_vec audit (:func:`silodp.verify.audit.audit_pvec`)
+and as the baseline of ``benchmarks/bench_shuffle.py``.
+
 Utility. The output is unbiased for sum x_i and, per coordinate,
 Var = (2L/g)^2 (m p (1-p) + sum_i f_ij (1 - f_ij)), with f_ij the fractional part that is randomly
 rounded (at most 1/4 each). :func:`binomial_protocol_variance` reports the worst case.

@@ -23,8 +23,13 @@ Batch samplings (how a record enters the messages of one group):
   amplification by subsampling is credited: a record is charged once per epoch,
   ceil(count / floor(n/K)) un-subsampled steps.
 
-For shuffle-DP releases with replacement a record drawn k times moves k messages of one
-invocation; it is charged by group privacy at the (1 - tail) quantile k* of Bin(K, 1/n):
+Shuffle-DP releases are certified two ways. The tight certificate (:func:`pvec_groups` and
+:mod:`silodp.accounting.pvec`) is the exact discrete PLD of the binomial protocol's counts with
+the declared parameters (g, b, p, rotate), composed over coordinates, over the invocations a
+record can enter (reuse across epochs) and, with replacement, over the record's multiplicity by a
+labelled mixture. :func:`releases_event` gives the generic accountants a sound but looser event:
+each invocation (epsilon, delta)-DP in one message, with replacement a record drawn k times
+charged by group privacy at the (1 - tail) quantile k* of Bin(K, 1/n):
 (k* eps, k* e^{(k*-1) eps} delta + tail) per invocation (Dwork & Roth 2014, Thm 2.2 style; the
 draws are independent of the data).
 """
@@ -76,10 +81,11 @@ class GaussianRelease:
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleRelease:
-    """``count`` invocations of a shuffle protocol for ``group`` with ``messages`` messages in all,
-    each invocation (``epsilon``, ``delta``)-DP in one message of l2 norm <= ``bound``
-    (``epsilon = inf``: not certified); ``params`` are the protocol's parameters (checked at run
-    time); records drawn as for :class:`GaussianRelease`."""
+    """``count`` invocations of a shuffle protocol for ``group`` with at least ``messages`` messages
+    in all, each invocation (``epsilon``, ``delta``)-DP in one message of l2 norm <= ``bound`` in
+    ``dimension`` coordinates (``epsilon = inf``: not certified); ``params`` are the protocol's
+    parameters (g, b, p, rotate) (checked at run time); records drawn as for
+    :class:`GaussianRelease`."""
 
     group: str
     count: int
@@ -91,9 +97,12 @@ class ShuffleRelease:
     messages: int = 1
     bound: float = 1.0
     params: tuple = ()
+    dimension: int = 1
 
     def __post_init__(self) -> None:
         _check_common(self)
+        check_count("messages", self.messages)
+        check_count("dimension", self.dimension)
         if not (self.epsilon > 0 and 0 <= self.delta < 1):
             raise ValueError(f"release {self.group!r}: need epsilon > 0 and delta in [0, 1), "
                              f"got {self.epsilon}, {self.delta}")
@@ -191,6 +200,26 @@ def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:
     return ev.SelfComposedDpEvent(ev.EpsilonDeltaDpEvent(eps, dl), uses)
 
 
+def pvec_groups(releases: Sequence[Release]) -> tuple:
+    """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`);
+    each must carry its parameters (g, b, 1/2, rotate)."""
+    from silodp.accounting import pvec
+
+    out = []
+    for r in releases:
+        if not isinstance(r, ShuffleRelease) or r.count == 0:
+            continue
+        if len(r.params) < 3 or float(r.params[2]) != 0.5:
+            raise ValueError(f"release {r.group!r}: the P_vec certificate needs params (g, b, 1/2[, rotate]), "
+                             f"got {r.params}")
+        rotate = bool(r.params[3]) if len(r.params) > 3 else False
+        out.append(pvec.PvecGroup(uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size),
+                                  int(r.params[0]), int(r.params[1]), r.messages,
+                                  pvec.certified_dimension(r.dimension, rotate),
+                                  r.sampling == BatchSampling.WITH_REPLACEMENT, r.batch_size, r.dataset_size))
+    return tuple(out)
+
+
 def releases_event(releases: Sequence[Release]) -> ev.DpEvent:
     """The event of one silo's whole transcript: the adaptive composition of its message groups."""
     parts = []
@@ -214,7 +243,8 @@ class Sent:
     """One message group instance actually sent at run time (what :class:`ReleaseLedger` records).
 
     ``noise_multiplier``: noise std over the contribution bound (smallest over silos and stacked
-    runs); for shuffle messages ``params`` (the protocol's) instead.
+    runs); for shuffle messages ``params`` (the protocol's) and ``messages`` (how many messages
+    the invocation summed: fewer than declared means less binomial noise) instead.
     """
 
     group: str
@@ -223,6 +253,7 @@ class Sent:
     dataset_size: int
     noise_multiplier: float = math.inf
     params: tuple = ()
+    messages: int = 0
 
 
 class ReleaseLedger:
@@ -264,6 +295,8 @@ class ReleaseLedger:
                                  f"{decl.noise_multiplier:.6g}")
         elif tuple(sent.params) != tuple(decl.params):
             raise ValueError(f"{where}: shuffle parameters {sent.params} differ from the declared {decl.params}")
+        elif sent.messages < decl.messages:
+            raise ValueError(f"{where}: {sent.messages} messages summed, declared at least {decl.messages}")
 
     def counts(self) -> dict[str, int]:
         """Messages sent per group so far."""

@@ -31,13 +31,14 @@ from typing import ClassVar
 import torch
 
 from silodp._validation import check_count
+from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, ShuffleRelease
 
 from . import grads as _grads
 from .federation import BatchSampler
 from .privacy import CALIBRATIONS, TranscriptConfig
 from .result import RunResult
-from .shuffle import analyze, as_params, pvec_fast, randomize
+from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
 #: ``output``: None (the algorithm's own rule), "random" (the same: a uniformly random iterate where the
 #: Alg says so), "last" (the last iterate, post-processing of the same releases)
@@ -172,7 +173,7 @@ class FederatedAlgorithm:
         """What one silo releases over the whole run, one release per message group: Gaussian
         messages given the noise standard deviations ``sigmas`` (keys :attr:`noise_keys`;
         :meth:`gaussian_releases`), or shuffle-protocol invocations given the budgets
-        ``{"epsilon", "delta", "scale"}`` (:meth:`shuffle_releases`). A non-private algorithm
+        ``{"epsilon", "delta"}`` (:meth:`shuffle_releases`). A non-private algorithm
         releases its messages without noise."""
         if not cls.private:
             return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in cls.message_groups]
@@ -198,32 +199,35 @@ class FederatedAlgorithm:
         raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
 
     @classmethod
-    def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None,
-                         with_params: bool = False) -> list:
-        """:meth:`shuffle_plan` with every per-invocation epsilon divided by ``budgets["scale"]``,
-        the per-invocation deltas, where all the invocations a record can enter would spend more
-        than ``budgets["delta"]`` (the paper's budgets assume each record is used once), shrunk
-        so that they spend half of it,
-        and the protocol parameters: given (``params`` per group), or computed for the budget
-        (``with_params``) by :func:`silodp.accounting.binomial_protocol_params`."""
-        from silodp.accounting.binomial import binomial_protocol_params
+    def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None) -> list:
+        """:meth:`shuffle_plan` in ``cfg.dimension`` coordinates: the paper's per-invocation budgets
+        (``budgets``: the target ``{"epsilon", "delta"}``; None: the structure only), the deltas,
+        where all the invocations a record can enter would spend more than ``budgets["delta"]``
+        (the paper's budgets assume each record is used once), shrunk so that they spend half of it.
+        With ``params`` (per group (g, b, p, rotate)) attached, each invocation's epsilon is what
+        those parameters certify at its delta for one message (exact P_vec PLD,
+        :func:`silodp.accounting.pvec.invocation_pld`), so that the generic event of
+        :func:`~silodp.accounting.releases.releases_event` stays sound."""
+        from silodp.accounting import pvec
         from silodp.accounting.releases import delta_weight
 
-        scale = float(budgets.get("scale", 1.0)) if budgets else 1.0
         plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
-        plan = [dataclasses.replace(r, epsilon=r.epsilon / scale) for r in plan]
+        plan = [dataclasses.replace(r, dimension=cfg.dimension) for r in plan]
         spent = sum(delta_weight(r) * r.delta for r in plan if r.count)
         if budgets and spent > budgets["delta"]:  # the paper's deltas assume one use per record
             shrink = budgets["delta"] / (2.0 * spent)
             plan = [dataclasses.replace(r, delta=r.delta * shrink) for r in plan]
+        if params is None:
+            return plan
         out = []
         for r in plan:
-            if params is not None:
-                r = dataclasses.replace(r, params=tuple(params.get(r.group, ())))
-            elif with_params and r.count:
-                p = binomial_protocol_params(r.epsilon, r.delta, r.bound, cfg.dimension, r.messages)
-                r = dataclasses.replace(r, params=(p.g, p.b, p.p))
-            out.append(r)
+            key = tuple(params.get(r.group, ()))
+            eps = math.inf
+            if r.count and len(key) > 2 and float(key[2]) == 0.5 and r.delta > 0:
+                dims = pvec.certified_dimension(cfg.dimension, len(key) > 3 and bool(key[3]))
+                inv = pvec.invocation_pld(int(key[0]), int(key[1]), r.messages, dims, 1, pvec.default_interval(1.0))
+                eps = max(inv.get_epsilon_for_delta(r.delta), 1e-12)
+            out.append(dataclasses.replace(r, params=key, epsilon=eps))
         return out
 
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
@@ -251,7 +255,7 @@ class FederatedAlgorithm:
             return None
         cfg = self.transcript_config(problem, federation)
         if self.shuffled:
-            return self.shuffle_releases(cfg, None, {g: (p.g, p.b, p.p) for g, p in shuffle.items()})
+            return self.shuffle_releases(cfg, None, {g: p.key() for g, p in shuffle.items()})
         return self.releases(cfg, sigmas)
 
     def _validate(self, problem, federation) -> None:
@@ -424,8 +428,9 @@ class Context:
         offset. ``released`` is None on the shuffle channel.
         """
         _, _, weights, idx = data
-        self.record(group, data, std)
         a = avail.to(self.fed.x.dtype)
+        messages = int(((weights > 0).to(a.dtype) * a[:, None]).sum()) if self.algo.shuffled else 0
+        self.record(group, data, std, messages)
         m = a.sum()
         replayed = self._next_replay(group)
         if self.algo.shuffled:
@@ -448,10 +453,11 @@ class Context:
                                  "messages": messages.detach().clone(), "aggregate": agg.detach().clone()})
         return agg, released
 
-    def record(self, group: str, data: Batch, std) -> None:
+    def record(self, group: str, data: Batch, std, messages: int = 0) -> None:
         """Enter one message of ``group`` in the release ledger (raises when not declared).
         Noise multiplier: ``std`` over the contribution bound, the last :meth:`term`'s l2 bound
-        times the largest batch weight (the smallest multiplier over silos and stacked runs)."""
+        times the largest batch weight (the smallest multiplier over silos and stacked runs).
+        Shuffle: the protocol parameters (g, b, p, rotate) and the ``messages`` summed."""
         bound, self._term_bound = self._term_bound, None
         batch = self.fed.min_size if data[3] is None else int(data[3].shape[1])
         sampling = getattr(data, "sampling", None)
@@ -459,7 +465,7 @@ class Context:
             raise ValueError(f"release of group {group!r}: data must come from Context.batch or Context.full")
         if self.algo.shuffled:
             p = self.shuffle[group]
-            sent = Sent(group, sampling, batch, self.fed.min_size, params=(p.g, p.b, p.p))
+            sent = Sent(group, sampling, batch, self.fed.min_size, params=p.key(), messages=messages)
         else:
             z = math.inf
             if self.ledger.declared is not None or bound is not None:
@@ -482,15 +488,26 @@ class Context:
         return entry
 
     def _shuffle(self, group, term, weights, a, bound):
+        """P_vec on the sent rows of ``term``, rotated first when ``params.rotate`` (the range
+        becomes :func:`silodp.accounting.pvec.rotated_bound`); returns (mean estimate, counts of
+        the message path or None)."""
         params = self.shuffle[group]
         sent = (weights > 0).to(term.dtype) * a[:, None]
         n_msgs = int(sent.sum())
+        d = term.shape[-1]
+        if params.rotate:
+            signs = rotation_signs(d, self.gen, term.dtype)
+            term, bound = rotate(term, signs), rotated_bound(float(bound), d)
+        counts = None
         if self.entries is None:
             est = pvec_fast(term, bound, params, self.gen, weights=sent)
-            return est / n_msgs, None
-        counts = randomize(term, bound, params, self.gen)  # message path: what each silo sends
-        totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
-        return analyze(totals, n_msgs, bound, params).to(term.dtype) / n_msgs, counts
+        else:
+            counts = randomize(term, bound, params, self.gen)  # message path: what each silo sends
+            totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
+            est = analyze(totals, n_msgs, bound, params).to(term.dtype)
+        if params.rotate:
+            est = unrotate(est, signs, d)
+        return est / n_msgs, counts
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:

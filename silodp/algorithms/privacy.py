@@ -9,6 +9,8 @@ no algorithm names: the registry (:mod:`silodp.algorithms.registry`) maps names 
 ``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
 what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
 gives none, the sensitivity shape) by the smallest factor the chosen accountant certifies.
+Shuffle-DP algorithms are calibrated and certified by the exact P_vec PLD of their whole
+transcript (:mod:`silodp.accounting.pvec`; accountant ``"pvec-pld"``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from silodp.accounting import calibrate, get_accountant, tightest_calibration, tightest_epsilon
-from silodp.accounting import CalibrationMethod as Calibration
 from silodp._validation import check_count, check_delta, check_positive
+from silodp.accounting import CalibrationMethod as Calibration
+from silodp.accounting import get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
 
 
@@ -138,22 +140,54 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
 
 
+#: The accountant name of the P_vec certificate (:mod:`silodp.accounting.pvec`).
+PVEC_ACCOUNTANT = "pvec-pld"
+
+
 def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accountant: str | None) -> NoiseCalibration:
-    """Shuffle-DP: the paper's per-invocation budgets divided by the smallest ``scale`` >= 1 the
-    accountant certifies (``paper``: scale 1), then the binomial protocol's parameters for each."""
-    acc = accountant or "advanced"
+    """Shuffle-DP (paper Alg 7-10 on P_vec, Alg 4-5): the binomial protocol's trials b of every
+    message group from the exact P_vec certificate of the whole transcript
+    (:mod:`silodp.accounting.pvec`: discrete PLD, reuse across epochs and with-replacement
+    multiplicities composed), g = max(ceil(sqrt(messages)), 4), p = 1/2.
 
-    def budgets(scale: float) -> dict:
-        return {"epsilon": eps, "delta": dl, "scale": scale}
+    ``tight``: the l2-aware protocol (random rotation); b_r = ceil(s w_r) with the paper's
+    budget shape w_r = 4 g_r^2 / (messages_r eps~_r^2) (eps~_r the paper's per-invocation
+    budget, Alg 7 line 7, Alg 8 line 1, Alg 10 lines 8 and 12) and s the smallest on a geometric
+    grid whose certificate is <= ``eps``. ``paper``: Alg 5 as printed (no rotation), every
+    invocation calibrated alone to the paper's (eps~, delta~); the certificate of the whole
+    transcript is reported (it may exceed ``eps`` where the paper's budgets do not compose).
+    ``accountant``: the certificate is its own accountant; only None or "pvec-pld" are accepted.
+    """
+    from silodp.accounting import pvec
+    from silodp.accounting.releases import pvec_groups
 
-    scale = 1.0
-    if how == Calibration.TIGHT:
-        scale = calibrate(lambda s: privacy_event(cls, cfg, budgets(s)), eps, dl, acc).noise_multiplier
-    certified = get_accountant(acc).compose(privacy_event(cls, cfg, budgets(scale))).get_epsilon(dl)
-    shuffle = {r.group: dict(zip(("g", "b", "p"), r.params), count=r.count, epsilon=r.epsilon, delta=r.delta,
-                             messages=r.messages, bound=r.bound)
-               for r in cls.shuffle_releases(cfg, budgets(scale), with_params=True) if r.count}
-    return NoiseCalibration(cls.name, {}, certified, dl, acc, how.value, shuffle)
+    if accountant not in (None, PVEC_ACCOUNTANT):
+        raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
+                         f"(the exact P_vec PLD), got {accountant!r}")
+    plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
+    rotate = how == Calibration.TIGHT
+    h = pvec.default_interval(eps)
+
+    def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:
+        params = (pvec.levels(r.messages), b, 0.5, rotate)
+        (grp,) = pvec_groups([dataclasses.replace(r, params=params)])
+        return grp if uses is None else dataclasses.replace(grp, uses=uses, with_replacement=False)
+
+    def weight(r) -> float:
+        return 4.0 * pvec.levels(r.messages) ** 2 / (r.messages * min(r.epsilon, 1e6) ** 2)
+
+    if rotate:
+        bs, _ = pvec.calibrate_noise(tuple(structure(r) for r in plan), tuple(weight(r) for r in plan), eps, dl, h)
+    else:
+        bs = tuple(pvec.calibrate_noise((structure(r, uses=1),), (weight(r),), r.epsilon, r.delta,
+                                        pvec.default_interval(r.epsilon))[0][0] for r in plan)
+    params = {r.group: (pvec.levels(r.messages), b, 0.5, rotate) for r, b in zip(plan, bs)}
+    releases = cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}, params)
+    certified = pvec.transcript_epsilon(pvec_groups(releases), dl, h)
+    shuffle = {r.group: dict(zip(("g", "b", "p", "rotate"), r.params), count=r.count, epsilon=r.epsilon,
+                             delta=r.delta, messages=r.messages, bound=r.bound)
+               for r in releases if r.count}
+    return NoiseCalibration(cls.name, {}, certified, dl, PVEC_ACCOUNTANT, how.value, shuffle)
 
 
 def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,

@@ -9,6 +9,16 @@ rounding ``+ Ber(frac)``, binomial noise ``+ Bin(b, p)``; the report is that man
 and outputs ``(2 bound / g) * (total - p b n) - n * bound`` (Alg. 5 re-centres by ``L`` once; the
 sum of ``n`` shifted inputs must be re-centred by ``n L``).
 
+Levels: the scaled value is clamped to [0, g] before rounding, so every rounded level lies in
+{0, ..., g} (floating point could otherwise put x = bound a hair above g), which is what the
+certificate (:mod:`silodp.accounting.pvec`) assumes.
+
+Rotation (``params.rotate``, the l2-aware protocol of :mod:`silodp.accounting.pvec`; not in the
+paper's Alg 5): messages are rotated by a random sign diagonal and the normalized Walsh-Hadamard
+transform (:func:`rotate`, O(d log d)), the protocol runs on the d' rotated coordinates with the
+range ``rotated_bound(bound, d)`` (clamped), and the analyzer's estimate is rotated back
+(:func:`unrotate`). The signs are public randomness, drawn from the run's generator.
+
 Two paths:
 
 * :func:`pvec_messages` -- exact message level: bit vectors, a uniform shuffle per coordinate,
@@ -20,6 +30,7 @@ Two paths:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -27,11 +38,17 @@ import torch
 
 @dataclass(frozen=True)
 class BinomialParams:
-    """Parameters of R_1D: ``g`` rounding levels, ``b`` noise trials, success probability ``p``."""
+    """Parameters of R_1D: ``g`` rounding levels, ``b`` noise trials, success probability ``p``;
+    ``rotate``: P_vec rotates the messages first (module docstring)."""
 
     g: int
     b: int
     p: float
+    rotate: bool = False
+
+    def key(self) -> tuple:
+        """(g, b, p, rotate): what the release ledger compares with the declaration."""
+        return (int(self.g), int(self.b), float(self.p), bool(self.rotate))
 
     def __post_init__(self):
         if int(self.g) < 1 or int(self.b) < 0 or not 0.0 <= float(self.p) <= 0.5:
@@ -43,10 +60,10 @@ def as_params(obj) -> BinomialParams:
     if isinstance(obj, BinomialParams):
         return obj
     if isinstance(obj, dict):
-        return BinomialParams(int(obj["g"]), int(obj["b"]), float(obj["p"]))
+        return BinomialParams(int(obj["g"]), int(obj["b"]), float(obj["p"]), bool(obj.get("rotate", False)))
     if isinstance(obj, (tuple, list)):
-        return BinomialParams(int(obj[0]), int(obj[1]), float(obj[2]))
-    return BinomialParams(int(obj.g), int(obj.b), float(obj.p))
+        return BinomialParams(int(obj[0]), int(obj[1]), float(obj[2]), bool(obj[3]) if len(obj) > 3 else False)
+    return BinomialParams(int(obj.g), int(obj.b), float(obj.p), bool(getattr(obj, "rotate", False)))
 
 
 def _check_bound(bound: float) -> float:
@@ -55,10 +72,47 @@ def _check_bound(bound: float) -> float:
     return float(bound)
 
 
+def _scaled(x: torch.Tensor, bound: float, g: int) -> torch.Tensor:
+    """Coordinates clamped to [-bound, bound], mapped to [0, g] (clamped again against round-off)."""
+    return torch.clamp((torch.clamp(x, -bound, bound) + bound) * (g / (2 * bound)), 0.0, float(g))
+
+
+def _hadamard(x: torch.Tensor) -> torch.Tensor:
+    """Normalized Walsh-Hadamard transform H / sqrt(n) along the last axis (n a power of two;
+    orthogonal and its own inverse), in O(n log n)."""
+    n = x.shape[-1]
+    lead = x.shape[:-1]
+    h = 1
+    while h < n:
+        y = x.reshape(*lead, n // (2 * h), 2, h)
+        x = torch.stack((y[..., 0, :] + y[..., 1, :], y[..., 0, :] - y[..., 1, :]), dim=-2).reshape(*lead, n)
+        h *= 2
+    return x / math.sqrt(n)
+
+
+def rotation_signs(dimension: int, generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+    """The random sign diagonal D of one invocation, of the Walsh-Hadamard size d'."""
+    from silodp.accounting.pvec import rotated_dimension
+
+    size = rotated_dimension(dimension)
+    return (torch.randint(0, 2, (size,), generator=generator) * 2 - 1).to(dtype)
+
+
+def rotate(x: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
+    """y = H D x / sqrt(d') for messages ``x: [..., d]`` (zero-padded to d' = signs.shape[-1])."""
+    pad = signs.shape[-1] - x.shape[-1]
+    return _hadamard(torch.nn.functional.pad(x, (0, pad)) * signs.to(x.dtype))
+
+
+def unrotate(y: torch.Tensor, signs: torch.Tensor, dimension: int) -> torch.Tensor:
+    """x = D H y / sqrt(d'), the first ``dimension`` coordinates (the inverse of :func:`rotate`)."""
+    return (_hadamard(y) * signs.to(y.dtype))[..., :dimension]
+
+
 def randomize(x: torch.Tensor, bound: float, params: BinomialParams, generator: torch.Generator) -> torch.Tensor:
     """R_vec on every message ``x: [..., d]`` at once -> counts of ones ``[..., d]`` (int64)."""
     bound = _check_bound(bound)
-    scaled = (torch.clamp(x, -bound, bound) + bound) * (params.g / (2 * bound))
+    scaled = _scaled(x, bound, params.g)
     floor = torch.floor(scaled)
     frac = torch.clamp(scaled - floor, 0.0, 1.0)
     rounded = floor + (torch.rand(x.shape, generator=generator, dtype=x.dtype) < frac).to(x.dtype)
@@ -101,7 +155,7 @@ def pvec_fast(x: torch.Tensor, bound: float, params, generator: torch.Generator,
     """P_vec's output for messages ``x: [..., d]`` (``weights`` 0/1 selects which rows are sent)."""
     params = as_params(params)
     bound = _check_bound(bound)
-    scaled = (torch.clamp(x, -bound, bound) + bound) * (params.g / (2 * bound))
+    scaled = _scaled(x, bound, params.g)
     floor = torch.floor(scaled)
     rounded = floor + (torch.rand(x.shape, generator=generator, dtype=x.dtype) < scaled - floor).to(x.dtype)
     if weights is not None:
@@ -120,7 +174,7 @@ def pvec_variance(x: torch.Tensor, bound: float, params) -> float:
     """Exact ``E||P_vec(x) - sum x||^2`` for messages ``x: [n, d]``:
     ``(2 bound / g)^2 * sum_j [sum_i f_ij (1 - f_ij) + n b p (1 - p)]`` with ``f`` the rounding fractions."""
     params = as_params(params)
-    scaled = (torch.clamp(x, -bound, bound) + bound) * (params.g / (2 * bound))
+    scaled = _scaled(x, _check_bound(bound), params.g)
     frac = scaled - torch.floor(scaled)
     n, d = x.shape
     per = (frac * (1 - frac)).sum() + d * n * params.b * params.p * (1 - params.p)

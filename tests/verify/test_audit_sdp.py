@@ -30,3 +30,14 @@ def test_bad_input():
         audit_sdp("sdp-prox-sgd", trials=1)
     with pytest.raises(ValueError, match="epsilon"):
         audit_sdp("sdp-prox-sgd", epsilon=0.0)
+
+
+@pytest.mark.slow
+def test_reuse_charged_once_is_caught():
+    """sdp-reuse-charged-once: 16 rounds of full batches reuse every record 16 times while the claim
+    is the certificate of one round; the Gaussian-DP estimator's lower bound exceeds the claim
+    (the correct calibration of the same runs is not exceeded: test_claims_are_not_exceeded)."""
+    res = audit_sdp("sdp-prox-sgd", epsilon=1.0, trials=6000, mutation="sdp-reuse-charged-once")
+    assert res.as_dict()["epsilon_lower_gdp"] > 1.3 * res.epsilon_claimed
+    with pytest.raises(ValueError, match="mutation"):
+        audit_sdp("sdp-prox-sgd", trials=10, mutation="halve-noise")

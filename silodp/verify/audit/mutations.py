@@ -28,6 +28,13 @@ The bugs (the first five are found in the two papers' public code, see issue 7):
                                 M silos' messages has the noise one message needs (valid only behind
                                 secure aggregation; the ISRL-DP server sees every summand)
 ============================== ======================================================================
+
+Shuffle-DP bugs (:data:`SDP_MUTATIONS`, audited end to end by :func:`silodp.verify.audit.sdp.audit_sdp`):
+
+============================== ======================================================================
+``sdp-reuse-charged-once``      records reused across epochs (R K > n, here 8 rounds of full
+                                batches) charged one P_vec invocation (one round's certificate)
+============================== ======================================================================
 """
 
 from __future__ import annotations
@@ -168,6 +175,40 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              "carries the noise one message needs", "isrl-prox-sgd",
              noise_factor=lambda group, k, m: 1.0 / math.sqrt(m)),
 )}
+
+
+class _UncheckedContext(RecordingContext):
+    """A correct run whose releases exceed what the (wrong) claim declared: not checked."""
+
+    check_releases = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SdpMutation:
+    """A shuffle-DP privacy bug: the claim is calibrated with ``claim_params`` (scenario
+    parameters overridden), the run uses the scenario's parameters, ``params`` and ``context``;
+    ``scenario``: fields of the algorithm's audit scenario to change where the bug is detected
+    (one feature: 2 coordinates, one of them the canary's)."""
+
+    name: str
+    description: str
+    algorithm: str
+    params: dict
+    claim_params: dict = dataclasses.field(default_factory=dict)
+    scenario: dict = dataclasses.field(default_factory=dict)
+    context: type = _UncheckedContext  # the run-time ledger would refuse the bug at once
+
+
+SDP_MUTATIONS: dict[str, SdpMutation] = {m.name: m for m in (
+    SdpMutation("sdp-reuse-charged-once", "records reused in 16 rounds of full batches, charged one P_vec "
+                "invocation", "sdp-prox-sgd", dict(rounds=16), claim_params=dict(rounds=1), scenario=dict(d=1)),
+)}
+
+
+def get_sdp_mutation(name: str) -> SdpMutation:
+    if name not in SDP_MUTATIONS:
+        raise ValueError(f"mutation: must be one of {sorted(SDP_MUTATIONS)}, got {name!r}")
+    return SDP_MUTATIONS[name]
 
 
 def get_mutation(name: str) -> Mutation:

@@ -1,0 +1,159 @@
+"""Shuffle-DP calibration: time against the previous method, and the per-coordinate noise variance
+of P_vec beside the Gaussian twins (docs/shuffle.md).
+
+    PYTHONPATH=. python benchmarks/bench_shuffle.py            # timing ratio (same run) + table
+    PYTHONPATH=. python benchmarks/bench_shuffle.py --timing   # timing only
+
+Timing: the previous method (per-invocation budgets scaled by the ``advanced`` accountant, then
+b by bisection, each step an exact hockey-stick sum per coordinate composed by KOV; silodp before
+issue 13) against the whole-transcript P_vec PLD calibration, on the same configuration, in the
+same run; reported as a ratio. The previous method is run on a reduced size where it finishes.
+
+Table: for each SDP algorithm at the toolkit's WBCD and MNIST preset sizes (``silodp run``
+defaults: R = 25, K = n / 4, Q = n / K, S = 3 for PL-SVRG, q = 2 for SPIDER), the variance per
+coordinate of the server's averaged P_vec estimate from the binomial noise, (2B/g)^2 m b p (1-p) / m^2:
+Alg 5 as printed (paper budgets, no rotation, each invocation calibrated alone), silodp before
+issue 13 (``--previous``; slow), silodp after (rotation, whole-transcript certificate); the
+ISRL-DP Gaussian twin's sigma^2 / M, and a central-DP Gaussian at the same transcript and epsilon,
+sigma^2 / M^2 (the twin's event is the central one: noise multiplier sigma K / C on a sum of M K
+records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import time
+
+from silodp.accounting import calibrate, pvec
+from silodp.accounting.binomial import binomial_protocol_params
+from silodp.accounting.releases import releases_event
+from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm
+
+EPSILON = 6.0
+#: ``silodp run`` defaults at the two presets (smallest silo's training size n, N silos, d)
+PRESETS = {"wbcd": dict(n=170, num_silos=2, dimension=161), "mnist": dict(n=160, num_silos=25, dimension=3329)}
+TWINS = {"sdp-prox-sgd": "isrl-prox-sgd", "sdp-prox-svrg": "isrl-prox-svrg", "sdp-pl-svrg": "isrl-pl-svrg",
+         "sdp-spider": "isrl-spider"}
+#: the Gaussian twin's noise key of each P_vec message group (SPIDER's difference noise depends on
+#: the step length, so it has no single sigma to compare)
+TWIN_KEYS = {"sdp-prox-sgd": {"grad": "sigma"}, "sdp-prox-svrg": {"full": "sigma1", "diff": "sigma2"},
+             "sdp-pl-svrg": {"full": "sigma1", "diff": "sigma2"}, "sdp-spider": {"grad": "sigma1"}}
+
+
+def config(preset: str, algorithm: str) -> TranscriptConfig:
+    p = PRESETS[preset]
+    K = p["n"] // 4
+    cls = algorithm_class(algorithm)
+    extra = {"inner_steps": p["n"] // K} if "svrg" in algorithm else {}
+    if algorithm == "sdp-pl-svrg":
+        extra["restarts"] = 3
+    if algorithm == "sdp-spider":
+        extra["q"] = 2
+    return TranscriptConfig(rounds=25, batch_size=K, replacement=cls.default_replacement, **p, **extra)
+
+
+def previous_params(algorithm: str, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+    """silodp before issue 13: budgets scaled by the advanced accountant, b by KOV bisection."""
+    plan = [r for r in algorithm_class(algorithm).shuffle_releases(cfg, {"epsilon": epsilon, "delta": delta})
+            if r.count]
+    scale = calibrate(lambda s: releases_event([dataclasses.replace(r, epsilon=r.epsilon / s) for r in plan]),
+                      epsilon, delta, "advanced").noise_multiplier
+    out = {}
+    for r in plan:
+        p = binomial_protocol_params(r.epsilon / scale, r.delta, r.bound, cfg.dimension, r.messages)
+        out[r.group] = dict(g=p.g, b=p.b, p=p.p, rotate=False, messages=r.messages, bound=r.bound)
+    return out
+
+
+def variance(params: dict, dimension: int) -> float:
+    """Per-coordinate variance of the averaged estimate from the binomial noise."""
+    bound = pvec.rotated_bound(params["bound"], dimension) if params["rotate"] else params["bound"]
+    m, g, b, p = params["messages"], params["g"], params["b"], params["p"]
+    return (2 * bound / g) ** 2 * m * b * p * (1 - p) / m ** 2
+
+
+def _clear_caches() -> None:
+    for fn in (pvec.transcript_epsilon, pvec.calibrate_noise, pvec.coordinate_pld, pvec.invocation_pld):
+        fn.cache_clear()
+
+
+def timing(repeats: int = 1) -> dict:
+    """Calibration time of both methods for sdp-prox-sgd at the WBCD preset (the cheapest SDP
+    transcript for the previous method: one message group, about 20 s; the SVRG ones did not
+    finish in 18 minutes)."""
+    cfg = config("wbcd", "sdp-prox-sgd")
+    delta = 1.0 / cfg.n ** 2
+    out = {}
+    for name, fn in (("previous", lambda: previous_params("sdp-prox-sgd", cfg, EPSILON, delta)),
+                     ("pvec-pld", lambda: calibrate_algorithm("sdp-prox-sgd", cfg, EPSILON, delta))):
+        best = float("inf")
+        for _ in range(repeats):
+            _clear_caches()
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+        out[name] = best
+    out["speedup"] = out["previous"] / out["pvec-pld"]
+    return out
+
+
+def _previous_cell(args, queue):
+    queue.put(previous_params(*args))
+
+
+def table_row(preset: str, algorithm: str, previous_limit: float) -> dict:
+    cfg = config(preset, algorithm)
+    delta = 1.0 / cfg.n ** 2
+    _clear_caches()
+    t = time.perf_counter()
+    after = calibrate_algorithm(algorithm, cfg, EPSILON, delta)
+    seconds = time.perf_counter() - t
+    try:
+        paper = calibrate_algorithm(algorithm, cfg, EPSILON, delta, method="paper")
+    except ValueError:  # the paper's per-invocation budgets need more than pvec.MAX_TRIALS trials
+        paper = None
+    twin = calibrate_algorithm(TWINS[algorithm], cfg, EPSILON, delta)
+    before = None
+    if previous_limit > 0:
+        queue = multiprocessing.Queue()
+        proc = multiprocessing.Process(target=_previous_cell, args=((algorithm, cfg, EPSILON, delta), queue))
+        proc.start()
+        proc.join(previous_limit)
+        if proc.is_alive():
+            proc.terminate()
+        else:
+            before = queue.get()
+    rows = {}
+    for group, after_p in after.shuffle.items():
+        key = TWIN_KEYS[algorithm].get(group)
+        sigma = None if key is None else twin.sigmas[key]
+        rows[group] = {
+            "paper_alg5": None if paper is None else variance(paper.shuffle[group], cfg.dimension),
+            "before": None if before is None else variance(before[group], cfg.dimension),
+            "after": variance(after_p, cfg.dimension),
+            "isrl_gaussian": None if sigma is None else sigma ** 2 / cfg.m,
+            "central_gaussian": None if sigma is None else sigma ** 2 / cfg.m ** 2,
+        }
+    return {"preset": preset, "algorithm": algorithm, "certified_after": after.epsilon,
+            "certified_paper_alg5": None if paper is None else paper.epsilon, "calibration_seconds": seconds,
+            "groups": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--timing", action="store_true", help="only the timing ratio")
+    ap.add_argument("--previous", type=float, default=0.0, help="seconds allowed per previous-method cell (0: skip)")
+    args = ap.parse_args()
+    print(json.dumps({"timing": timing()}))
+    if args.timing:
+        return
+    for preset in PRESETS:
+        for algorithm in TWINS:
+            print(json.dumps(table_row(preset, algorithm, args.previous)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""The exact privacy loss distribution of the binomial vector-summation protocol P_vec (paper Alg 4-5,
+Thm D.2; Cheu, Joseph, Mao & Peng 2021), composed over coordinates and invocations by FFT.
+
+One coordinate. The analyzer sees, per coordinate, T = (sum of the messages' rounded levels) +
+Bin(m, 1/2), m = messages * b. Every rounded level lies in {0, ..., g} (:mod:`silodp.algorithms.shuffle`
+clamps the scaled value to [0, g]), so replacing one message moves the levels' sum by an integer
+s in [-g, g]; a record drawn k times (sampling with replacement) moves k messages, |s| <= k g.
+Given the other messages' levels the pair of views is (Bin + u, Bin + v); the randomized rounding
+makes it a mixture of such pairs, whose hockey-stick divergence is at most the largest of theirs
+(joint convexity). For a log-concave noise (the binomial is) the likelihood ratio of
+(Bin + s, Bin) is monotone, the optimal tests are upper sets {T >= t}, and
+P[Bin + s >= t] - e^eps P[Bin >= t] grows with s: the shift |s| = g (k g) dominates all smaller
+ones at every eps. With p = 1/2 the binomial is symmetric, so (Bin - s, Bin) is a reflection of
+(Bin + s, Bin): one symmetric pair dominates both directions (Alg 4 takes p in (0, 1/2); p = 1/2
+is the variance-maximizing limit and makes the certificate symmetric).
+
+Discretization: the pair's losses are exact (log-pmf ratios accumulated from the mode, no
+Gaussian approximation, no cancellation between large log-gamma values); each atom of mass w at
+loss l in (a, a + h] is split between the grid points a and a + h so that the mass and
+E[e^-L] are kept ("connect the dots" applied atom by atom, Doroshenko et al. 2022 Sec 3): the
+discrete hockey-stick curve equals the exact one at every grid point and lies above it between.
+Mass outside +-12 standard deviations, and the points whose shifted partner leaves the window,
+are charged as infinite loss.
+
+Composition: the coordinates are independent given the messages (independent rounding and noise
+per coordinate), so one invocation is the d-fold product (FFT convolutions by repeated squaring,
+:func:`power`; Zhu, Dong & Wang 2022 Thm 10 keeps the domination); invocations compose adaptively; a with-replacement
+multiplicity is the labelled mixture over k ~ Bin(K, 1/n) of the k-message PLDs (releasing k only
+adds information), the tail beyond the 1 - 1e-15 quantile charged as non-private.
+
+Rotation (the l2-aware protocol). Before quantization every message is multiplied by a random
+sign diagonal D and the normalized Walsh-Hadamard matrix H / sqrt(d') (d' the next power of two;
+:func:`silodp.algorithms.shuffle.rotate`). Each rotated coordinate is a Rademacher sum
+sum_i +-x_i / sqrt(d') of variance ||x||^2 / d', so by Hoeffding and a union bound over d'
+coordinates P[max_j |y_j| > gamma] <= beta for gamma = L sqrt(2 ln(2 d' / beta) / d')
+(:func:`rotated_bound`). The rotated coordinates are clamped to [-gamma, gamma] before
+quantization, so the certificate above holds for *every* sign draw with range gamma instead of
+L (the d' coordinates of the rotated message): the rotation failure costs no delta, only a bias
+on the (at most beta) clamped messages. The noise per coordinate then scales as gamma^2 =
+O(L^2 log(d / beta) / d) instead of L^2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Sequence
+
+import numpy as np
+from scipy.special import ndtr
+
+from silodp.accounting import _binomial
+from silodp.accounting import pld as pld_lib
+from silodp._validation import check_count, check_delta, check_positive, check_probability
+
+#: Standard deviations of Bin(m, 1/2) kept on each side of the mean (the rest is charged to +inf).
+WINDOW_SDS = 12.0
+#: Largest noise trials m b per coordinate (the exact pmf window then has ~4e7 points).
+MAX_TRIALS = 10 ** 13
+#: Rotation failure probability per message (bias only, see the module docstring).
+ROTATION_BETA = 1e-3
+#: Levels g = max(ceil(sqrt(messages)), MIN_LEVELS): rounding variance at most one message range.
+MIN_LEVELS = 4
+
+
+def levels(messages: int) -> int:
+    """g for ``messages`` messages (see :data:`MIN_LEVELS`)."""
+    return max(math.ceil(math.sqrt(check_count("messages", messages))), MIN_LEVELS)
+
+
+def rotated_dimension(dimension: int) -> int:
+    """d' = the smallest power of two >= d (the Walsh-Hadamard size)."""
+    return 1 << (check_count("dimension", dimension) - 1).bit_length()
+
+
+def rotated_bound(bound: float, dimension: int, beta: float = ROTATION_BETA) -> float:
+    """gamma = L sqrt(2 ln(2 d' / beta) / d') (Hoeffding + union bound; module docstring), at most L."""
+    L = check_positive("bound", bound)
+    b = check_probability("beta", beta)
+    dp = rotated_dimension(dimension)
+    return min(L, L * math.sqrt(2.0 * math.log(2.0 * dp / b) / dp))
+
+
+def _log_pmf_from_mode(trials: int) -> tuple[int, np.ndarray, float]:
+    """(lo, log Bin(trials, 1/2)(x) for x = lo..hi, a bound on the mass outside) on the
+    +-WINDOW_SDS window, from the ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode,
+    normalized to the window's mass."""
+    m = trials
+    sd = 0.5 * math.sqrt(m)
+    lo, hi = max(0, math.floor(m / 2 - WINDOW_SDS * sd)), min(m, math.ceil(m / 2 + WINDOW_SDS * sd))
+    x = np.arange(lo, hi, dtype=float)
+    steps = np.log(m - x) - np.log(x + 1.0)  # log B(x+1) - log B(x), x = lo..hi-1
+    c = np.concatenate([[0.0], np.cumsum(steps)])
+    # Hoeffding, P[X <= m/2 - t] <= exp(-2 t^2 / m), for each side cut (bdtr loses accuracy at huge m)
+    outside = ((math.exp(-2.0 * (m / 2 - lo + 1) ** 2 / m) if lo > 0 else 0.0)
+               + (math.exp(-2.0 * (hi + 1 - m / 2) ** 2 / m) if hi < m else 0.0))
+    c -= c.max()
+    c -= math.log(float(np.sum(np.exp(c)))) - math.log1p(-outside)  # window masses sum to 1 - outside
+    return lo, c, outside
+
+
+@functools.lru_cache(maxsize=256)
+def coordinate_pld(trials: int, shift: int, interval: float) -> pld_lib.PrivacyLossDistribution:
+    """Symmetric PLD dominating one coordinate of P_vec with Bin(``trials``, 1/2) noise when one
+    record moves the levels by at most ``shift`` (module docstring), on the grid ``interval``."""
+    m = check_count("trials", trials)
+    if m > MAX_TRIALS:
+        raise ValueError(f"trials: at most {MAX_TRIALS:.0e} noise trials per coordinate, got {m:.3g}")
+    s = check_count("shift", shift)
+    h = check_positive("interval", interval)
+    _, c, outside = _log_pmf_from_mode(m)
+    n = len(c)
+    if s >= n:  # the shift leaves the noise window: no privacy
+        return pld_lib.non_private(h)
+    # pair (Bin + s, Bin): the point y = x + s has mass B(x) and loss log B(x) - log B(x + s)
+    loss = c[:n - s] - c[s:]
+    mass = np.exp(c[:n - s])
+    infinite = min(1.0, outside + float(np.sum(np.exp(c[n - s:]))))
+    if float(np.max(np.abs(loss))) > pld_lib.MAX_LOSS:
+        return pld_lib.non_private(h)
+    low = np.floor(loss / h)
+    upper = -np.expm1(low * h - loss) / -np.expm1(-h)  # share at low + h keeping E[e^-L]
+    upper = np.clip(upper, 0.0, 1.0)
+    first = int(low.min())
+    size = int(low.max()) - first + 2
+    idx = (low - first).astype(np.int64)
+    masses = np.bincount(idx, weights=mass * (1.0 - upper), minlength=size)
+    masses += np.bincount(idx + 1, weights=mass * upper, minlength=size)
+    return pld_lib.PrivacyLossDistribution(pld_lib.LossPmf(h, first, masses, infinite), None)
+
+
+def power(dist: pld_lib.PrivacyLossDistribution, count: int) -> pld_lib.PrivacyLossDistribution:
+    """``count``-fold composition by repeated squaring (O(log count) FFT convolutions, each
+    truncating tails of mass <= 1e-15 pessimistically; :meth:`PrivacyLossDistribution.compose`)."""
+    k = check_count("count", count)
+    out, base = None, dist
+    while True:
+        if k & 1:
+            out = base if out is None else out.compose(base)
+        k >>= 1
+        if not k:
+            return out
+        base = base.compose(base)
+
+
+def certified_dimension(dimension: int, rotate: bool) -> int:
+    """Coordinates the certificate composes: d, or d' with the rotation."""
+    return rotated_dimension(dimension) if rotate else check_count("dimension", dimension)
+
+
+@functools.lru_cache(maxsize=256)
+def invocation_pld(g: int, b: int, messages: int, dimension: int, multiplicity: int,
+                   interval: float) -> pld_lib.PrivacyLossDistribution:
+    """One P_vec invocation (``dimension`` coordinates, Bin(messages b, 1/2) each) when one record
+    moves ``multiplicity`` of its messages: the coordinate PLD at shift multiplicity * g, d-fold."""
+    return power(coordinate_pld(messages * b, multiplicity * g, interval), check_count("dimension", dimension))
+
+
+@dataclasses.dataclass(frozen=True)
+class PvecGroup:
+    """The P_vec invocations of one message group as the certificate sees them: ``uses`` adaptive
+    invocations a record can enter; its multiplicity in each is 1, or Bin(batch, 1/n) with
+    replacement (``with_replacement``)."""
+
+    uses: int
+    g: int
+    b: int
+    messages: int
+    dimension: int
+    with_replacement: bool = False
+    batch_size: int = 1
+    dataset_size: int = 1
+
+
+def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.LOG_TAIL_MASS)
+              ) -> pld_lib.PrivacyLossDistribution:
+    """The PLD of a group's ``uses`` invocations; with replacement each is the labelled mixture
+    over the record's multiplicity k, the multiplicities beyond the (1 - ``tail``) quantile and
+    the mixture's upper tail of mass <= ``tail`` charged as infinite loss (pessimistic)."""
+    def inv(k: int) -> pld_lib.PrivacyLossDistribution:
+        return invocation_pld(group.g, group.b, group.messages, group.dimension, k, interval)
+
+    if not group.with_replacement:
+        step = inv(1)
+    else:
+        K, q = group.batch_size, 1.0 / group.dataset_size
+        kmax = max(1, min(K, _binomial.isf(tail, K, q)))
+        parts = [(float(_binomial.pmf(0, K, q)), pld_lib.identity(interval))]
+        parts += [(float(_binomial.pmf(k, K, q)), inv(k)) for k in range(1, kmax + 1)]
+        charged = max(0.0, 1.0 - sum(w for w, _ in parts))
+        mixed = pld_lib.mixture(parts + [(charged, pld_lib.non_private(interval))])
+        # the rare large multiplicities stretch the loss range: their upper tail (mass <= tail) to +inf
+        step = pld_lib.PrivacyLossDistribution(mixed.remove.truncate(math.log(tail)), None,
+                                               mixed.log_mass_truncation_bound)
+    return power(step, group.uses)
+
+
+def default_interval(epsilon: float) -> float:
+    """The grid for a target epsilon, 5e-5 epsilon in [1e-6, 5e-4]: at the WBCD SDP transcripts
+    (hundreds of invocations of 256 coordinates) halving it moves epsilon by < 1e-4 relative."""
+    return min(5e-4, max(1e-6, 5e-5 * check_positive("epsilon", epsilon)))
+
+
+def transcript_pld(groups: Sequence[PvecGroup], interval: float, delta: float = 0.0) -> pld_lib.PrivacyLossDistribution:
+    """The adaptive composition of every group's invocations. ``delta``: the multiplicity tails
+    charged as infinite loss may spend up to 2e-3 delta in all (at least the 1e-15 quantile)."""
+    uses = sum(g.uses for g in groups if g.with_replacement)
+    tail = max(math.exp(pld_lib.LOG_TAIL_MASS), 1e-3 * delta / uses) if uses else 0.0
+    out = pld_lib.identity(interval)
+    for grp in groups:
+        if grp.uses:
+            out = out.compose(group_pld(grp, interval, tail))
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: float) -> float:
+    """Certified epsilon at ``delta`` of the whole transcript (cached per transcript)."""
+    dl = check_delta("delta", delta)
+    return transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl)
+
+
+def _gaussian_mu(epsilon: float, delta: float) -> float:
+    """mu of the mu-GDP curve (Dong, Roth & Su 2022) with delta(epsilon) = ``delta`` (bisection;
+    epsilon capped at 50, a starting point only)."""
+    epsilon = min(epsilon, 50.0)
+
+    def curve(mu: float) -> float:
+        return float(ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon) * ndtr(-epsilon / mu - mu / 2))
+
+    lo, hi = 1e-3, 200.0
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if curve(mid) < delta else (lo, mid)
+    return lo
+
+
+def _gaussian_scale(groups, weights, epsilon: float, delta: float) -> float:
+    """The scale s at which b_r = s w_r meets the target under the Gaussian approximation of the
+    binomial counts (per coordinate a shift g over sd sqrt(m b / 4); the search's starting point
+    only, never a certificate)."""
+    total = sum(g.uses * g.dimension * 4.0 * g.g ** 2 / (g.messages * w) for g, w in zip(groups, weights))
+    return max(total / _gaussian_mu(epsilon, delta) ** 2, 1e-12)
+
+
+@functools.lru_cache(maxsize=512)
+def calibrate_noise(groups: tuple[PvecGroup, ...], weights: tuple[float, ...], epsilon: float, delta: float,
+                    interval: float) -> tuple[tuple[int, ...], float]:
+    """The smallest scale s on the grid 2^(i/64) such that trials b_r = ceil(s w_r) (``weights``:
+    the reference shape, one per group) certify the transcript at (``epsilon``, ``delta``);
+    returns (the b's, the certified epsilon). Monotone in s: more trials add independent noise
+    (Bin(m + m', 1/2) = Bin(m, 1/2) + Bin(m', 1/2), post-processing)."""
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    if len(weights) != len(groups) or not all(w > 0 for w in weights):
+        raise ValueError(f"weights: need one positive weight per group, got {weights}")
+
+    def bs(i: int) -> tuple[int, ...]:
+        return tuple(max(1, math.ceil(2.0 ** (i / 64.0) * w)) for w in weights)
+
+    def certify(i: int) -> float:
+        return transcript_epsilon(tuple(dataclasses.replace(g, b=b) for g, b in zip(groups, bs(i))), dl, interval)
+
+    lowest = -64 * 40
+    most = max(w * g.messages for g, w in zip(groups, weights))  # trials per unit scale
+    highest = math.floor(64.0 * math.log2(MAX_TRIALS / most)) - 1
+    start = round(64.0 * math.log2(_gaussian_scale(groups, weights, eps, dl)))
+    lo, hi, i = lowest, None, min(highest, max(lowest, start))
+    for _ in range(12):  # jumps on the model eps ~ b^(-1/2) until the target is bracketed
+        e = certify(i)
+        if e <= eps:
+            hi = i if hi is None else min(hi, i)
+        else:
+            lo = max(lo, i)
+        if hi is not None and hi - lo <= 1:
+            break
+        step = 256 if not math.isfinite(e) else round(128.0 * math.log2(e / eps)) + (1 if e > eps else -1)
+        i = min(highest, max(lowest, i + step))
+        if hi is not None:
+            i = min(max(i, lo + 1), hi - 1)
+        elif i <= lo:
+            i = lo + 1
+    if hi is None:
+        if certify(highest) > eps:
+            raise ValueError(f"epsilon={eps:g} is unreachable for the binomial protocol at delta={dl:g}")
+        hi = highest
+    while hi - lo > 1:  # bisection on the grid (monotone: more trials, less loss)
+        mid = (lo + hi) // 2
+        if bs(mid) == bs(hi) or certify(mid) <= eps:
+            hi = mid
+        else:
+            lo = mid
+    return bs(hi), certify(hi)
+
+
+def noise_variance(g: int, b: int, messages: int, bound: float) -> float:
+    """Per-coordinate variance of P_vec's sum estimate from the binomial noise: (2 B / g)^2 m b / 4
+    (B the range the levels span: L, or gamma after rotation); randomized rounding adds at most
+    (2 B / g)^2 m / 4."""
+    return (2.0 * check_positive("bound", bound) / g) ** 2 * messages * b * 0.25
