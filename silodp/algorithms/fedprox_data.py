@@ -48,7 +48,7 @@ def fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, num_users: int = 30
     _check("alpha", alpha >= 0, ">= 0", alpha)
     _check("beta", beta >= 0, ">= 0", beta)
     _check("num_users", num_users >= 1, ">= 1", num_users)
-    _check("samples_per_user", samples_per_user >= 2, ">= 2", samples_per_user)
+    _check("samples_per_user", samples_per_user >= 3, ">= 3 (train, validation, test)", samples_per_user)
     _check("dim", dim >= 1, ">= 1", dim)
     _check("num_classes", num_classes >= 2, ">= 2", num_classes)
     _check("label_noise", 0 <= label_noise <= 1, "in [0, 1]", label_noise)

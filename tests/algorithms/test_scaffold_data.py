@@ -76,7 +76,7 @@ def test_label_noise_and_normalization():
 
 
 @pytest.mark.parametrize("kwargs,arg", [({"alpha": -1}, "alpha"), ({"beta": -1}, "beta"), ({"num_users": 0}, "num_users"),
-                                        ({"samples_per_user": 1}, "samples_per_user"), ({"label_noise": 2}, "label_noise")])
+                                        ({"samples_per_user": 2}, "samples_per_user"), ({"label_noise": 2}, "label_noise")])
 def test_bad_arguments_raise_naming_them(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
         fedprox_synthetic(**kwargs)
