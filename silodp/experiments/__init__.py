@@ -4,7 +4,7 @@ validation split, summaries, claim checks and figures. See ``docs/reproduction.m
 Importing this package is cheap (no torch); the loaders and the runner import torch when used.
 """
 
-from .figures import error_vs_epsilon, plot_error_vs_epsilon
+from .figures import error_vs_epsilon, plot_error_vs_epsilon, scaffold_headline
 from .grid import (
     CALIBRATIONS,
     PAPER_EPSILONS,
@@ -16,7 +16,7 @@ from .grid import (
     load_grid,
     preset,
 )
-from .report import check_claims, format_summary, summarize
+from .report import check_claims, format_summary, scaffold_gaps, summarize
 from .reproduce import reproduce, resolve_grid, store_summary
 from .runner import SweepReport, code_version, run_grid
 from .select import Selection, select
@@ -26,5 +26,5 @@ __all__ = [
     "CALIBRATIONS", "PAPER_EPSILONS", "PRESETS", "AlgorithmGrid", "GridSpec", "RunConfig", "RunRecord",
     "Selection", "Store", "SweepReport", "check_claims", "code_version", "error_vs_epsilon", "exp_grid",
     "format_summary", "load_grid", "plot_error_vs_epsilon", "preset", "reproduce", "resolve_grid", "run_grid",
-    "select", "store_summary", "summarize",
+    "scaffold_gaps", "scaffold_headline", "select", "store_summary", "summarize",
 ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from .grid import RunConfig
 
 if TYPE_CHECKING:
-    from .datasets import ExperimentData
+    from silodp.algorithms.data import FederatedData
 
 
 class SkipRun(Exception):
@@ -55,7 +55,7 @@ def regularizer(spec: str | None):
 class Prepared:
     """What a run needs before its noise is known."""
 
-    data: "ExperimentData"
+    data: "FederatedData"
     train: object
     problem: object
     params: dict
@@ -69,14 +69,14 @@ def prepare(cfg: RunConfig) -> Prepared:
     from silodp.algorithms import Problem
     from silodp.algorithms.registry import ALGORITHMS
 
-    from .datasets import load_cached
+    from .datasets import load_cached, model_for
 
     cls = ALGORITHMS.get(cfg.algorithm)
     if cls is None:
         raise SkipRun(f"algorithm {cfg.algorithm!r} is not registered (have {sorted(ALGORITHMS)})")
     data = load_cached(cfg.dataset, cfg.seed, cfg.val_fraction, cfg.test_fraction, cfg.data)
     train = data.train.with_availability(cfg.silos_per_round)
-    problem = Problem(data.model(cfg.model), data.loss, regularizer=regularizer(cfg.regularizer), clip=cfg.clip)
+    problem = Problem(model_for(data, cfg.model), data.loss, regularizer=regularizer(cfg.regularizer), clip=cfg.clip)
     n = train.min_size
     batch = cfg.batch_size if cfg.batch_size is not None else paper_batch_size(n, cfg.rounds, cfg.batch_epsilon)
     params = dict(rounds=cfg.rounds, batch_size=batch, step_size=cfg.step_size, replacement=cfg.replacement,

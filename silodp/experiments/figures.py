@@ -1,5 +1,6 @@
 """Figures: test error versus epsilon per algorithm (as the paper's Figures 4-10), one row per
-experiment, with tight accounting and the paper's closed-form calibration side by side.
+experiment, with tight accounting and the paper's closed-form calibration side by side; and the
+DP-SCAFFOLD headline (Noble et al. 2022, Fig 1): test accuracy against the number of local steps.
 
 Functions take summary rows (:func:`silodp.experiments.report.summarize`) and return a
 :class:`matplotlib.figure.Figure`; saving is the caller's choice. No pyplot state is touched.
@@ -91,4 +92,38 @@ def error_vs_epsilon(rows: list[dict], calibrations: tuple[str, ...] | None = No
             ax.legend(fontsize=7, loc="upper right")
     if title:
         fig.suptitle(title)
+    return fig
+
+
+SCAFFOLD_STYLES = {"dp-scaffold": "o", "dp-scaffold-warm": "^", "dp-fedavg": "s"}
+
+
+def scaffold_headline(rows: list[dict]):
+    """Test accuracy against K (local steps, K T fixed), one panel per dataset setting, from
+    summary rows of the ``scaffold-synthetic`` grid (:func:`.report.scaffold_gaps`)."""
+    from matplotlib.figure import Figure
+
+    from .report import scaffold_gaps
+
+    table = scaffold_gaps(rows)
+    if not table:
+        raise ValueError("rows: no DP-SCAFFOLD / DP-FedAvg runs to plot")
+    settings = list(dict.fromkeys(e["setting"] for e in sorted(table, key=lambda e: e["setting"] == "iid")))
+    fig = Figure(figsize=(4.2 * len(settings), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(settings), sharey=True, squeeze=False)[0]
+    for ax, setting in zip(axes, settings):
+        part = [e for e in table if e["setting"] == setting]
+        ks = [e["local_steps"] for e in part]
+        for name, marker in SCAFFOLD_STYLES.items():
+            if all(name in e for e in part):
+                ax.errorbar(ks, [e[name] for e in part], yerr=[e[f"{name}_std"] for e in part], marker=marker,
+                            capsize=3, label=name)
+        ax.set_xscale("log")
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.minorticks_off()
+        ax.set_title(setting)
+        ax.set_xlabel("local steps K (K T fixed)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy")
+    axes[0].legend(fontsize=8)
     return fig

@@ -380,8 +380,8 @@ def cifar10_preset(quick: bool = False, path: str | None = None) -> GridSpec:
 
 
 def scaffold_preset(quick: bool = False) -> GridSpec:
-    """Noble et al. (2022) Sec 5 / Fig 1, with the protocol of
-    :mod:`silodp.algorithms.scaffold_headline`: DP-SCAFFOLD vs DP-FedAvg at epsilon = 10,
+    """Noble et al. (2022) Sec 5 / Fig 1, the headline of docs/scaffold.md (plotted by
+    :func:`.figures.scaffold_headline`): DP-SCAFFOLD vs DP-FedAvg at epsilon = 10,
     delta = 1e-5 on FedProx's Synthetic(1, 1), Synthetic(5, 5) and its iid variant (unit-norm
     inputs, linear softmax model, L2 penalty 5e-3), K local steps in {5, 50, 100} with K T = 500
     and local step 10 / K. Runs of algorithms not in the registry are recorded as skipped."""

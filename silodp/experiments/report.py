@@ -188,6 +188,32 @@ def _scaffold_vs_fedavg(rows, calibration) -> dict:
     }
 
 
+def scaffold_setting(row: dict) -> str:
+    """The label of a ``scaffold-synthetic`` row's dataset: ``Synthetic(alpha,beta)`` or ``iid``."""
+    data = row.get("data") or {}
+    return "iid" if data.get("iid") else f"Synthetic({data.get('alpha', 0):g},{data.get('beta', 0):g})"
+
+
+def scaffold_gaps(rows: list[dict], calibration: str = "tight") -> list[dict]:
+    """The DP-SCAFFOLD headline (Noble et al. 2022, Fig 1) from summary rows of the
+    ``scaffold-synthetic`` grid: per dataset setting and number K of local steps, each algorithm's
+    mean and std test accuracy over trials, and ``gap`` = DP-SCAFFOLD minus DP-FedAvg accuracy."""
+    cells = collections.defaultdict(dict)
+    for r in rows:
+        if r["calibration"] == calibration and r["algorithm"].startswith("dp-"):
+            key = (scaffold_setting(r), r["hyperparameters"].get("local_steps"))
+            cells[key][r["algorithm"]] = (1.0 - r["mean_test_error"], r["std_test_error"])
+    out = []
+    for (setting, k), algs in sorted(cells.items()):
+        entry = {"setting": setting, "local_steps": k}
+        for name, (acc, std) in sorted(algs.items()):
+            entry[name], entry[f"{name}_std"] = acc, std
+        if "dp-scaffold" in algs and "dp-fedavg" in algs:
+            entry["gap"] = entry["dp-scaffold"] - entry["dp-fedavg"]
+        out.append(entry)
+    return out
+
+
 def check_claims(rows: list[dict], calibration: str = "tight", last_rows: list[dict] | None = None) -> list[dict]:
     """Each claim with ``reproduced`` True / False / None (None: the rows cannot test it) and the
     measurements behind the verdict. The paper's claims are checked on ``calibration`` rows (the

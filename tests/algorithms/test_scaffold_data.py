@@ -14,16 +14,16 @@ def _pooled(fed):
 
 
 def _label_table(data, classes):
-    parts = _pooled(data.train) + _pooled(data.test)
-    users = data.train.num_silos
-    return np.array([np.bincount(np.concatenate([parts[i][1], parts[users + i][1]]), minlength=classes) for i in range(users)])
+    feds = [_pooled(data.train), _pooled(data.val), _pooled(data.test)]
+    return np.array([np.bincount(np.concatenate([f[i][1] for f in feds]), minlength=classes)
+                     for i in range(data.train.num_silos)])
 
 
 def test_shapes_labels_and_determinism():
     a = fedprox_synthetic(1, 1, num_users=5, samples_per_user=40, dim=7, num_classes=4, seed=3)
     b = fedprox_synthetic(1, 1, num_users=5, samples_per_user=40, dim=7, num_classes=4, seed=3)
     assert a.loss == "softmax" and a.num_features == 7 and a.num_outputs == 4
-    assert a.train.x.shape == (5, 32, 7) and a.test.x.shape == (5, 8, 7)
+    assert a.train.x.shape == (5, 26, 7) and a.val.x.shape == (5, 6, 7) and a.test.x.shape == (5, 8, 7)
     assert set(np.unique(a.train.y.numpy())) <= set(range(4))
     assert np.array_equal(a.train.x.numpy(), b.train.x.numpy())
 
@@ -76,7 +76,7 @@ def test_label_noise_and_normalization():
 
 
 @pytest.mark.parametrize("kwargs,arg", [({"alpha": -1}, "alpha"), ({"beta": -1}, "beta"), ({"num_users": 0}, "num_users"),
-                                        ({"samples_per_user": 1}, "samples_per_user"), ({"label_noise": 2}, "label_noise")])
+                                        ({"samples_per_user": 2}, "samples_per_user"), ({"label_noise": 2}, "label_noise")])
 def test_bad_arguments_raise_naming_them(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
         fedprox_synthetic(**kwargs)

@@ -22,10 +22,10 @@ def test_dp_scaffold_on_fedprox_synthetic(capsys):
     data = json.loads(out)
     assert {"algorithm", "epsilon", "delta", "test_error", "train_loss", "noise", "sigma_g", "epsilon_server",
             "epsilon_third_party"} <= set(data)
-    assert data["local_steps"] == 3 and data["user_sampling"] == 0.5 and data["batch_size"] == 40  # 0.25 * 160
+    assert data["local_steps"] == 3 and data["user_sampling"] == 0.5 and data["batch_size"] == 32  # 0.25 * 128 training records
     assert data["epsilon"] == data["epsilon_server"] <= 5.0
     assert data["epsilon_third_party"] < data["epsilon_server"]
-    assert data["noise"]["sigma"] == pytest.approx(data["sigma_g"] * 2 / 40)
+    assert data["noise"]["sigma"] == pytest.approx(data["sigma_g"] * 2 / 32)
     assert 0 <= data["test_error"] <= 1
 
 

@@ -20,9 +20,10 @@ import torch
 
 from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.algorithms import Federation, Problem, get_algorithm
+from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
 from silodp.algorithms.grads import clip_rows, clipped_grad_sum, clipped_per_sample
-from silodp.experiments.datasets import ExperimentData, load_cached
+from silodp.experiments.datasets import load_cached, model_for
 
 ALGORITHMS = ("isrl-mb-sgd", "isrl-spider")
 
@@ -69,7 +70,7 @@ class Settings:
 
 @dataclasses.dataclass
 class Setup:
-    data: ExperimentData
+    data: FederatedData
     problem: Problem
     algorithm: object
     sigmas: dict
@@ -80,13 +81,13 @@ class Setup:
 def setup(settings: Settings) -> Setup:
     """Data, problem and calibrated noise, exactly as ``silodp run`` prepares them."""
     data = load_cached(settings.dataset, settings.seed, 0.2, 0.2)
-    problem = Problem(data.model(settings.model), data.loss, clip=settings.clip)
+    problem = Problem(model_for(data, settings.model), data.loss, clip=settings.clip)
     algo = settings.algorithm_object()
     sigmas, epsilon, _, _ = algo.resolve_noise(problem, data.train)
     return Setup(data, problem, algo, sigmas, epsilon)
 
 
-def silo_data(data: ExperimentData, partition_id: int) -> Federation:
+def silo_data(data: FederatedData, partition_id: int) -> Federation:
     """Silo ``partition_id``'s training records as a one-silo federation."""
     fed = data.train
     if not 0 <= partition_id < fed.num_silos:
