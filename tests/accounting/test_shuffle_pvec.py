@@ -147,11 +147,12 @@ def test_calibration_is_certified_and_minimal_on_its_grid():
 
 
 def test_a_finer_grid_changes_the_certificate_little():
-    """Discretization: halving the interval moves epsilon by < 0.5%, never up."""
+    """Discretization: halving the interval moves epsilon by < 0.5%, and up by no more than the
+    finer grid's larger floating-point charge (a longer FFT; 1e-4 relative here)."""
     groups = (pvec.PvecGroup(20, 10, 5000, 80, 64, True, 40, 80),)
     coarse = pvec.transcript_epsilon(groups, 1e-6, 1e-4)
     fine = pvec.transcript_epsilon(groups, 1e-6, 5e-5)
-    assert fine <= coarse * (1 + 1e-9) and coarse == pytest.approx(fine, rel=5e-3)
+    assert fine <= coarse * (1 + 1e-4) and coarse == pytest.approx(fine, rel=5e-3)
 
 
 @pytest.mark.parametrize("d", [5, 161])
