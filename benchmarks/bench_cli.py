@@ -22,15 +22,16 @@ BASELINES = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "import dp_accounting": [sys.executable, "-c", "import dp_accounting"],
 }
-SILODP = shutil.which("silodp") or "silodp"
+#: the installed console script, or the module when the script is not on PATH (venv not activated)
+SILODP = [shutil.which("silodp")] if shutil.which("silodp") else [sys.executable, "-m", "silodp"]
 COMMANDS = {
-    "epsilon (pld, poisson)": [SILODP, "epsilon", "--noise-multiplier", "1.1", "--steps", "1000", "--delta", "1e-5",
+    "epsilon (pld, poisson)": [*SILODP, "epsilon", "--noise-multiplier", "1.1", "--steps", "1000", "--delta", "1e-5",
                                "--sampling", "poisson", "--q", "0.01", "--json"],
-    "epsilon --accountant all": [SILODP, "epsilon", "--noise-multiplier", "1.1", "--steps", "1000", "--delta",
+    "epsilon --accountant all": [*SILODP, "epsilon", "--noise-multiplier", "1.1", "--steps", "1000", "--delta",
                                  "1e-5", "--sampling", "poisson", "--q", "0.01", "--accountant", "all", "--json"],
-    "noise (pld, poisson)": [SILODP, "noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "1000", "--sampling",
+    "noise (pld, poisson)": [*SILODP, "noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "1000", "--sampling",
                              "poisson", "--q", "0.01", "--json"],
-    "shuffle": [SILODP, "shuffle", "--eps0", "4", "--n", "100000", "--delta", "1e-6", "--json"],
+    "shuffle": [*SILODP, "shuffle", "--eps0", "4", "--n", "100000", "--delta", "1e-6", "--json"],
 }
 
 
