@@ -28,10 +28,37 @@ def _log_inv(delta: float) -> float:
     return math.log(1.0 / check_delta("delta", delta))
 
 
+# -- the formulas, once: plain arithmetic, evaluated on numbers here and on sympy symbols by
+# -- silodp.bounds (which passes sympy's log and Max) -----------------------------------------------
+def e1_variance(eps, ln_inv_delta, clip, batch_size, constant=8):
+    """Thm E.1 proof: sigma^2 = 8 L^2 ln(1/delta) / (eps^2 K^2) (``constant`` 16: Prop D.2 at 2L/K)."""
+    return constant * clip**2 * ln_inv_delta / (eps**2 * batch_size**2)
+
+
+def e2_variances(eps, delta, clip, n, epochs, rounds, restarts, log=math.log, sigma2_constant=1024,
+                 sigma2_log_argument=None):
+    """Thm E.2 (Alg 2), R = E Q: sigma_1^2 = 256 L^2 S E ln(2/delta) ln(5E/delta) / (eps n)^2 and
+    sigma_2^2 = 1024 L^2 S R ln(2/delta) ln(2.5 R/delta) / (eps n)^2 (``sigma2_log_argument`` replaces
+    2.5 R, ``sigma2_constant`` 1024: the corrected form)."""
+    ln2 = log(2 / delta)
+    arg = 5 * rounds / 2 if sigma2_log_argument is None else sigma2_log_argument
+    s1 = 256 * clip**2 * restarts * epochs * ln2 * log(5 * epochs / delta) / (eps**2 * n**2)
+    s2 = sigma2_constant * clip**2 * restarts * rounds * ln2 * log(arg / delta) / (eps**2 * n**2)
+    return s1, s2
+
+
+def f1_variances(eps, ln_inv_delta, clip, beta, n, rounds, q, maximum=max, constant=16):
+    """Thm F.1 proof (Alg 3, K_1 = K_2 = n), with c = ``constant`` (16; 32 with the doubled zCDP
+    budget): sigma_1^2 = c L^2 ln(1/delta) max(R/q, 1) / (eps n)^2, sigma_2^2 = c beta^2 R ln(1/delta)
+    / (eps n)^2 (per unit ||w_r - w_{r-1}||), sigma_hat_2^2 = 4 c L^2 R ln(1/delta) / (eps n)^2."""
+    scale = constant * ln_inv_delta / (eps**2 * n**2)
+    return scale * clip**2 * maximum(rounds / q, 1), scale * beta**2 * rounds, 4 * scale * clip**2 * rounds
+
+
 def thm_e1(epsilon: float, delta: float, clip: float, batch_size: int) -> dict[str, float]:
     """Thm E.1 proof: sigma = sqrt(8 L^2 ln(1/delta)) / (eps K)."""
     eps, L, K = check_positive("epsilon", epsilon), check_positive("clip", clip), check_count("batch_size", batch_size)
-    return {"sigma": math.sqrt(8.0 * L * L * _log_inv(delta)) / (eps * K)}
+    return {"sigma": math.sqrt(e1_variance(eps, _log_inv(delta), L, K))}
 
 
 def thm_e2(epsilon: float, delta: float, clip: float, n: int, epochs: int, inner_steps: int,
@@ -42,8 +69,7 @@ def thm_e2(epsilon: float, delta: float, clip: float, n: int, epochs: int, inner
     dl = check_delta("delta", delta)
     R = E * Q
     l2 = math.log(2.0 / dl)
-    s1 = 256.0 * L * L * S * E * l2 * math.log(5.0 * E / dl) / (eps * eps * n * n)
-    s2 = 1024.0 * L * L * S * R * l2 * math.log(2.5 * R / dl) / (eps * eps * n * n)
+    s1, s2 = e2_variances(eps, dl, L, n, E, R, S)
     return {"sigma1": math.sqrt(s1), "sigma2": math.sqrt(s2),
             "min_batch_size": eps * n / (4.0 * math.sqrt(2.0 * S * R * l2))}
 
@@ -52,11 +78,8 @@ def thm_f1(epsilon: float, delta: float, clip: float, beta: float, n: int, round
     """Thm F.1 proof (Alg 3 with K_1 = K_2 = n)."""
     eps, L, b = check_positive("epsilon", epsilon), check_positive("clip", clip), check_positive("beta", beta)
     n, R, q = check_count("n", n), check_count("rounds", rounds), check_count("q", q)
-    li = _log_inv(delta)
-    base = li / (eps * eps * n * n)
-    return {"sigma1": math.sqrt(16.0 * L * L * base * max(R / q, 1.0)),
-            "sigma2": math.sqrt(16.0 * b * b * R * base),
-            "sigma2_hat": math.sqrt(64.0 * L * L * R * base)}
+    s1, s2, s2_hat = f1_variances(eps, _log_inv(delta), L, b, n, R, q)
+    return {"sigma1": math.sqrt(s1), "sigma2": math.sqrt(s2), "sigma2_hat": math.sqrt(s2_hat)}
 
 
 def h2_spider(epsilon: float, delta: float, clip: float, n: int, rounds: int, q: int) -> dict[str, float]:

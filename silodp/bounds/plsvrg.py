@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from silodp.accounting import papers
 from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
 from silodp.bounds.registry import register
 from silodp.bounds.symbols import (
@@ -45,9 +46,8 @@ def _prescription(silos: sp.Expr, restarts_scale: sp.Expr, sigma2_const: int, si
                                eps * n / (4 * sp.sqrt(2 * S * R * LN_2_DELTA)))),
         "E": sp.Max(1, sp.ceiling(R / sp.floor(n / K))),
         "eta": sp.Min(1, K ** sp.Rational(3, 2) * sp.sqrt(silos) / n) / (8 * beta),
-        "sigma1": sp.sqrt(256 * L**2 * S * E * LN_2_DELTA * sp.log(5 * E / delta) / (eps**2 * n**2)),
-        "sigma2": sp.sqrt(sigma2_const * L**2 * S * R * LN_2_DELTA * sp.log(sigma2_log / delta)
-                          / (eps**2 * n**2)),
+        **dict(zip(("sigma1", "sigma2"), map(sp.sqrt, papers.e2_variances(
+            eps, delta, L, n, E, R, S, log=sp.log, sigma2_constant=sigma2_const, sigma2_log_argument=sigma2_log)))),
     }
 
 

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import sympy as sp
 
+from silodp.accounting import papers
 from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
 from silodp.bounds.registry import register
 from silodp.bounds.symbols import (
@@ -69,12 +70,12 @@ _ISRL_PRESCRIPTION = {
     "R": _R_ISRL,
     "K": _batch(R),
     # Proof of Thm E.1 (privacy): sigma^2 >= 8 L^2 ln(1/delta) / (eps^2 K^2).
-    "sigma": sp.sqrt(8 * L**2 * LN_INV_DELTA / (eps**2 * K**2)),
+    "sigma": sp.sqrt(papers.e1_variance(eps, LN_INV_DELTA, L, K)),
 }
 _ISRL_PRESCRIPTION_CORRECTED = {
     **_ISRL_PRESCRIPTION,
     # Prop D.2 with l2-sensitivity 2L/K: sigma^2 >= 4 (2L/K)^2 ln(1/delta) / eps^2.
-    "sigma": sp.sqrt(16 * L**2 * LN_INV_DELTA / (eps**2 * K**2)),
+    "sigma": sp.sqrt(papers.e1_variance(eps, LN_INV_DELTA, L, K, constant=16)),
 }
 _SDP_PRESCRIPTION = {"R": _R_SDP, "K": _batch(R)}
 

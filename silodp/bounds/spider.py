@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sympy as sp
 
+from silodp.accounting import papers
 from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
 from silodp.bounds.registry import register
 from silodp.bounds.symbols import (
@@ -59,15 +60,14 @@ def _q_choice(scale: sp.Expr, cap: sp.Expr) -> sp.Expr:
 
 
 def _f1_prescription(var_factor: int, q_expr: sp.Expr) -> dict[str, sp.Expr]:
-    scale = var_factor * LN_INV_DELTA / (eps**2 * n**2)
+    """Thm F.1's choices; the noise is :func:`silodp.accounting.papers.f1_variances` (one formula)."""
     return {
         "q": q_expr,
         "R": eps * n * sp.sqrt(M * q) * sp.sqrt(Delta * beta) / (L * sp.sqrt(d * LN_INV_DELTA)),
         "eta": 1 / (2 * beta),
         "K": n,
-        "sigma1": sp.sqrt(scale * L**2 * sp.Max(R / q, 1)),
-        "sigma2": sp.sqrt(scale * beta**2 * R),
-        "sigma2_hat": sp.sqrt(4 * scale * L**2 * R),
+        **dict(zip(("sigma1", "sigma2", "sigma2_hat"), map(sp.sqrt, papers.f1_variances(
+            eps, LN_INV_DELTA, L, beta, n, R, q, maximum=sp.Max, constant=var_factor)))),
     }
 
 
