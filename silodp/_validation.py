@@ -68,10 +68,3 @@ def check_count(name: str, value: object, minimum: int = 1) -> int:
         raise ValueError(f"{name}: must be an integer >= {minimum}, got {value}")
     return int(value)
 
-
-def check_choice(name: str, value: object, choices) -> object:
-    """``value`` if it is one of ``choices`` (an iterable, or an Enum class: its values)."""
-    allowed = [c.value for c in choices] if isinstance(choices, type) else list(choices)
-    if value not in allowed:
-        raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
-    return value

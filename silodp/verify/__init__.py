@@ -1,5 +1,6 @@
-"""Verify layer: privacy audits (``audit*``, ``estimators``, ``mutations``, ``testing``) and
-empirical rates against the bounds (``rates``, ``families``, ``stats``). torch is imported here.
+"""Verify layer: privacy audits (:mod:`silodp.verify.audit`: games, estimators, mutations, testing)
+and empirical rates against the bounds (:mod:`silodp.verify.rates`: runs, trials, families, stats).
+torch is imported here.
 """
 
 from silodp.verify.audit import (
