@@ -1,22 +1,23 @@
-"""Shuffle-DP calibration: time against the previous method, and the per-coordinate noise variance
+"""Shuffle-DP calibration: time against the previous methods, and the per-coordinate noise variance
 of P_vec beside the Gaussian twins (docs/shuffle.md).
 
-    PYTHONPATH=. python benchmarks/bench_shuffle.py            # timing ratio (same run) + table
+    PYTHONPATH=. python benchmarks/bench_shuffle.py            # timing ratios (same run) + table
     PYTHONPATH=. python benchmarks/bench_shuffle.py --timing   # timing only
 
-Timing: the previous method (per-invocation budgets scaled by the ``advanced`` accountant, then
-b by bisection, each step an exact hockey-stick sum per coordinate composed by KOV; silodp before
-issue 13) against the whole-transcript P_vec PLD calibration, on the same configuration, in the
-same run; reported as a ratio. The previous method is run on a reduced size where it finishes.
+Timing, on the same configuration in the same run, as ratios: the method before issue 13
+(per-invocation budgets scaled by the ``advanced`` accountant, then b by bisection, each step an
+exact hockey-stick sum per coordinate composed by KOV), the per-coordinate whole-transcript PLD
+(accountant ``pvec-pld``) and the default certificate (``pvec``: the l2-aware Renyi moments,
+:mod:`silodp.accounting.pvec_l2`). The first method finishes only for ``sdp-prox-sgd``.
 
 Table: for each SDP algorithm at the toolkit's WBCD and MNIST preset sizes (``silodp run``
 defaults: R = 25, K = n / 4, Q = n / K, S = 3 for PL-SVRG, q = 2 for SPIDER), the variance per
 coordinate of the server's averaged P_vec estimate from the binomial noise, (2B/g)^2 m b p (1-p) / m^2:
 Alg 5 as printed (paper budgets, no rotation, each invocation calibrated alone), silodp before
-issue 13 (``--previous``; slow), silodp after (rotation, whole-transcript certificate); the
-ISRL-DP Gaussian twin's sigma^2 / M, and a central-DP Gaussian at the same transcript and epsilon,
-sigma^2 / M^2 (the twin's event is the central one: noise multiplier sigma K / C on a sum of M K
-records).
+issue 13 (``--previous``; slow), the per-coordinate PLD (rotation, ``pvec-pld``), the l2-aware
+default (rotation, ``pvec``); the ISRL-DP Gaussian twin's sigma^2 / M, and a central-DP Gaussian at
+the same transcript and epsilon, sigma^2 / M^2 (the twin's event is the central one: noise
+multiplier sigma K / C on a sum of M K records).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import json
 import multiprocessing
 import time
 
-from silodp.accounting import calibrate, pvec
+from silodp.accounting import calibrate, pvec, pvec_l2
 from silodp.accounting.binomial import binomial_protocol_params
 from silodp.accounting.releases import releases_event
 from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm
@@ -76,27 +77,29 @@ def variance(params: dict, dimension: int) -> float:
 
 
 def _clear_caches() -> None:
-    for fn in (pvec.transcript_epsilon, pvec.calibrate_noise, pvec.coordinate_pld, pvec.invocation_pld):
+    for fn in (pvec.transcript_epsilon, pvec.calibrate_noise, pvec.coordinate_pld, pvec.invocation_pld,
+               pvec_l2.transcript_epsilon, pvec_l2.shift_moments):
         fn.cache_clear()
 
 
+def _timed(fn) -> tuple[float, object]:
+    _clear_caches()
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
 def timing(repeats: int = 1) -> dict:
-    """Calibration time of both methods for sdp-prox-sgd at the WBCD preset (the cheapest SDP
-    transcript for the previous method: one message group, about 20 s; the SVRG ones did not
-    finish in 18 minutes)."""
+    """Calibration time of the three methods for sdp-prox-sgd at the WBCD preset (the one SDP
+    transcript the first method calibrates in seconds; the SVRG ones did not finish in 18 minutes)."""
     cfg = config("wbcd", "sdp-prox-sgd")
     delta = 1.0 / cfg.n ** 2
-    out = {}
-    for name, fn in (("previous", lambda: previous_params("sdp-prox-sgd", cfg, EPSILON, delta)),
-                     ("pvec-pld", lambda: calibrate_algorithm("sdp-prox-sgd", cfg, EPSILON, delta))):
-        best = float("inf")
-        for _ in range(repeats):
-            _clear_caches()
-            t = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t)
-        out[name] = best
-    out["speedup"] = out["previous"] / out["pvec-pld"]
+    methods = {"previous": lambda: previous_params("sdp-prox-sgd", cfg, EPSILON, delta),
+               "pvec-pld": lambda: calibrate_algorithm("sdp-prox-sgd", cfg, EPSILON, delta, accountant="pvec-pld"),
+               "pvec": lambda: calibrate_algorithm("sdp-prox-sgd", cfg, EPSILON, delta)}
+    out = {name: min(_timed(fn)[0] for _ in range(repeats)) for name, fn in methods.items()}
+    out["speedup_over_previous"] = out["previous"] / out["pvec"]
+    out["speedup_over_pvec_pld"] = out["pvec-pld"] / out["pvec"]
     return out
 
 
@@ -107,10 +110,9 @@ def _previous_cell(args, queue):
 def table_row(preset: str, algorithm: str, previous_limit: float) -> dict:
     cfg = config(preset, algorithm)
     delta = 1.0 / cfg.n ** 2
-    _clear_caches()
-    t = time.perf_counter()
-    after = calibrate_algorithm(algorithm, cfg, EPSILON, delta)
-    seconds = time.perf_counter() - t
+    seconds, after = _timed(lambda: calibrate_algorithm(algorithm, cfg, EPSILON, delta))
+    pld_seconds, per_coordinate = _timed(lambda: calibrate_algorithm(algorithm, cfg, EPSILON, delta,
+                                                                     accountant="pvec-pld"))
     try:
         paper = calibrate_algorithm(algorithm, cfg, EPSILON, delta, method="paper")
     except ValueError:  # the paper's per-invocation budgets need more than pvec.MAX_TRIALS trials
@@ -133,13 +135,15 @@ def table_row(preset: str, algorithm: str, previous_limit: float) -> dict:
         rows[group] = {
             "paper_alg5": None if paper is None else variance(paper.shuffle[group], cfg.dimension),
             "before": None if before is None else variance(before[group], cfg.dimension),
+            "per_coordinate": variance(per_coordinate.shuffle[group], cfg.dimension),
             "after": variance(after_p, cfg.dimension),
             "isrl_gaussian": None if sigma is None else sigma ** 2 / cfg.m,
             "central_gaussian": None if sigma is None else sigma ** 2 / cfg.m ** 2,
         }
     return {"preset": preset, "algorithm": algorithm, "certified_after": after.epsilon,
+            "certified_per_coordinate": per_coordinate.epsilon,
             "certified_paper_alg5": None if paper is None else paper.epsilon, "calibration_seconds": seconds,
-            "groups": rows}
+            "per_coordinate_seconds": pld_seconds, "groups": rows}
 
 
 def main() -> None:

@@ -60,6 +60,8 @@ WINDOW_SDS = 12.0
 MAX_TRIALS = 10 ** 13
 #: Rotation failure probability per message (bias only, see the module docstring).
 ROTATION_BETA = 1e-3
+#: The per-coordinate PLD is skipped when it charges this many times the l2 shift (transcript_epsilon).
+L2_PREFERRED = 4.0
 #: Levels g = max(ceil(sqrt(messages)), MIN_LEVELS): rounding variance at most one message range.
 MIN_LEVELS = 4
 
@@ -82,21 +84,21 @@ def rotated_bound(bound: float, dimension: int, beta: float = ROTATION_BETA) -> 
     return min(L, L * math.sqrt(2.0 * math.log(2.0 * dp / b) / dp))
 
 
-def _log_pmf_from_mode(trials: int) -> tuple[int, np.ndarray, float]:
-    """(lo, log Bin(trials, 1/2)(x) for x = lo..hi, a bound on the mass outside) on the
-    +-WINDOW_SDS window, from the ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode,
-    normalized to the window's mass."""
+def _log_pmf_from_mode(trials: int, extra: int = 0) -> tuple[int, np.ndarray, float]:
+    """(lo, log Bin(trials, 1/2)(x) for x = lo..hi (+ ``extra`` points beyond hi, at most to
+    ``trials``), a bound on the mass outside lo..hi) on the symmetric +-WINDOW_SDS window, from the
+    ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode, normalized to the window's mass."""
     m = trials
     sd = 0.5 * math.sqrt(m)
-    lo, hi = max(0, math.floor(m / 2 - WINDOW_SDS * sd)), min(m, math.ceil(m / 2 + WINDOW_SDS * sd))
-    x = np.arange(lo, hi, dtype=float)
-    steps = np.log(m - x) - np.log(x + 1.0)  # log B(x+1) - log B(x), x = lo..hi-1
+    lo = max(0, math.floor(m / 2 - WINDOW_SDS * sd))
+    hi = m - lo
+    x = np.arange(lo, min(m, hi + extra), dtype=float)
+    steps = np.log(m - x) - np.log(x + 1.0)  # log B(x+1) - log B(x), x = lo..
     c = np.concatenate([[0.0], np.cumsum(steps)])
     # Hoeffding, P[X <= m/2 - t] <= exp(-2 t^2 / m), for each side cut (bdtr loses accuracy at huge m)
-    outside = ((math.exp(-2.0 * (m / 2 - lo + 1) ** 2 / m) if lo > 0 else 0.0)
-               + (math.exp(-2.0 * (hi + 1 - m / 2) ** 2 / m) if hi < m else 0.0))
-    c -= c.max()
-    c -= math.log(float(np.sum(np.exp(c)))) - math.log1p(-outside)  # window masses sum to 1 - outside
+    outside = 2.0 * math.exp(-2.0 * (m / 2 - lo + 1) ** 2 / m) if lo > 0 else 0.0
+    c -= c[:hi - lo + 1].max()
+    c -= math.log(float(np.sum(np.exp(c[:hi - lo + 1])))) - math.log1p(-outside)  # window: 1 - outside
     return lo, c, outside
 
 
@@ -171,6 +173,9 @@ class PvecGroup:
     with_replacement: bool = False
     batch_size: int = 1
     dataset_size: int = 1
+    #: l2 bound on one message's level shift (:func:`silodp.accounting.pvec_l2.shift_l2`); None:
+    #: only the per-coordinate certificate applies
+    l2: float | None = None
 
 
 def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.LOG_TAIL_MASS)
@@ -216,9 +221,29 @@ def transcript_pld(groups: Sequence[PvecGroup], interval: float, delta: float = 
 
 @functools.lru_cache(maxsize=512)
 def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: float) -> float:
-    """Certified epsilon at ``delta`` of the whole transcript (cached per transcript)."""
+    """Certified epsilon at ``delta`` of the whole transcript (cached per transcript). Both
+    certificates are sound, so is any one of them and their minimum: the l2-aware one
+    (:mod:`silodp.accounting.pvec_l2`) alone where it is finite and every group has an l2 bound at least
+    :data:`L2_PREFERRED` times below the per-coordinate charge d g^2 (the PLD, which costs far
+    more, cannot win there: its squared shift is that much larger, the Renyi conversion loses
+    less), else the smaller of it and the per-coordinate PLD."""
+    from silodp.accounting import pvec_l2
+
     dl = check_delta("delta", delta)
-    return transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl)
+    l2 = pvec_l2.transcript_epsilon(groups, dl)
+    if math.isfinite(l2) and all(g.l2 is not None and L2_PREFERRED * g.l2 ** 2 <= g.dimension * g.g ** 2
+                                 for g in groups):
+        return l2
+    return min(transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl), l2)
+
+
+def invocation_epsilon(g: int, b: int, messages: int, dimension: int, rotate: bool, delta: float) -> float:
+    """Certified epsilon at ``delta`` of one invocation for one message (``dimension``: the
+    messages' own; the better of the two certificates, :func:`transcript_epsilon`)."""
+    from silodp.accounting import pvec_l2
+
+    grp = PvecGroup(1, g, b, messages, certified_dimension(dimension, rotate), l2=pvec_l2.shift_l2(g, dimension, rotate))
+    return transcript_epsilon((grp,), delta, default_interval(1.0))
 
 
 def _gaussian_mu(epsilon: float, delta: float) -> float:
@@ -236,11 +261,18 @@ def _gaussian_mu(epsilon: float, delta: float) -> float:
     return lo
 
 
+def _shift_squared(group: PvecGroup) -> float:
+    """The squared l2 shift of one message in levels that the certificates charge, d g^2 per
+    coordinate or Lambda^2 with an l2 bound (the search's model only)."""
+    full = group.dimension * group.g ** 2
+    return full if group.l2 is None else min(full, group.l2 ** 2)
+
+
 def _gaussian_scale(groups, weights, epsilon: float, delta: float) -> float:
     """The scale s at which b_r = s w_r meets the target under the Gaussian approximation of the
-    binomial counts (per coordinate a shift g over sd sqrt(m b / 4); the search's starting point
-    only, never a certificate)."""
-    total = sum(g.uses * g.dimension * 4.0 * g.g ** 2 / (g.messages * w) for g, w in zip(groups, weights))
+    binomial counts (a shift of :func:`_shift_squared` over sd sqrt(m b / 4); the search's
+    starting point only, never a certificate)."""
+    total = sum(g.uses * 4.0 * _shift_squared(g) / (g.messages * w) for g, w in zip(groups, weights))
     return max(total / _gaussian_mu(epsilon, delta) ** 2, 1e-12)
 
 

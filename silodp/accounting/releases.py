@@ -203,7 +203,7 @@ def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:
 def pvec_groups(releases: Sequence[Release]) -> tuple:
     """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`);
     each must carry its parameters (g, b, 1/2, rotate)."""
-    from silodp.accounting import pvec
+    from silodp.accounting import pvec, pvec_l2
 
     out = []
     for r in releases:
@@ -213,10 +213,11 @@ def pvec_groups(releases: Sequence[Release]) -> tuple:
             raise ValueError(f"release {r.group!r}: the P_vec certificate needs params (g, b, 1/2[, rotate]), "
                              f"got {r.params}")
         rotate = bool(r.params[3]) if len(r.params) > 3 else False
+        g = int(r.params[0])
         out.append(pvec.PvecGroup(uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size),
-                                  int(r.params[0]), int(r.params[1]), r.messages,
-                                  pvec.certified_dimension(r.dimension, rotate),
-                                  r.sampling == BatchSampling.WITH_REPLACEMENT, r.batch_size, r.dataset_size))
+                                  g, int(r.params[1]), r.messages, pvec.certified_dimension(r.dimension, rotate),
+                                  r.sampling == BatchSampling.WITH_REPLACEMENT, r.batch_size, r.dataset_size,
+                                  pvec_l2.shift_l2(g, r.dimension, rotate)))
     return tuple(out)
 
 

@@ -205,8 +205,8 @@ class FederatedAlgorithm:
         where all the invocations a record can enter would spend more than ``budgets["delta"]``
         (the paper's budgets assume each record is used once), shrunk so that they spend half of it.
         With ``params`` (per group (g, b, p, rotate)) attached, each invocation's epsilon is what
-        those parameters certify at its delta for one message (exact P_vec PLD,
-        :func:`silodp.accounting.pvec.invocation_pld`), so that the generic event of
+        those parameters certify at its delta for one message
+        (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
         :func:`~silodp.accounting.releases.releases_event` stays sound."""
         from silodp.accounting import pvec
         from silodp.accounting.releases import delta_weight
@@ -224,9 +224,8 @@ class FederatedAlgorithm:
             key = tuple(params.get(r.group, ()))
             eps = math.inf
             if r.count and len(key) > 2 and float(key[2]) == 0.5 and r.delta > 0:
-                dims = pvec.certified_dimension(cfg.dimension, len(key) > 3 and bool(key[3]))
-                inv = pvec.invocation_pld(int(key[0]), int(key[1]), r.messages, dims, 1, pvec.default_interval(1.0))
-                eps = max(inv.get_epsilon_for_delta(r.delta), 1e-12)
+                eps = max(pvec.invocation_epsilon(int(key[0]), int(key[1]), r.messages, cfg.dimension,
+                                                  len(key) > 3 and bool(key[3]), r.delta), 1e-12)
             out.append(dataclasses.replace(r, params=key, epsilon=eps))
         return out
 
@@ -488,11 +487,15 @@ class Context:
         return entry
 
     def _shuffle(self, group, term, weights, a, bound):
-        """P_vec on the sent rows of ``term``, rotated first when ``params.rotate`` (the range
-        becomes :func:`silodp.accounting.pvec.rotated_bound`); returns (mean estimate, counts of
-        the message path or None)."""
-        params = self.shuffle[group]
+        """P_vec on the sent rows of ``term``; returns (mean estimate, counts of the message path or None)."""
         sent = (weights > 0).to(term.dtype) * a[:, None]
+        est, counts = self.pvec(term, bound, self.shuffle[group], sent)
+        return est / int(sent.sum()), counts
+
+    def pvec(self, term, bound, params, sent):
+        """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
+        when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
+        returns (estimate, counts of the message path or None)."""
         n_msgs = int(sent.sum())
         d = term.shape[-1]
         if params.rotate:
@@ -507,7 +510,7 @@ class Context:
             est = analyze(totals, n_msgs, bound, params).to(term.dtype)
         if params.rotate:
             est = unrotate(est, signs, d)
-        return est / n_msgs, counts
+        return est, counts
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:

@@ -9,8 +9,8 @@ no algorithm names: the registry (:mod:`silodp.algorithms.registry`) maps names 
 ``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
 what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
 gives none, the sensitivity shape) by the smallest factor the chosen accountant certifies.
-Shuffle-DP algorithms are calibrated and certified by the exact P_vec PLD of their whole
-transcript (:mod:`silodp.accounting.pvec`; accountant ``"pvec-pld"``).
+Shuffle-DP algorithms are calibrated and certified by the exact P_vec certificates of their whole
+transcript (:mod:`silodp.accounting.pvec` and :mod:`silodp.accounting.pvec_l2`; accountant ``"pvec"``).
 """
 
 from __future__ import annotations
@@ -140,15 +140,19 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
 
 
-#: The accountant name of the P_vec certificate (:mod:`silodp.accounting.pvec`).
-PVEC_ACCOUNTANT = "pvec-pld"
+#: The accountant name of the P_vec certificates (the l2-aware Renyi moments of
+#: :mod:`silodp.accounting.pvec_l2`, the per-coordinate PLD of :mod:`silodp.accounting.pvec`).
+PVEC_ACCOUNTANT = "pvec"
+#: The per-coordinate PLD alone (no l2 bound; the certificate before the l2-aware one).
+PVEC_PER_COORDINATE = "pvec-pld"
 
 
 def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accountant: str | None) -> NoiseCalibration:
     """Shuffle-DP (paper Alg 7-10 on P_vec, Alg 4-5): the binomial protocol's trials b of every
-    message group from the exact P_vec certificate of the whole transcript
-    (:mod:`silodp.accounting.pvec`: discrete PLD, reuse across epochs and with-replacement
-    multiplicities composed), g = max(ceil(sqrt(messages)), 4), p = 1/2.
+    message group from the exact P_vec certificates of the whole transcript
+    (:func:`silodp.accounting.pvec.transcript_epsilon`: the l2-aware Renyi moments and the
+    per-coordinate discrete PLD, reuse across epochs and with-replacement multiplicities
+    composed), g = max(ceil(sqrt(messages)), 4), p = 1/2.
 
     ``tight``: the l2-aware protocol (random rotation); b_r = ceil(s w_r) with the paper's
     budget shape w_r = 4 g_r^2 / (messages_r eps~_r^2) (eps~_r the paper's per-invocation
@@ -156,21 +160,27 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
     grid whose certificate is <= ``eps``. ``paper``: Alg 5 as printed (no rotation), every
     invocation calibrated alone to the paper's (eps~, delta~); the certificate of the whole
     transcript is reported (it may exceed ``eps`` where the paper's budgets do not compose).
-    ``accountant``: the certificate is its own accountant; only None or "pvec-pld" are accepted.
+    ``accountant``: the certificate is its own accountant: None or "pvec" (the best of both
+    certificates), or "pvec-pld" (the per-coordinate PLD alone, for comparison).
     """
     from silodp.accounting import pvec
     from silodp.accounting.releases import pvec_groups
 
-    if accountant not in (None, PVEC_ACCOUNTANT):
+    if accountant not in (None, PVEC_ACCOUNTANT, PVEC_PER_COORDINATE):
         raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
-                         f"(the exact P_vec PLD), got {accountant!r}")
+                         f"(the exact P_vec certificates) or {PVEC_PER_COORDINATE!r}, got {accountant!r}")
+    l2 = accountant != PVEC_PER_COORDINATE
+
+    def groups(releases) -> tuple:
+        return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
+
     plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
     rotate = how == Calibration.TIGHT
     h = pvec.default_interval(eps)
 
     def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:
         params = (pvec.levels(r.messages), b, 0.5, rotate)
-        (grp,) = pvec_groups([dataclasses.replace(r, params=params)])
+        (grp,) = groups([dataclasses.replace(r, params=params)])
         return grp if uses is None else dataclasses.replace(grp, uses=uses, with_replacement=False)
 
     def weight(r) -> float:
@@ -183,11 +193,11 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
                                         pvec.default_interval(r.epsilon))[0][0] for r in plan)
     params = {r.group: (pvec.levels(r.messages), b, 0.5, rotate) for r, b in zip(plan, bs)}
     releases = cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}, params)
-    certified = pvec.transcript_epsilon(pvec_groups(releases), dl, h)
+    certified = pvec.transcript_epsilon(groups(releases), dl, h)
     shuffle = {r.group: dict(zip(("g", "b", "p", "rotate"), r.params), count=r.count, epsilon=r.epsilon,
                              delta=r.delta, messages=r.messages, bound=r.bound)
                for r in releases if r.count}
-    return NoiseCalibration(cls.name, {}, certified, dl, PVEC_ACCOUNTANT, how.value, shuffle)
+    return NoiseCalibration(cls.name, {}, certified, dl, accountant or PVEC_ACCOUNTANT, how.value, shuffle)
 
 
 def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,

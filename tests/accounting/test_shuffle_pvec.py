@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.stats import binom
 
-from silodp.accounting import pvec
+from silodp.accounting import pvec, pvec_l2
 from silodp.accounting.releases import BatchSampling, ShuffleRelease, pvec_groups
 
 H = 1e-4
@@ -131,10 +131,14 @@ def test_reuse_across_epochs_is_composed():
                        dimension=3)
     (grp,) = pvec_groups([r])
     assert grp.uses == 3
-    once = pvec.transcript_epsilon((dataclasses.replace(grp, uses=1),), 1e-6, H)
-    thrice = pvec.transcript_epsilon((grp,), 1e-6, H)
+    one = dataclasses.replace(grp, uses=1)
+    once = pvec.transcript_pld((one,), H, 1e-6).get_epsilon_for_delta(1e-6)
+    thrice = pvec.transcript_pld((grp,), H, 1e-6).get_epsilon_for_delta(1e-6)
     ref = pvec.power(pvec.invocation_pld(5, 100, 20, 3, 1, H), 3).get_epsilon_for_delta(1e-6)
     assert thrice == pytest.approx(ref) and thrice > 1.5 * once
+    # the l2-aware certificate charges the same reuse: three times the moments
+    assert pvec_l2.group_moments(grp, 0.0)[0] == pytest.approx(3 * pvec_l2.group_moments(one, 0.0)[0])
+    assert pvec_l2.transcript_epsilon((grp,), 1e-6) > 1.5 * pvec_l2.transcript_epsilon((one,), 1e-6)
 
 
 def test_calibration_is_certified_and_minimal_on_its_grid():

@@ -116,7 +116,7 @@ def test_sdp_calibration_returns_certified_binomial_parameters():
     inv = cal.shuffle["grad"]
     # Alg 7 line 7: each invocation at N eps / (2 M) = 1; b minimal on the 2^(1/64) grid, no rotation
     assert 0.97 <= inv["epsilon"] <= 4 * 2.0 / (2 * 4) and inv["g"] >= 4 and inv["b"] >= 1
-    assert inv["rotate"] is False and cal.accountant == "pvec-pld"
+    assert inv["rotate"] is False and cal.accountant == "pvec"
     tight = calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5)
     assert tight.epsilon <= 2.0 and tight.shuffle["grad"]["rotate"] is True
 

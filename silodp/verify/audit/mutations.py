@@ -32,9 +32,17 @@ The bugs (the first five are found in the two papers' public code, see issue 7):
 Shuffle-DP bugs (:data:`SDP_MUTATIONS`, audited end to end by :func:`silodp.verify.audit.sdp.audit_sdp`):
 
 ============================== ======================================================================
-``sdp-reuse-charged-once``      records reused across epochs (R K > n, here 8 rounds of full
+``sdp-reuse-charged-once``      records reused across epochs (R K > n, here 16 rounds of full
                                 batches) charged one P_vec invocation (one round's certificate)
+``sdp-norm-unclipped``          messages not clipped to L before P_vec: only the per-coordinate
+                                clamp to the rotated range gamma bounds them (l2 norm up to
+                                gamma sqrt(d'), not L), while the claim is the l2-aware certificate
 ============================== ======================================================================
+
+Dropping the rotation is *not* among them: the certificate holds for every orthogonal map and for
+none (:mod:`silodp.accounting.pvec_l2`: clamping is non-expansive), so an unrotated message at the
+rotated range is clamped (biased), not less private (``tests/accounting/test_pvec_l2.py`` checks
+the level shifts of rotated and unrotated messages against the certificate's bounds).
 """
 
 from __future__ import annotations
@@ -177,10 +185,17 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
 )}
 
 
-class _UncheckedContext(RecordingContext):
-    """A correct run whose releases exceed what the (wrong) claim declared: not checked."""
+def _unclipped_trials() -> type:
+    """The stacked-trials context whose per-record messages are not clipped to L (gradient
+    messages only: no ``w_old``)."""
+    from silodp.verify.rates.trials import TrialContext
 
-    check_releases = False
+    class UnclippedTrials(TrialContext):
+        def term(self, data, w, w_old=None, diff_clip=None):
+            super().term(data, w, w_old, diff_clip)  # the bookkeeping: the declared bound
+            return _grads.clipped_per_sample(self.problem, self._per_silo(w), data[0], data[1], None)
+
+    return UnclippedTrials
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +203,8 @@ class SdpMutation:
     """A shuffle-DP privacy bug: the claim is calibrated with ``claim_params`` (scenario
     parameters overridden), the run uses the scenario's parameters, ``params`` and ``context``;
     ``scenario``: fields of the algorithm's audit scenario to change where the bug is detected
-    (one feature: 2 coordinates, one of them the canary's)."""
+    (one feature: 2 coordinates, one of them the canary's); ``context``: builds the stacked-trials
+    context of the buggy runs (None: the correct one)."""
 
     name: str
     description: str
@@ -196,12 +212,15 @@ class SdpMutation:
     params: dict
     claim_params: dict = dataclasses.field(default_factory=dict)
     scenario: dict = dataclasses.field(default_factory=dict)
-    context: type = _UncheckedContext  # the run-time ledger would refuse the bug at once
+    context: Callable[[], type] | None = None
 
 
 SDP_MUTATIONS: dict[str, SdpMutation] = {m.name: m for m in (
     SdpMutation("sdp-reuse-charged-once", "records reused in 16 rounds of full batches, charged one P_vec "
                 "invocation", "sdp-prox-sgd", dict(rounds=16), claim_params=dict(rounds=1), scenario=dict(d=1)),
+    SdpMutation("sdp-norm-unclipped", "messages not clipped to L before P_vec, bounded only by the clamp to the "
+                "rotated range, claimed with the l2-aware certificate", "sdp-prox-sgd", {}, scenario=dict(d=63),
+                context=_unclipped_trials),
 )}
 
 

@@ -39,7 +39,7 @@ def sdp_scores(scenario: Scenario, epsilon: float, delta: float, trials: int, se
 
     from silodp.algorithms import get_algorithm
     from silodp.verify.audit.mutations import get_sdp_mutation
-    from silodp.verify.rates.trials import run_trials
+    from silodp.verify.rates.trials import TrialContext, run_trials
 
     mut = None if mutation is None else get_sdp_mutation(mutation)
     if mut is not None:
@@ -54,16 +54,15 @@ def sdp_scores(scenario: Scenario, epsilon: float, delta: float, trials: int, se
     _, certified, dl, shuffle = get_algorithm(scenario.algorithm, epsilon=epsilon, delta=delta,
                                               **claimed).resolve_noise(problem, worlds[0])
     algo = get_algorithm(scenario.algorithm, epsilon=certified, delta=dl, shuffle_params=shuffle, **params)
-    if mut is not None:
-        algo.context_class = mut.context
+    context = TrialContext if mut is None or mut.context is None else mut.context()
     free = scenario.d  # weight of the last input feature (the canary's free coordinate)
     scores = []
     for index, world in enumerate(worlds):
         def data(t, _gen, world=world):
             return world.x.expand(t, *world.x.shape), world.y.expand(t, *world.y.shape)
 
-        scores.append(run_trials(algo, problem, data, trials, seed=seed + index).w_last[:, free].numpy())
-    return Scores(scores[0], scores[1]), Claim(float(certified), float(dl), "pvec-pld (whole transcript)", {})
+        scores.append(run_trials(algo, problem, data, trials, seed=seed + index, context=context).w_last[:, free].numpy())
+    return Scores(scores[0], scores[1]), Claim(float(certified), float(dl), "pvec (whole transcript)", {})
 
 
 def audit_sdp(algorithm: str, epsilon: float = 2.0, delta: float = DEFAULT_DELTA, trials: int = 20_000,

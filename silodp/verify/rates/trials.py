@@ -28,7 +28,6 @@ import torch
 
 from silodp.algorithms.base import Context, FederatedAlgorithm
 from silodp.algorithms.federation import Federation
-from silodp.algorithms.shuffle import pvec_fast
 
 #: Algorithms whose ``_run`` is correct on a ``[T, d]`` iterate (no per-run norms or picks).
 BATCH_SAFE = frozenset({"isrl-prox-sgd", "sdp-prox-sgd", "isrl-mb-sgd", "mb-sgd", "isrl-prox-svrg",
@@ -110,12 +109,12 @@ class TrialContext(Context):
         return (messages.view(t, n, -1) * a).sum(1) / m, messages
 
     def _shuffle_trials(self, group, term, weights, a, bound):
-        """P_vec per trial (one call per trial: each trial has its own shuffler)."""
+        """P_vec per trial (one call per trial: each trial has its own shuffler and rotation)."""
         params = self.shuffle[group]
         sent = (weights > 0).to(term.dtype).view(self.trials, self.silos, -1) * a
         per_trial = term.view(self.trials, self.silos, *term.shape[1:])
         bounds = bound.tolist() if isinstance(bound, torch.Tensor) else [bound] * self.trials
-        out = [pvec_fast(per_trial[i], bounds[i], params, self.gen, weights=sent[i]) / float(sent[i].sum())
+        out = [self.pvec(per_trial[i], bounds[i], params, sent[i])[0] / float(sent[i].sum())
                for i in range(self.trials)]
         return torch.stack(out)
 
@@ -142,12 +141,13 @@ def _template(x: torch.Tensor, y: torch.Tensor, silos_per_round: int) -> Federat
 
 
 def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int,
-               silos_per_round: int | None = None, seed: int = 0, max_elements: int = 2**22) -> TrialOutcome:
+               silos_per_round: int | None = None, seed: int = 0, max_elements: int = 2**22,
+               context: type = TrialContext) -> TrialOutcome:
     """Run ``trials`` independent copies of ``algorithm`` on data from ``data(T, generator)``.
 
     ``data`` returns ``x: [T, N, n, ...]``, ``y: [T, N, n]`` (fresh samples for SO, the same data
     set repeated for ERM). Trials are run in chunks of at most ``max_elements`` data entries.
-    Reproducible from ``seed``.
+    Reproducible from ``seed``. ``context``: a :class:`TrialContext` subclass (audits' mutations).
     """
     if int(trials) < 1:
         raise ValueError(f"trials: must be >= 1, got {trials}")
@@ -171,7 +171,7 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
         xs, ys = data(size, gen)
         fed = Federation(xs.reshape(size * n_silos, *xs.shape[2:]), ys.reshape(size * n_silos, -1),
                          torch.full((size * n_silos,), xs.shape[2]))
-        ctx = TrialContext(algorithm, problem, fed, int(seeds[i]), sigmas, shuffle, size, n_silos, m)
+        ctx = context(algorithm, problem, fed, int(seeds[i]), sigmas, shuffle, size, n_silos, m)
         w0 = problem.model.init(ctx.gen, dtype=fed.x.dtype) if algorithm.w0 is None else algorithm.w0
         last = algorithm._run(ctx, w0.to(fed.x.dtype).expand(size, -1).clone())
         w_last.append(last)

@@ -1,0 +1,196 @@
+"""The l2-aware certificate of P_vec: Renyi moments of the binomial counts under an l2-bounded shift
+of one message (paper Alg 4-5, Thm D.2; the l2 analysis of the distributed discrete Gaussian and
+Skellam mechanisms: Kairouz, Liu & Steinke 2021; Agarwal, Kairouz & Liu 2021).
+
+:mod:`silodp.accounting.pvec` charges every coordinate the worst shift g: d' g^2 in all, about
+2 ln(2 d' / beta) times a Gaussian of the messages' l2 sensitivity. Here the shift *vector* is
+charged. One record moves one message (k, drawn with replacement) from level vector c to c' with
+
+* |c_j - c'_j| <= g (levels lie in [0, g]) and
+* ||c - c'||_2 <= Lambda = g L / gamma: rotation (orthogonal) and clamping (coordinatewise,
+  non-expansive) keep ||y - y'||_2 <= 2 L, and the scaling maps the range 2 gamma to g levels
+  (gamma = L without rotation: Lambda = g). Replace-one neighbours (the offsets cancel).
+
+**Rounding** (joint convexity). Randomized rounding r = floor(c + U) has the marginals of
+Alg 5's rounding; coupling both neighbours' roundings through the same U gives, per coordinate,
+r - r' in {floor(t), ceil(t)} (t = |c_j - c'_j|) with mean t, independently over coordinates and
+over a record's k copies (identical messages, independent rounding): a shift k floor(t) +
+Bin(k, frac t). The other messages' levels add the same independent term on both sides
+(post-processing). (p, q) -> p^a q^(1-a) is jointly convex, so the moment of the mixtures is at
+most the mixture of the moments T(s) = sum_x P_s(x)^a Q(x)^(1-a) of the pure shifts.
+
+**Truncation.** Q = Bin(m, 1/2) whole; P's noise is restricted to the symmetric window W
+(+-WINDOW_SDS sd), its outside mass charged to delta. Then H_e^eps(P || Q) <= H(P_W || Q) +
+P(N not in W), and P_W has support inside Q's when hi + k g <= m. With p = 1/2, T(-s) = T(s)
+(reflection), and the reverse direction has the same moments. Per shift s,
+T(s) = sum_{y in W} B(y)^a B(y + s)^(1 - a), exact log-pmfs (:func:`pvec._log_pmf_from_mode`).
+
+**The worst shift vector.** Per coordinate the log-moment is at most h(t) = log((1 - phi)
+V_j + phi V_{j+1}) for t = j + phi, V_j = Tbar(k j) (Tbar the running maximum of T, so h is
+non-decreasing; for k >= 2 the Bernstein mixture of the convex sequence Tbar is below its chord,
+convexity checked at run time, else no certificate). As a function of u = t^2, h is concave on
+each [j^2, (j+1)^2]; its concave envelope F is bounded by min_B [sup_u (h(u) - B u) + B u0]
+(every B >= 0 gives an upper bound; the sup is attained in closed form on each arc). By Jensen,
+sum_j h(t_j) <= d' F(Lambda^2 / d') for every feasible shift vector.
+
+**Composition and conversion.** Moments multiply over the adaptive invocations (each bound holds
+for every history); a with-replacement multiplicity k ~ Bin(K, 1/n) is a labelled mixture of
+moments, k beyond the (1 - tail) quantile charged to delta. With log-moment M(a) of the whole
+transcript and the charged mass c, eps(a) = (M - a ln a + (a - 1) ln(a - 1) - ln(delta - c)) /
+(a - 1) (the pointwise bound (z - e^eps)_+ <= z^a sup_z (z - e^eps) / z^a, Canonne, Kamath &
+Steinke 2020 Prop 12, valid for the sub-probability P_W), minimized over :data:`ORDERS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numpy as np
+from scipy.special import logsumexp
+
+from silodp.accounting import _binomial, pvec
+from silodp.accounting import pld as pld_lib
+
+#: Renyi orders the certificate tries (more orders only tighten the minimum).
+ORDERS = np.array([1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0,
+                   16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0])
+#: Relative slack on the log-moments for floating-point round-off (pessimistic).
+SLACK = 1e-9
+#: Largest orders x shifts x window points summed per noise size (about 3 s); beyond it (huge
+#: trials, e.g. the paper's per-invocation budgets) only the per-coordinate PLD certifies.
+MAX_WORK = 3e8
+
+
+def shift_l2(g: int, dimension: int, rotate: bool) -> float:
+    """Lambda, the l2 bound on one message's level shift: g L / gamma with the rotation (gamma =
+    :func:`pvec.rotated_bound`), g without (module docstring)."""
+    return g / pvec.rotated_bound(1.0, dimension) if rotate else float(g)
+
+
+@functools.lru_cache(maxsize=256)
+def shift_moments(trials: int, shifts: int) -> tuple[np.ndarray, float]:
+    """(log T_a(s) for a in :data:`ORDERS` and s = 0..``shifts``, an [orders, shifts + 1] array;
+    the noise mass outside the window); +inf where P_W leaves Q's support, and everywhere beyond
+    :data:`MAX_WORK`."""
+    sd = 0.5 * math.sqrt(trials)
+    if len(ORDERS) * (shifts + 1) * 2 * pvec.WINDOW_SDS * sd > MAX_WORK:  # too costly: no l2 certificate
+        return np.full((len(ORDERS), shifts + 1), np.inf), 1.0
+    lo, c, outside = pvec._log_pmf_from_mode(trials, shifts)
+    n = trials - 2 * lo + 1  # window points
+    inside = min(shifts, len(c) - n) + 1
+    partners = np.lib.stride_tricks.sliding_window_view(c, n)[:inside]  # row s: log B(y + s), y in W
+    out = np.full((len(ORDERS), shifts + 1), np.inf)
+    for i, a in enumerate(ORDERS):  # a row-wise log-sum-exp, in place
+        terms = (1.0 - a) * partners
+        terms += a * c[:n]
+        top = terms.max(axis=1, keepdims=True)
+        terms -= top
+        np.exp(terms, out=terms)
+        out[i, :inside] = np.log(terms.sum(axis=1)) + top[:, 0]
+    return out, outside
+
+
+def _envelopes(log_v: np.ndarray, u0: float) -> np.ndarray:
+    """Per row of ``log_v`` (log V_0..V_G, non-decreasing), an upper bound on the concave envelope
+    at ``u0`` of h(u) = log((1 - phi) V_j + phi V_{j+1}), phi = sqrt(u) - j on [j^2, (j+1)^2]:
+    min over B >= 0 of sup_u (h(u) - B u) + B u0 (every B bounds; golden section per row, the
+    objective being convex in B)."""
+    out = np.full(len(log_v), np.inf)
+    ok = np.all(np.isfinite(log_v), axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rho = np.expm1(np.diff(log_v, axis=1))  # V_{j+1} / V_j - 1 >= 0
+    ok &= np.all(np.isfinite(rho), axis=1)
+    if not ok.any():
+        return out
+    lv, rho = log_v[ok], rho[ok]
+    j = np.arange(lv.shape[1] - 1, dtype=float)[None, :]
+
+    inv = 1.0 / np.maximum(rho, 1e-300)
+
+    def objective(log_b: np.ndarray) -> np.ndarray:  # per row; the sup per arc at phi in {0, 1, stationary}
+        B = np.exp(log_b)[:, None]
+        # h'(u) = B: 2 B (j + phi)(1 + phi rho) = rho, divided by rho (no overflow for large rho)
+        a, b, c = 2 * B, 2 * B * (inv + j), 2 * B * j * inv - 1.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            disc = np.sqrt(np.maximum(b * b - 4 * a * c, 0.0))
+            root = np.where(c < 0, -2 * c / np.where(c < 0, b + disc, 1.0), 0.0)
+        root = np.clip(np.nan_to_num(root, nan=0.0), 0.0, 1.0)  # any phi in [0, 1] is a valid candidate
+        best = np.full(len(lv), -np.inf)
+        for phi in (0.0, 1.0, root):
+            best = np.maximum(best, np.max(lv[:, :-1] + np.log1p(phi * rho) - B * (j + phi) ** 2, axis=1))
+        return best + B[:, 0] * u0
+
+    slope = np.log(np.maximum(lv[:, -1] - lv[:, 0], 1e-300) / (lv.shape[1] - 1) ** 2)  # the mean slope
+    lo, hi = slope - 30.0, slope + 10.0
+    r = (math.sqrt(5) - 1) / 2
+    x1, x2 = hi - r * (hi - lo), lo + r * (hi - lo)
+    f1, f2 = objective(x1), objective(x2)
+    best = np.minimum(lv[:, -1], np.minimum(f1, f2))  # lv[:, -1]: B = 0
+    for _ in range(80):
+        left = f1 <= f2  # the minimum lies in [lo, x2]
+        hi, lo = np.where(left, x2, hi), np.where(left, lo, x1)
+        x1, x2, f1, f2 = (np.where(left, hi - r * (hi - lo), x2), np.where(left, x1, lo + r * (hi - lo)),
+                          np.where(left, np.nan, f2), np.where(left, f1, np.nan))
+        new = objective(np.where(left, x1, x2))
+        f1, f2 = np.where(left, new, f1), np.where(left, f2, new)
+        best = np.minimum(best, new)
+    out[ok] = np.where(np.isnan(best), np.inf, best)
+    return out
+
+
+def invocation_moments(g: int, trials: int, dimension: int, l2: float, multiplicity: int,
+                       shifts: int | None = None) -> np.ndarray:
+    """log E_Q[(P_W / Q)^a] of one invocation (``dimension`` coordinates, Bin(``trials``, 1/2)
+    each) when one record moves ``multiplicity`` identical messages with level shifts of l2 norm
+    <= ``l2`` and at most g per coordinate, for a in :data:`ORDERS` (module docstring).
+    ``shifts``: compute the shift moments that far (>= multiplicity g; shares the cache)."""
+    k = multiplicity
+    logT, _ = shift_moments(trials, shifts or k * g)
+    bar = np.maximum.accumulate(logT[:, :k * g + 1], axis=1)
+    if k > 1:  # the chord bound needs Tbar convex on 0..k g: rows that are not get no bound
+        finite = np.all(np.isfinite(bar), axis=1)
+        v = np.exp(bar[finite] - bar[finite, -1:])
+        bad = np.flatnonzero(finite)[np.any(np.diff(v, 2, axis=1) < -1e-12 * v[:, 2:], axis=1)]
+        bar[bad] = np.inf
+    u0 = min(l2 * l2 / dimension, float(g * g))
+    out = dimension * _envelopes(bar[:, ::k], u0)
+    return out + SLACK * np.abs(out)
+
+
+def group_moments(group: pvec.PvecGroup, tail: float) -> tuple[np.ndarray, float]:
+    """(log-moments of the group's ``uses`` invocations, the mass charged to delta)."""
+    m, K, q = group.messages * group.b, group.batch_size, 1.0 / group.dataset_size
+    kmax = max(1, min(K, _binomial.isf(tail, K, q))) if group.with_replacement else 1
+    _, outside = shift_moments(m, kmax * group.g)
+    charged = group.dimension * outside
+    if not group.with_replacement:
+        step = invocation_moments(group.g, m, group.dimension, group.l2, 1)
+    else:
+        terms = [np.full(len(ORDERS), math.log(float(_binomial.pmf(0, K, q))))]
+        terms += [math.log(float(_binomial.pmf(k, K, q)))
+                  + invocation_moments(group.g, m, group.dimension, group.l2, k, kmax * group.g)
+                  for k in range(1, kmax + 1)]
+        step = logsumexp(np.array(terms), axis=0)
+        charged += _binomial.sf(kmax, K, q)
+    return group.uses * step, group.uses * charged
+
+
+@functools.lru_cache(maxsize=512)
+def transcript_epsilon(groups: tuple[pvec.PvecGroup, ...], delta: float) -> float:
+    """Certified epsilon at ``delta`` of the whole transcript from the l2-aware moments (+inf when
+    a group has no l2 bound, or the charged mass reaches ``delta``)."""
+    if not groups or any(g.l2 is None for g in groups):
+        return math.inf
+    uses = sum(g.uses for g in groups if g.with_replacement)
+    tail = max(math.exp(pld_lib.LOG_TAIL_MASS), 1e-3 * delta / uses) if uses else 0.0
+    total, charged = np.zeros(len(ORDERS)), 0.0
+    for grp in groups:
+        if grp.uses:
+            m, c = group_moments(grp, tail)
+            total, charged = total + m, charged + c
+    if charged >= delta:
+        return math.inf
+    a = ORDERS
+    eps = (total - a * np.log(a) + (a - 1) * np.log(a - 1) - math.log(delta - charged)) / (a - 1)
+    eps = np.where(np.isnan(eps), np.inf, eps)  # fail closed
+    return max(0.0, float(np.min(eps)))
