@@ -74,7 +74,7 @@ def prepare(cfg: RunConfig) -> Prepared:
     cls = ALGORITHMS.get(cfg.algorithm)
     if cls is None:
         raise SkipRun(f"algorithm {cfg.algorithm!r} is not registered (have {sorted(ALGORITHMS)})")
-    data = load_cached(cfg.dataset, cfg.seed, cfg.val_fraction, cfg.test_fraction, cfg.data)
+    data = load_cached(cfg.dataset, cfg.seed, cfg.val_fraction, cfg.test_fraction, cfg.data, cfg.partition)
     train = data.train.with_availability(cfg.silos_per_round)
     problem = Problem(model_for(data, cfg.model), data.loss, regularizer=regularizer(cfg.regularizer), clip=cfg.clip)
     n = train.min_size
@@ -122,8 +122,8 @@ def calibrate_request(request: dict) -> dict:
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
         cal = privacy.calibrate_algorithm(name, tc, eps, delta, method=method)
-        return {"status": "ok", "sigmas": dict(cal.sigmas), "epsilon": float(cal.epsilon), "delta": float(cal.delta),
-                "accountant": cal.accountant}
+        return {"status": "ok", "sigmas": dict(cal.sigmas), "shuffle": dict(cal.shuffle), "epsilon": float(cal.epsilon),
+                "delta": float(cal.delta), "accountant": cal.accountant}
     except Exception as exc:  # recorded; the runs that need it fail with this message
         return {"status": "failed", "error": f"calibration: {type(exc).__name__}: {exc}"}
 
@@ -141,6 +141,18 @@ def _metrics(prep: Prepared, w, prefix: str) -> dict:
     (test_error, test_loss), (val_error, val_loss) = evaluate(prep.problem, w, prep.data.test), evaluate(prep.problem, w, prep.data.val)
     return {f"{prefix}test_error": test_error, f"{prefix}val_error": val_error, f"{prefix}test_loss": test_loss,
             f"{prefix}val_loss": val_loss, f"{prefix}train_loss": evaluate(prep.problem, w, prep.train)[1]}
+
+
+def _noise(prep: Prepared, cfg: RunConfig, calibration: dict) -> dict:
+    """The algorithm's noise arguments from a clip-1 calibration: Gaussian standard deviations
+    times the run's clip, or the binomial protocol's (g, b, p) per message group as they are
+    (P_vec normalizes every message by its bound, so they do not depend on the clip; tested)."""
+    if not prep.algorithm_class.shuffled:
+        return {"sigmas": {k: v * cfg.clip for k, v in calibration["sigmas"].items()}}
+    if not calibration.get("shuffle"):
+        raise RuntimeError("calibration: a shuffle-DP calibration without protocol parameters (stored by an "
+                           "older silodp); run with a new store")
+    return {"shuffle_params": calibration["shuffle"]}
 
 
 def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:
@@ -162,8 +174,7 @@ def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:
                 raise SkipRun(calibration["error"])
             if calibration["status"] != "ok":
                 raise RuntimeError(calibration["error"])
-            kwargs.update(sigmas={k: v * cfg.clip for k, v in calibration["sigmas"].items()},
-                          epsilon=calibration["epsilon"], delta=calibration["delta"])
+            kwargs.update(epsilon=calibration["epsilon"], delta=calibration["delta"], **_noise(prep, cfg, calibration))
         elif not prep.algorithm_class.self_calibrating:
             raise ValueError("calibration: a private run of a known algorithm needs its calibration")
         else:

@@ -3,7 +3,8 @@
 
 Presets (``preset(name, quick=False)``) follow Sec 4 and App H.2-H.4 of Lowy, Ghafelebashi &
 Razaviyayn (2023): seven epsilons, the (M, R) settings, step sizes, clip thresholds, SPIDER's phase
-length q, five algorithms, ten trials. ``scaffold-synthetic`` follows Noble, Bellet & Dieuleveut
+length q, five algorithms, ten trials; ``wbcd`` adds a shuffle-DP arm on the same grid
+(``wbcd-sdp`` is that arm alone). ``scaffold-synthetic`` follows Noble, Bellet & Dieuleveut
 (2022, Sec 5): DP-SCAFFOLD vs DP-FedAvg over the number of local steps and the heterogeneity.
 Each preset has a quick variant (a few runs, for CI and notebooks).
 """
@@ -19,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .partition import check_partition
+
 CALIBRATIONS = ("tight", "paper")
 PAPER_EPSILONS = (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0)
-PRESETS = ("wbcd", "mnist", "cifar10", "scaffold-synthetic")
+PRESETS = ("wbcd", "wbcd-sdp", "mnist", "cifar10", "scaffold-synthetic")
 HYPERPARAMETERS = ("step_size", "clip", "q", "local_steps", "batch_size", "params")
 
 
@@ -75,7 +78,9 @@ class RunConfig:
     epsilon = 24). ``trial`` seeds the data split and the run. ``data`` and ``params`` are extra
     keyword arguments of the dataset loader and of the algorithm, as sorted item tuples.
     ``model`` ("linear", "mlp:H,...", "lenet"; None: the paper's) and ``regularizer`` f1
-    ("l1:LAM", "l2:LAM"; None: f1 = 0) are short specs.
+    ("l1:LAM", "l2:LAM"; None: f1 = 0) are short specs. ``partition`` None is the paper's
+    partition (Sec 4, App H.2-H.4); a spec such as ``{"kind": "dirichlet", "alpha": 0.5}``
+    (:mod:`.partition`) draws the silos with a flwr-datasets partitioner instead.
     """
 
     dataset: str
@@ -99,10 +104,13 @@ class RunConfig:
     params: tuple = ()
     val_fraction: float = 0.2
     test_fraction: float = 0.2
+    partition: tuple | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "data", _items(self.data))
         object.__setattr__(self, "params", _items(self.params))
+        if self.partition is not None:
+            object.__setattr__(self, "partition", check_partition(self.partition, self.dataset))
         for name in ("epsilon", "delta", "step_size", "clip", "batch_epsilon", "val_fraction", "test_fraction"):
             value = getattr(self, name)
             if value is not None:  # 1 and 1.0 must hash alike
@@ -138,7 +146,7 @@ class RunConfig:
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"config: unknown fields {sorted(unknown)}")
-        return cls(**{k: (_frozen(v) if k in ("data", "params") else v) for k, v in d.items()})
+        return cls(**{k: (_frozen(v) if k in ("data", "params", "partition") else v) for k, v in d.items()})
 
     @property
     def config_hash(self) -> str:
@@ -213,9 +221,10 @@ class AlgorithmGrid:
 
 @dataclass(frozen=True)
 class GridSpec:
-    """A grid: the product of epsilons, (M, R) settings, data variants, calibrations, each
-    algorithm's hyperparameters and trials. Non-private algorithms run once per setting (their
-    result does not depend on epsilon)."""
+    """A grid: the product of epsilons, (M, R) settings, data variants, partitions, calibrations,
+    each algorithm's hyperparameters and trials. Non-private algorithms run once per setting (their
+    result does not depend on epsilon). ``partition``: None (the paper's), one spec of
+    :mod:`.partition`, or a list of them (None among them), each a separate experiment."""
 
     name: str
     dataset: str
@@ -233,6 +242,7 @@ class GridSpec:
     regularizer: str | None = None
     val_fraction: float = 0.2
     test_fraction: float = 0.2
+    partition: Any = None  # None, a spec dict or a list of them; stored as a tuple of canonical specs
     notes: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -241,6 +251,11 @@ class GridSpec:
         object.__setattr__(self, "settings", tuple((None if m is None else int(m), int(r)) for m, r in self.settings))
         object.__setattr__(self, "calibrations", tuple(self.calibrations))
         object.__setattr__(self, "data", tuple(_items(d) for d in (self.data or ((),))))
+        parts = [self.partition] if self.partition is None or isinstance(self.partition, dict) else self.partition
+        object.__setattr__(self, "partition", tuple(dict.fromkeys(
+            None if p is None else check_partition(p, self.dataset) for p in parts)))
+        if not self.partition:
+            raise ValueError("partition: an empty list; leave it out for the paper's partition")
         if not self.algorithms:
             raise ValueError("algorithms: a grid needs at least one algorithm")
         if not self.epsilons or not self.settings:
@@ -254,7 +269,7 @@ class GridSpec:
     def expand(self) -> tuple[RunConfig, ...]:
         """Every run of the grid (validated; duplicates removed, order kept)."""
         runs = {}
-        for data in self.data:
+        for data, partition in itertools.product(self.data, self.partition):
             for m, r in self.settings:
                 for ag in self.algorithms:
                     if ag.rounds is not None and r not in ag.rounds:
@@ -271,7 +286,7 @@ class GridSpec:
                             replacement=self.replacement, model=self.model,
                             regularizer=self.regularizer, data=data,
                             params=ag.params, val_fraction=self.val_fraction,
-                            test_fraction=self.test_fraction)
+                            test_fraction=self.test_fraction, partition=partition)
                         runs.setdefault(cfg, None)
         return tuple(runs)
 
@@ -315,6 +330,15 @@ def load_grid(path: str | Path) -> GridSpec:
 
 
 # -- presets ------------------------------------------------------------------------------------
+def _sdp_algorithms(steps, clips, qs) -> list[AlgorithmGrid]:
+    """The shuffle-DP arm: SDP Prox-SGD, Prox-SVRG, Prox-PL-SVRG and FedProx-SPIDER (Alg 7-10:
+    binomial noise summed by P_vec, App D) on the ISRL-DP arm's step sizes, clips and q. The paper
+    runs no SDP experiment, so its Sec 4 / App H settings are the ISRL-DP arm's; an SVRG run takes
+    R epochs of 1 + floor(n / K) messages, PL-SVRG restarts S = 3 times (Alg 9's default here)."""
+    return [AlgorithmGrid(name, steps, clips) for name in ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg")] + [
+        AlgorithmGrid("sdp-spider", steps, clips, q=tuple(qs))]
+
+
 def _paper_algorithms(steps, clips, qs, local_steps, rounds=None) -> list[AlgorithmGrid]:
     """The five algorithms of Sec 4: MB-SGD, Local SGD (non-private and ISRL-DP), ISRL-DP SPIDER."""
     return [
@@ -333,16 +357,26 @@ LOCAL_STEPS = 5
 WBCD_LOCAL_STEPS = 2
 
 
-def wbcd_preset(quick: bool = False) -> GridSpec:
+def wbcd_preset(quick: bool = False, sdp_only: bool = False) -> GridSpec:
     """App H.4 / Figure 8. N = 2 silos, so H.4's (M, R) = (4, 25) is impossible; we run
     (M, R) = (2, 25), the setting of Figure 8. Step sizes: 15 points exp(linspace(-9, 0));
-    clips {0.1, 1, 5, 10}; SPIDER q in {1, ..., 10}; 10 trials; Local SGD in 2 local steps."""
-    notes = "H.4 says (M, R) = (4, 25) but WBCD has N = 2 silos: (2, 25) as in Figure 8."
+    clips {0.1, 1, 5, 10}; SPIDER q in {1, ..., 10}; 10 trials; Local SGD in 2 local steps.
+
+    The paper's five algorithms, then the shuffle-DP arm on the same grid (:func:`_sdp_algorithms`;
+    ``sdp_only``: that arm alone, preset ``wbcd-sdp``). Quick: the ISRL-DP arm's small grid and one
+    SDP cell (Prox-SGD at one step size: a few seconds, a P_vec run costs about ten Gaussian ones)."""
+    notes = ("H.4 says (M, R) = (4, 25) but WBCD has N = 2 silos: (2, 25) as in Figure 8. The SDP arm (Alg 7-10) "
+             "is not in the paper's experiments; it runs on the ISRL-DP arm's grid.")
     if quick:
-        return GridSpec("wbcd-quick", "wbcd", tuple(_paper_algorithms(exp_grid(-1.5, 0.0, 2), (1.0,), (1, 2), WBCD_LOCAL_STEPS)),
-                        (1.0, 6.0), ((2, 25),), trials=2, calibrations=("tight", "paper"), notes=notes)
-    return GridSpec("wbcd", "wbcd", tuple(_paper_algorithms(exp_grid(-9, 0, 15), (0.1, 1.0, 5.0, 10.0), range(1, 11), WBCD_LOCAL_STEPS)),
-                    PAPER_EPSILONS, ((2, 25),), trials=10, notes=notes)
+        isrl = _paper_algorithms(exp_grid(-1.5, 0.0, 2), (1.0,), (1, 2), WBCD_LOCAL_STEPS)
+        sdp = [AlgorithmGrid("sdp-prox-sgd", (1.0,), (1.0,))]
+        grid = dict(epsilons=(1.0, 6.0), trials=2, calibrations=("tight", "paper"))
+    else:
+        steps, clips, qs = exp_grid(-9, 0, 15), (0.1, 1.0, 5.0, 10.0), range(1, 11)
+        isrl, sdp = _paper_algorithms(steps, clips, qs, WBCD_LOCAL_STEPS), _sdp_algorithms(steps, clips, qs)
+        grid = dict(epsilons=PAPER_EPSILONS, trials=10)
+    name = ("wbcd-sdp" if sdp_only else "wbcd") + ("-quick" if quick else "")
+    return GridSpec(name, "wbcd", tuple(sdp if sdp_only else isrl + sdp), settings=((2, 25),), notes=notes, **grid)
 
 
 def mnist_preset(quick: bool = False, path: str | None = None) -> GridSpec:
@@ -401,8 +435,8 @@ def scaffold_preset(quick: bool = False) -> GridSpec:
 
 def preset(name: str, quick: bool = False, path: str | None = None) -> GridSpec:
     """The grid of a paper preset (``path``: local data files for mnist / cifar10)."""
-    if name == "wbcd":
-        return wbcd_preset(quick)
+    if name in ("wbcd", "wbcd-sdp"):
+        return wbcd_preset(quick, sdp_only=name == "wbcd-sdp")
     if name == "mnist":
         return mnist_preset(quick, path)
     if name == "cifar10":

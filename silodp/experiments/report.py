@@ -19,14 +19,23 @@ ORDER = ("isrl-spider", "isrl-fed-spider", "isrl-mb-sgd", "isrl-local-sgd", "mb-
 PAPER = "Lowy, Ghafelebashi & Razaviyayn 2023"
 
 
+def _partition(experiment: dict) -> dict | None:
+    """The experiment's partition spec (None: the paper's partition)."""
+    return dict(experiment["partition"]) if experiment.get("partition") else None
+
+
 def experiment_label(experiment: dict, keys=None) -> str:
-    """Short label: dataset, M, R and the dataset arguments named in ``keys`` (default: all but
-    ``path``)."""
+    """Short label: dataset, M, R, the partition (if not the paper's, e.g. ``dirichlet(alpha=0.5)``)
+    and the dataset arguments named in ``keys`` (default: all but ``path``)."""
     m = experiment.get("silos_per_round")
     data = dict(experiment.get("data") or ())
     keys = [k for k in data if k != "path"] if keys is None else keys
     extra = ", ".join(f"{k}={data[k]}" for k in sorted(keys) if k in data)
     label = f"{experiment['dataset']} M={'all' if m is None else m} R={experiment['rounds']}"
+    partition = _partition(experiment)
+    if partition:
+        kind = partition.pop("kind")
+        label += f" {kind}({', '.join(f'{k}={v}' for k, v in sorted(partition.items()))})"
     return f"{label} ({extra})" if extra else label
 
 
@@ -47,6 +56,7 @@ def summarize(selections: list[Selection]) -> list[dict]:
     rows = [{
         "experiment": experiment_label(s.experiment, keys), "dataset": s.experiment["dataset"],
         "data": {k: v for k, v in s.experiment.get("data") or () if k != "path"},
+        "partition": _partition(s.experiment),
         "silos_per_round": s.experiment["silos_per_round"], "rounds": s.experiment["rounds"],
         "calibration": s.calibration, "algorithm": s.algorithm, "epsilon": s.epsilon,
         "mean_test_error": s.test_mean, "std_test_error": s.test_std, "trials": s.trials,

@@ -207,7 +207,7 @@ def _drain(executor, fn, items: Iterable, on_done) -> None:
 
 # -- the sweep ------------------------------------------------------------------------------------
 def _sort_key(cfg: RunConfig):
-    return (cfg.dataset, repr(cfg.data), cfg.trial, cfg.algorithm, cfg.calibration, cfg.epsilon or 0.0,
+    return (cfg.dataset, repr(cfg.data), repr(cfg.partition), cfg.trial, cfg.algorithm, cfg.calibration, cfg.epsilon or 0.0,
             cfg.silos_per_round or 0, cfg.rounds, cfg.q or 0, cfg.local_steps or 0, cfg.step_size, cfg.clip)
 
 

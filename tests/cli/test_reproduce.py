@@ -10,6 +10,7 @@ import pytest
 from silodp.cli import main
 
 FIVE = {"mb-sgd", "local-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-spider"}
+SDP_CELL = "sdp-prox-sgd"  # the quick WBCD grid's one shuffle-DP cell
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +27,15 @@ def test_reproduce_wbcd_quick(quick_store, capsys):
     out = _json(capsys, ["reproduce", "wbcd", "--quick", "--store", str(quick_store), "--workers", "1", "--json"])
     assert out["grid"] == "wbcd-quick" and out["quick"] is True
     runs = out["runs"]
-    assert runs["total"] == 72 and runs["stored"] == {"ok": 56, "failed": 0, "skipped": 16}
+    assert runs["total"] == 80 and runs["stored"] == {"ok": 64, "failed": 0, "skipped": 16}
     tight = [r for r in out["summary"] if r["calibration"] in ("tight", "none")]
-    assert {r["algorithm"] for r in tight} == FIVE
+    assert {r["algorithm"] for r in tight} == FIVE | {SDP_CELL}
     for r in out["summary"]:
         assert 0 <= r["mean_test_error"] <= 1 and r["std_test_error"] >= 0 and r["trials"] == 2
         if r["epsilon"] is not None:
             assert r["certified_epsilon"] <= r["epsilon"] or r["calibration"] == "paper"
     paper = [r for r in out["summary"] if r["calibration"] == "paper"]
-    assert {r["algorithm"] for r in paper} == {"isrl-spider"}  # the only one with a closed form (App H.2)
+    assert {r["algorithm"] for r in paper} == {"isrl-spider", SDP_CELL}  # closed forms: App H.2; Alg 5 as printed
     claims = {c["id"]: c for c in out["claims"]}
     assert claims["spider-never-worse-than-mb-sgd"]["reproduced"] in (True, False)
     assert claims["tight-accounting-vs-paper-calibration"]["measured"]["points"] == 2
@@ -43,12 +44,12 @@ def test_reproduce_wbcd_quick(quick_store, capsys):
 def test_rerun_does_no_work_and_prints_a_table(quick_store, capsys):
     assert main(["reproduce", "wbcd", "--quick", "--store", str(quick_store), "--workers", "1"]) == 0
     text = capsys.readouterr().out
-    assert "72 already in" in text and "ran 0" in text and "isrl-spider" in text
+    assert "80 already in" in text and "ran 0" in text and "isrl-spider" in text
 
 
 def test_plot_from_the_store(quick_store, tmp_path, capsys):
     out = _json(capsys, ["plot", "--store", str(quick_store), "--out", str(tmp_path / "fig.png"), "--json"])
-    assert out["experiments"] == ["wbcd M=2 R=25"] and len(out["summary"]) == 10
+    assert out["experiments"] == ["wbcd M=2 R=25"] and len(out["summary"]) == 14
     assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -50,6 +50,26 @@ def test_calibrating_at_clip_one_and_scaling_is_the_same_event():
     assert cal["epsilon"] <= 2.0 <= eps * 1.15  # PLD-calibrated; RDP agrees within 15%
 
 
+@pytest.mark.parametrize("calibration", ["tight", "paper"])
+def test_shuffle_runs_use_the_sweeps_calibration(calibration, monkeypatch):
+    """SDP runs take the binomial protocol's (g, b, p) from the clip-1 calibration as they are (P_vec
+    normalizes each message by its bound, so they do not depend on the clip) and do not calibrate
+    again: the run certifies exactly what the calibration did, under its method."""
+    cfg = _cfg(algorithm="sdp-prox-sgd", calibration=calibration, clip=5.0)
+    cal = ex.calibrate_request(ex.calibration_request(cfg))
+    prep = ex.prepare(cfg)
+    real = prep.algorithm_class(**prep.params).transcript_config(prep.problem, prep.train)
+    direct = transcripts.calibrate_algorithm("sdp-prox-sgd", real, cfg.epsilon, prep.delta, method=calibration)
+    protocol = [{g: (p["g"], p["b"], p["p"], p["rotate"]) for g, p in s.items()}
+                for s in (direct.shuffle, cal["shuffle"])]
+    assert real.clip == 5.0 and protocol[0] == protocol[1] and direct.epsilon == cal["epsilon"]
+    monkeypatch.setattr(transcripts, "calibrate_algorithm", None)  # a second calibration would fail
+    out = ex.execute(cfg, cal)
+    assert out["status"] == "ok" and out["certified_epsilon"] == cal["epsilon"]
+    old = ex.execute_safely(cfg, {k: v for k, v in cal.items() if k != "shuffle"})  # stored by an older silodp
+    assert old["status"] == "failed" and "without protocol parameters" in old["error"]
+
+
 def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
     """Exact (eps, delta) of a Gaussian mechanism with sensitivity / sigma = mu (Balle & Wang 2018)."""
     def gap(eps):
