@@ -362,21 +362,25 @@ def wbcd_preset(quick: bool = False, sdp_only: bool = False) -> GridSpec:
     (M, R) = (2, 25), the setting of Figure 8. Step sizes: 15 points exp(linspace(-9, 0));
     clips {0.1, 1, 5, 10}; SPIDER q in {1, ..., 10}; 10 trials; Local SGD in 2 local steps.
 
-    The paper's five algorithms, then the shuffle-DP arm on the same grid (:func:`_sdp_algorithms`;
-    ``sdp_only``: that arm alone, preset ``wbcd-sdp``). Quick: the ISRL-DP arm's small grid and one
-    SDP cell (Prox-SGD at one step size: a few seconds, a P_vec run costs about ten Gaussian ones)."""
+    ``sdp_only`` (preset ``wbcd-sdp``): the shuffle-DP arm (:func:`_sdp_algorithms`) on a reduced
+    grid, 5 step sizes exp(linspace(-9, 0)), clip 1, q in {1, 2}, 3 trials (a P_vec run costs
+    10-100 Gaussian ones: about 7 minutes on 2 cores instead of 7 hours for the full grid). Quick:
+    the ISRL-DP arm's small grid and one SDP cell (Prox-SGD at one step size, a few seconds)."""
     notes = ("H.4 says (M, R) = (4, 25) but WBCD has N = 2 silos: (2, 25) as in Figure 8. The SDP arm (Alg 7-10) "
-             "is not in the paper's experiments; it runs on the ISRL-DP arm's grid.")
+             "is not in the paper's experiments; it runs on a reduced ISRL-DP grid (wbcd-sdp).")
     if quick:
         isrl = _paper_algorithms(exp_grid(-1.5, 0.0, 2), (1.0,), (1, 2), WBCD_LOCAL_STEPS)
         sdp = [AlgorithmGrid("sdp-prox-sgd", (1.0,), (1.0,))]
         grid = dict(epsilons=(1.0, 6.0), trials=2, calibrations=("tight", "paper"))
+        algorithms = sdp if sdp_only else isrl + sdp
+    elif sdp_only:
+        algorithms = _sdp_algorithms(exp_grid(-9, 0, 5), (1.0,), (1, 2))
+        grid = dict(epsilons=PAPER_EPSILONS, trials=3)
     else:
-        steps, clips, qs = exp_grid(-9, 0, 15), (0.1, 1.0, 5.0, 10.0), range(1, 11)
-        isrl, sdp = _paper_algorithms(steps, clips, qs, WBCD_LOCAL_STEPS), _sdp_algorithms(steps, clips, qs)
+        algorithms = _paper_algorithms(exp_grid(-9, 0, 15), (0.1, 1.0, 5.0, 10.0), range(1, 11), WBCD_LOCAL_STEPS)
         grid = dict(epsilons=PAPER_EPSILONS, trials=10)
     name = ("wbcd-sdp" if sdp_only else "wbcd") + ("-quick" if quick else "")
-    return GridSpec(name, "wbcd", tuple(sdp if sdp_only else isrl + sdp), settings=((2, 25),), notes=notes, **grid)
+    return GridSpec(name, "wbcd", tuple(algorithms), settings=((2, 25),), notes=notes, **grid)
 
 
 def mnist_preset(quick: bool = False, path: str | None = None) -> GridSpec:

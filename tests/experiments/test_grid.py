@@ -67,25 +67,24 @@ def test_expand_counts_the_product_and_collapses_epsilon_for_non_private():
 SDP = {"sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider"}
 
 
-def test_full_wbcd_preset_is_the_paper_grid_and_an_sdp_arm():
+def test_full_wbcd_preset_is_the_paper_grid_and_the_sdp_arm_its_own():
     spec = g.preset("wbcd")
     runs = spec.expand()
     steps, clips, eps, trials = 15, 4, 7, 10
     private = eps * (steps * clips * (1 + 1 + 10))  # ISRL MB-SGD, Local SGD, SPIDER with q in 1..10
-    isrl = [r for r in runs if r.algorithm not in SDP]
-    assert len(isrl) == trials * (2 * steps * clips + private) == 51600
-    digest = hashlib.sha256("".join(sorted(r.config_hash for r in isrl)).encode()).hexdigest()[:16]
+    assert len(runs) == trials * (2 * steps * clips + private) == 51600
+    digest = hashlib.sha256("".join(sorted(r.config_hash for r in runs)).encode()).hexdigest()[:16]
     assert digest == "99213ae9a444ccd0"  # the hashes of stores written before the SDP arm and partitions
     assert {(r.silos_per_round, r.rounds) for r in runs} == {(2, 25)}
-    assert {r.algorithm for r in isrl} == {"mb-sgd", "local-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-spider"}
+    assert {r.algorithm for r in runs} == {"mb-sgd", "local-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-spider"}
     assert {r.epsilon for r in runs} - {None} == set(g.PAPER_EPSILONS)
     assert math.isclose(min(r.step_size for r in runs), math.exp(-9)) and max(r.step_size for r in runs) == 1.0
     assert "(4, 25)" in spec.notes
-    sdp = g.preset("wbcd-sdp").expand()  # the SDP arm alone: the same runs, the same hashes
-    assert set(sdp) == set(runs) - set(isrl) and {r.algorithm for r in sdp} == SDP
-    assert len(sdp) == trials * eps * steps * clips * (1 + 1 + 1 + 10) == 54600
-    assert {r.q for r in sdp if r.algorithm == "sdp-spider"} == set(range(1, 11))
-    assert {r.calibration for r in sdp} == {"tight"}
+    sdp = g.preset("wbcd-sdp").expand()  # the SDP arm: a reduced grid of its own
+    assert {r.algorithm for r in sdp} == SDP and not set(sdp) & set(runs)
+    assert len(sdp) == 3 * eps * 5 * 1 * (1 + 1 + 1 + 2) == 525
+    assert {r.q for r in sdp if r.algorithm == "sdp-spider"} == {1, 2}
+    assert {r.calibration for r in sdp} == {"tight"} and {r.clip for r in sdp} == {1.0}
     quick = [r for r in g.preset("wbcd", quick=True).expand() if r.algorithm in SDP]
     assert {r.algorithm for r in quick} == {"sdp-prox-sgd"} and len(quick) == 8  # one cell for CI
 
