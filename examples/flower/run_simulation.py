@@ -1,14 +1,19 @@
-"""Run the example on Flower's simulation engine from Python, with the settings' defaults
-(needs ``pip install "flwr[simulation]"``, which brings Ray): ``python run_simulation.py``.
-From the command line, with the pyproject's config: ``flwr run .``, or
-``flwr run . --run-config 'algorithm="isrl-spider"'``."""
+"""Run the example on Flower's simulation engine from Python (needs ``flwr[simulation]``, which
+brings Ray), run config in ``flwr run``'s syntax over the settings' defaults::
 
-from flwr.simulation import run_simulation
+    python run_simulation.py 'algorithm="isrl-spider" epsilon=8.0 rounds=12 accountant="rdp"'
 
-from silodp_flower.client_app import app as client_app
-from silodp_flower.server_app import app as server_app
+From the command line through a SuperLink, with the pyproject's config: ``flwr run .`` (see
+docs/integrations.md)."""
+
+import sys
+
+from flwr.common.config import parse_config_args
+
+from silodp_flower.simulation import simulate
+from silodp_flower.task import Settings
 
 if __name__ == "__main__":
-    # each supernode gets its partition-id (node_config); the paper's WBCD federation has 2 silos
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=2,
-                   backend_config={"client_resources": {"num_cpus": 1}})
+    out = simulate(Settings.from_run_config(parse_config_args(sys.argv[1:])))
+    print(f"{out['rounds']} rounds; test error {out['test_error']:.4f}; worst-silo epsilon "
+          f"{out['worst_silo_epsilon']!r} (silodp run certifies {out['simulator_epsilon']!r})")

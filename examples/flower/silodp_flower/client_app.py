@@ -2,7 +2,8 @@
 reports its epsilon, and refuses a request that would take it past its budget.
 
 The silo's partition comes from the node config (``partition-id``; the simulation engine sets it,
-a deployed SuperNode takes ``--node-config "partition-id=0"``), its budget from the run config.
+a deployed SuperNode takes ``--node-config "partition-id=0"``), its budget from the run config
+(or from the settings :func:`make_app` binds).
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from flwr.common.constant import ErrorCode
 from silodp.integrations.flower import EPSILON_KEY, SiloLedger
 from silodp_flower.task import Settings, setup, silo_data, silo_message
 
-app = ClientApp()
 
-
-def train(msg: Message, context: Context) -> Message:
-    settings = Settings.from_run_config(context.run_config)
+def train(msg: Message, context: Context, settings: Settings) -> Message:
+    """Silo ``partition-id``'s reply to a train message under ``settings``: its noisy message, or
+    an error if the release would take it past its budget."""
     prepared = setup(settings)
     fed = silo_data(prepared.data, int(context.node_config["partition-id"]))
     arrays = msg.content["arrays"]
@@ -44,4 +44,16 @@ def train(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
-app.train()(train)
+def make_app(settings: Settings | None = None) -> ClientApp:
+    """The silo's ClientApp, with ``settings``, or the run config's when ``None`` (the simulation
+    engine's Python API passes no run config)."""
+    app = ClientApp()
+
+    @app.train()
+    def _train(msg: Message, context: Context) -> Message:
+        return train(msg, context, settings or Settings.from_run_config(context.run_config))
+
+    return app
+
+
+app = make_app()

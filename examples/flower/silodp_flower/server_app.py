@@ -8,6 +8,8 @@ only post-processes what the silos released (averages, the SPIDER estimator h, t
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -17,18 +19,25 @@ from flwr.serverapp import Grid, ServerApp
 from silodp.integrations.flower import worst_silo_epsilon
 from silodp_flower.task import Settings, diff_std, setup
 
-app = ServerApp()
 log = logging.getLogger(__name__)
 
 
+def wait_for_nodes(grid: Grid, count: int, timeout: float = 120.0) -> list[int]:
+    """The ids of the grid's ``count`` nodes (one per silo), once they have all connected."""
+    deadline = time.monotonic() + timeout
+    while len(nodes := sorted(grid.get_node_ids())) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if len(nodes) != count:
+        raise ValueError(f"grid: need one node per silo ({count}), got {len(nodes)} (waited up to {timeout:g} s)")
+    return nodes
+
+
 def run(grid: Grid, settings: Settings) -> dict:
-    """Run ``settings`` on the nodes of ``grid`` (one per silo); returns the outputs and the
-    worst-silo epsilon the silos reported."""
+    """Run ``settings`` on the nodes of ``grid`` (one per silo); returns the outputs, the number
+    of rounds every silo answered and the worst-silo epsilon the silos reported."""
     prepared = setup(settings)
     problem, algo, sigmas = prepared.problem, prepared.algorithm, prepared.sigmas
-    nodes = sorted(grid.get_node_ids())
-    if len(nodes) != prepared.data.train.num_silos:
-        raise ValueError(f"grid: need one node per silo ({prepared.data.train.num_silos}), got {len(nodes)}")
+    nodes = wait_for_nodes(grid, prepared.data.train.num_silos)
     gen = torch.Generator().manual_seed(settings.seed)
     w = problem.model.init(gen, dtype=torch.float64)
     eta, w_prev, h, iterates, metrics = algo.eta(problem), None, None, [], None
@@ -55,12 +64,26 @@ def run(grid: Grid, settings: Settings) -> dict:
     # the algorithm's output: the last iterate (MB-SGD) or a uniform one (SPIDER, Alg 3 line 17)
     w_out = iterates[int(torch.randint(len(iterates), (1,), generator=gen))] if algo.uniform_output else w
     test_error = 1.0 - problem.accuracy(w_out, prepared.data.test)
-    return {"w": w_out, "test_error": test_error, "last_test_error": 1.0 - problem.accuracy(w, prepared.data.test), "worst_silo_epsilon": float(metrics["silodp_epsilon"]),
-            "simulator_epsilon": prepared.epsilon, "sigmas": sigmas}
+    return {"w": w_out, "rounds": len(iterates), "test_error": test_error,
+            "last_test_error": 1.0 - problem.accuracy(w, prepared.data.test),
+            "worst_silo_epsilon": float(metrics["silodp_epsilon"]), "simulator_epsilon": prepared.epsilon,
+            "sigmas": sigmas}
 
 
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    out = run(grid, Settings.from_run_config(context.run_config))
-    log.warning("test error %.4f; worst-silo epsilon %.6g (silodp run certifies %.6g)",
-                out["test_error"], out["worst_silo_epsilon"], out["simulator_epsilon"])
+def make_app(settings: Settings | None = None, on_result: Callable[[dict], None] | None = None) -> ServerApp:
+    """The ServerApp, with ``settings`` or the run config's when ``None`` (the simulation engine's
+    Python API passes no run config); ``on_result`` receives :func:`run`'s outputs."""
+    app = ServerApp()
+
+    @app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        out = run(grid, settings or Settings.from_run_config(context.run_config))
+        log.warning("%d rounds; test error %.4f; worst-silo epsilon %r (silodp run certifies %r)",
+                    out["rounds"], out["test_error"], out["worst_silo_epsilon"], out["simulator_epsilon"])
+        if on_result is not None:
+            on_result(out)
+
+    return app
+
+
+app = make_app()
