@@ -78,7 +78,7 @@ def variance(params: dict, dimension: int) -> float:
 
 def _clear_caches() -> None:
     for fn in (pvec.transcript_epsilon, pvec.calibrate_noise, pvec.coordinate_pld, pvec.invocation_pld,
-               pvec_l2.transcript_epsilon, pvec_l2.shift_moments):
+               pvec_l2.certificate, pvec_l2.shift_moments):
         fn.cache_clear()
 
 

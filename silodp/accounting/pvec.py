@@ -84,13 +84,14 @@ def rotated_bound(bound: float, dimension: int, beta: float = ROTATION_BETA) -> 
     return min(L, L * math.sqrt(2.0 * math.log(2.0 * dp / b) / dp))
 
 
-def _log_pmf_from_mode(trials: int, extra: int = 0) -> tuple[int, np.ndarray, float]:
+def _log_pmf_from_mode(trials: int, extra: int = 0, sds: float = WINDOW_SDS) -> tuple[int, np.ndarray, float]:
     """(lo, log Bin(trials, 1/2)(x) for x = lo..hi (+ ``extra`` points beyond hi, at most to
-    ``trials``), a bound on the mass outside lo..hi) on the symmetric +-WINDOW_SDS window, from the
-    ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode, normalized to the window's mass."""
+    ``trials``), a bound on the mass outside lo..hi) on the symmetric +-``sds`` standard deviations
+    window, from the ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode, normalized to
+    the window's mass."""
     m = trials
     sd = 0.5 * math.sqrt(m)
-    lo = max(0, math.floor(m / 2 - WINDOW_SDS * sd))
+    lo = max(0, math.floor(m / 2 - sds * sd))
     hi = m - lo
     x = np.arange(lo, min(m, hi + extra), dtype=float)
     steps = np.log(m - x) - np.log(x + 1.0)  # log B(x+1) - log B(x), x = lo..
@@ -223,16 +224,17 @@ def transcript_pld(groups: Sequence[PvecGroup], interval: float, delta: float = 
 def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: float) -> float:
     """Certified epsilon at ``delta`` of the whole transcript (cached per transcript). Both
     certificates are sound, so is any one of them and their minimum: the l2-aware one
-    (:mod:`silodp.accounting.pvec_l2`) alone where it is finite and every group has an l2 bound at least
+    (:mod:`silodp.accounting.pvec_l2`) alone where it is finite, certified at every group's own
+    noise (no :func:`~silodp.accounting.pvec_l2.trials_cap`), and every group has an l2 bound at least
     :data:`L2_PREFERRED` times below the per-coordinate charge d g^2 (the PLD, which costs far
     more, cannot win there: its squared shift is that much larger, the Renyi conversion loses
     less), else the smaller of it and the per-coordinate PLD."""
     from silodp.accounting import pvec_l2
 
     dl = check_delta("delta", delta)
-    l2 = pvec_l2.transcript_epsilon(groups, dl)
-    if math.isfinite(l2) and all(g.l2 is not None and L2_PREFERRED * g.l2 ** 2 <= g.dimension * g.g ** 2
-                                 for g in groups):
+    l2, capped = pvec_l2.certificate(groups, dl)
+    if math.isfinite(l2) and not capped and all(g.l2 is not None and L2_PREFERRED * g.l2 ** 2 <= g.dimension * g.g ** 2
+                                                for g in groups):
         return l2
     return min(transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl), l2)
 

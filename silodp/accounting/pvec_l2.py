@@ -20,7 +20,7 @@ Bin(k, frac t). The other messages' levels add the same independent term on both
 most the mixture of the moments T(s) = sum_x P_s(x)^a Q(x)^(1-a) of the pure shifts.
 
 **Truncation.** Q = Bin(m, 1/2) whole; P's noise is restricted to the symmetric window W
-(+-WINDOW_SDS sd), its outside mass charged to delta. Then H_e^eps(P || Q) <= H(P_W || Q) +
+(+-:data:`WINDOW_SDS` sd), its outside mass charged to delta. Then H_e^eps(P || Q) <= H(P_W || Q) +
 P(N not in W), and P_W has support inside Q's when hi + k g <= m. With p = 1/2, T(-s) = T(s)
 (reflection), and the reverse direction has the same moments. Per shift s,
 T(s) = sum_{y in W} B(y)^a B(y + s)^(1 - a), exact log-pmfs (:func:`pvec._log_pmf_from_mode`).
@@ -52,13 +52,18 @@ from silodp.accounting import _binomial, pvec
 from silodp.accounting import pld as pld_lib
 
 #: Renyi orders the certificate tries (more orders only tighten the minimum).
-ORDERS = np.array([1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0,
-                   16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0])
+ORDERS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0,
+          16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0)
+#: The first pass's orders; the second adds the orders of :data:`ORDERS` around the best of them.
+COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0)
+#: Standard deviations of the noise window W (its outside mass, 2 exp(-WINDOW_SDS^2 / 2) per
+#: coordinate, about 4e-22, is charged to delta).
+WINDOW_SDS = 10.0
 #: Relative slack on the log-moments for floating-point round-off (pessimistic).
 SLACK = 1e-9
-#: Largest orders x shifts x window points summed per noise size (about 3 s); beyond it (huge
-#: trials, e.g. the paper's per-invocation budgets) only the per-coordinate PLD certifies.
-MAX_WORK = 3e8
+#: Largest orders x shifts x window points summed per noise size (about a second); more trials
+#: are certified at :func:`trials_cap` (sound: post-processing).
+MAX_WORK = 2e8
 
 
 def shift_l2(g: int, dimension: int, rotate: bool) -> float:
@@ -68,19 +73,19 @@ def shift_l2(g: int, dimension: int, rotate: bool) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def shift_moments(trials: int, shifts: int) -> tuple[np.ndarray, float]:
-    """(log T_a(s) for a in :data:`ORDERS` and s = 0..``shifts``, an [orders, shifts + 1] array;
-    the noise mass outside the window); +inf where P_W leaves Q's support, and everywhere beyond
+def shift_moments(trials: int, shifts: int, orders: tuple[float, ...] = ORDERS) -> tuple[np.ndarray, float]:
+    """(log T_a(s) for a in ``orders`` and s = 0..``shifts``, an [orders, shifts + 1] array; the
+    noise mass outside the window); +inf where P_W leaves Q's support, and everywhere beyond
     :data:`MAX_WORK`."""
     sd = 0.5 * math.sqrt(trials)
-    if len(ORDERS) * (shifts + 1) * 2 * pvec.WINDOW_SDS * sd > MAX_WORK:  # too costly: no l2 certificate
-        return np.full((len(ORDERS), shifts + 1), np.inf), 1.0
-    lo, c, outside = pvec._log_pmf_from_mode(trials, shifts)
+    if len(orders) * (shifts + 1) * 2 * WINDOW_SDS * sd > MAX_WORK:  # too costly: no l2 certificate
+        return np.full((len(orders), shifts + 1), np.inf), 1.0
+    lo, c, outside = pvec._log_pmf_from_mode(trials, shifts, WINDOW_SDS)
     n = trials - 2 * lo + 1  # window points
     inside = min(shifts, len(c) - n) + 1
     partners = np.lib.stride_tricks.sliding_window_view(c, n)[:inside]  # row s: log B(y + s), y in W
-    out = np.full((len(ORDERS), shifts + 1), np.inf)
-    for i, a in enumerate(ORDERS):  # a row-wise log-sum-exp, in place
+    out = np.full((len(orders), shifts + 1), np.inf)
+    for i, a in enumerate(orders):  # a row-wise log-sum-exp, in place
         terms = (1.0 - a) * partners
         terms += a * c[:n]
         top = terms.max(axis=1, keepdims=True)
@@ -88,6 +93,13 @@ def shift_moments(trials: int, shifts: int) -> tuple[np.ndarray, float]:
         np.exp(terms, out=terms)
         out[i, :inside] = np.log(terms.sum(axis=1)) + top[:, 0]
     return out, outside
+
+
+def trials_cap(shifts: int, orders: int) -> int:
+    """The most noise trials whose moments fit in :data:`MAX_WORK`. A group with more is certified
+    at this many: the rest of its noise is an independent binomial added on top (Bin(m + m', 1/2)
+    = Bin(m, 1/2) + Bin(m', 1/2)), post-processing, so the certificate stays sound and monotone."""
+    return max(1, math.floor((MAX_WORK / (orders * (shifts + 1) * 2 * WINDOW_SDS * 0.5)) ** 2))
 
 
 def _envelopes(log_v: np.ndarray, u0: float) -> np.ndarray:
@@ -139,13 +151,13 @@ def _envelopes(log_v: np.ndarray, u0: float) -> np.ndarray:
 
 
 def invocation_moments(g: int, trials: int, dimension: int, l2: float, multiplicity: int,
-                       shifts: int | None = None) -> np.ndarray:
+                       shifts: int | None = None, orders: tuple[float, ...] = ORDERS) -> np.ndarray:
     """log E_Q[(P_W / Q)^a] of one invocation (``dimension`` coordinates, Bin(``trials``, 1/2)
     each) when one record moves ``multiplicity`` identical messages with level shifts of l2 norm
-    <= ``l2`` and at most g per coordinate, for a in :data:`ORDERS` (module docstring).
+    <= ``l2`` and at most g per coordinate, for a in ``orders`` (module docstring).
     ``shifts``: compute the shift moments that far (>= multiplicity g; shares the cache)."""
     k = multiplicity
-    logT, _ = shift_moments(trials, shifts or k * g)
+    logT, _ = shift_moments(trials, shifts or k * g, orders)
     bar = np.maximum.accumulate(logT[:, :k * g + 1], axis=1)
     if k > 1:  # the chord bound needs Tbar convex on 0..k g: rows that are not get no bound
         finite = np.all(np.isfinite(bar), axis=1)
@@ -157,40 +169,64 @@ def invocation_moments(g: int, trials: int, dimension: int, l2: float, multiplic
     return out + SLACK * np.abs(out)
 
 
-def group_moments(group: pvec.PvecGroup, tail: float) -> tuple[np.ndarray, float]:
-    """(log-moments of the group's ``uses`` invocations, the mass charged to delta)."""
-    m, K, q = group.messages * group.b, group.batch_size, 1.0 / group.dataset_size
+def group_moments(group: pvec.PvecGroup, tail: float, orders: tuple[float, ...] = ORDERS
+                  ) -> tuple[np.ndarray, float, bool]:
+    """(log-moments of the group's ``uses`` invocations at ``orders``, the mass charged to delta,
+    whether its noise was capped at :func:`trials_cap`)."""
+    K, q = group.batch_size, 1.0 / group.dataset_size
     kmax = max(1, min(K, _binomial.isf(tail, K, q))) if group.with_replacement else 1
-    _, outside = shift_moments(m, kmax * group.g)
+    cap = trials_cap(kmax * group.g, len(orders))
+    m = min(group.messages * group.b, cap)
+    _, outside = shift_moments(m, kmax * group.g, orders)
     charged = group.dimension * outside
     if not group.with_replacement:
-        step = invocation_moments(group.g, m, group.dimension, group.l2, 1)
+        step = invocation_moments(group.g, m, group.dimension, group.l2, 1, None, orders)
     else:
-        terms = [np.full(len(ORDERS), math.log(float(_binomial.pmf(0, K, q))))]
+        terms = [np.full(len(orders), math.log(float(_binomial.pmf(0, K, q))))]
         terms += [math.log(float(_binomial.pmf(k, K, q)))
-                  + invocation_moments(group.g, m, group.dimension, group.l2, k, kmax * group.g)
+                  + invocation_moments(group.g, m, group.dimension, group.l2, k, kmax * group.g, orders)
                   for k in range(1, kmax + 1)]
         step = logsumexp(np.array(terms), axis=0)
         charged += _binomial.sf(kmax, K, q)
-    return group.uses * step, group.uses * charged
+    return group.uses * step, group.uses * charged, group.messages * group.b > cap
+
+
+def _epsilons(groups: tuple[pvec.PvecGroup, ...], delta: float, orders: tuple[float, ...]) -> tuple[np.ndarray, bool]:
+    """(the converted epsilon at each order, module docstring, +inf where the charged mass
+    reaches delta; whether a group's noise was capped)."""
+    uses = sum(g.uses for g in groups if g.with_replacement)
+    tail = max(math.exp(pld_lib.LOG_TAIL_MASS), 1e-3 * delta / uses) if uses else 0.0
+    total, charged, capped = np.zeros(len(orders)), 0.0, False
+    for grp in groups:
+        if grp.uses:
+            m, c, cap = group_moments(grp, tail, orders)
+            total, charged, capped = total + m, charged + c, capped or cap
+    if charged >= delta:
+        return np.full(len(orders), np.inf), capped
+    a = np.array(orders)
+    eps = (total - a * np.log(a) + (a - 1) * np.log(a - 1) - math.log(delta - charged)) / (a - 1)
+    return np.where(np.isnan(eps), np.inf, eps), capped  # nan fails closed
 
 
 @functools.lru_cache(maxsize=512)
-def transcript_epsilon(groups: tuple[pvec.PvecGroup, ...], delta: float) -> float:
-    """Certified epsilon at ``delta`` of the whole transcript from the l2-aware moments (+inf when
-    a group has no l2 bound, or the charged mass reaches ``delta``)."""
+def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> tuple[float, bool]:
+    """(certified epsilon at ``delta`` of the whole transcript from the l2-aware moments, +inf when
+    a group has no l2 bound or the charged mass reaches ``delta``; whether some group was
+    certified at :func:`trials_cap` trials only): the minimum over the :data:`COARSE` orders,
+    then over the :data:`ORDERS` between the best one's neighbours (every order gives a bound)."""
     if not groups or any(g.l2 is None for g in groups):
-        return math.inf
-    uses = sum(g.uses for g in groups if g.with_replacement)
-    tail = max(math.exp(pld_lib.LOG_TAIL_MASS), 1e-3 * delta / uses) if uses else 0.0
-    total, charged = np.zeros(len(ORDERS)), 0.0
-    for grp in groups:
-        if grp.uses:
-            m, c = group_moments(grp, tail)
-            total, charged = total + m, charged + c
-    if charged >= delta:
-        return math.inf
-    a = ORDERS
-    eps = (total - a * np.log(a) + (a - 1) * np.log(a - 1) - math.log(delta - charged)) / (a - 1)
-    eps = np.where(np.isnan(eps), np.inf, eps)  # fail closed
-    return max(0.0, float(np.min(eps)))
+        return math.inf, False
+    coarse, capped = _epsilons(groups, delta, COARSE)
+    best = int(np.argmin(coarse))
+    lo, hi = COARSE[max(best - 1, 0)], COARSE[min(best + 1, len(COARSE) - 1)]
+    fine = tuple(a for a in ORDERS if lo < a < hi and a not in COARSE)
+    eps = float(np.min(coarse))
+    if fine:
+        more, cap = _epsilons(groups, delta, fine)
+        eps, capped = min(eps, float(np.min(more))), capped or cap
+    return max(0.0, eps), capped
+
+
+def transcript_epsilon(groups: tuple[pvec.PvecGroup, ...], delta: float) -> float:
+    """The certified epsilon of :func:`certificate`."""
+    return certificate(groups, delta)[0]
