@@ -225,18 +225,18 @@ def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: fl
     """Certified epsilon at ``delta`` of the whole transcript (cached per transcript). Both
     certificates are sound, so is any one of them and their minimum: the l2-aware one
     (:mod:`silodp.accounting.pvec_l2`) alone where it is finite, certified at every group's own
-    noise (no :func:`~silodp.accounting.pvec_l2.trials_cap`), and every group has an l2 bound at least
-    :data:`L2_PREFERRED` times below the per-coordinate charge d g^2 (the PLD, which costs far
-    more, cannot win there: its squared shift is that much larger, the Renyi conversion loses
-    less), else the smaller of it and the per-coordinate PLD."""
+    noise (no :func:`~silodp.accounting.pvec_l2.trials_cap`), at least :data:`L2_PREFERRED` times
+    its conversion floor, and every group has an l2 bound at least :data:`L2_PREFERRED` times below
+    the per-coordinate charge d g^2 (the PLD, which costs far more, cannot win there: its squared
+    shift is that much larger, the Renyi conversion loses less), else the smaller of the two."""
     from silodp.accounting import pvec_l2
 
     dl = check_delta("delta", delta)
-    l2, capped = pvec_l2.certificate(groups, dl)
-    if math.isfinite(l2) and not capped and all(g.l2 is not None and L2_PREFERRED * g.l2 ** 2 <= g.dimension * g.g ** 2
-                                                for g in groups):
-        return l2
-    return min(transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl), l2)
+    l2 = pvec_l2.certificate(groups, dl)
+    if (math.isfinite(l2.epsilon) and not l2.capped and l2.epsilon >= L2_PREFERRED * l2.floor
+            and all(g.l2 is not None and L2_PREFERRED * g.l2 ** 2 <= g.dimension * g.g ** 2 for g in groups)):
+        return l2.epsilon
+    return min(transcript_pld(groups, interval, dl).get_epsilon_for_delta(dl), l2.epsilon)
 
 
 def invocation_epsilon(g: int, b: int, messages: int, dimension: int, rotate: bool, delta: float) -> float:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 import numpy as np
 from scipy.special import logsumexp
 
@@ -53,9 +54,9 @@ from silodp.accounting import pld as pld_lib
 
 #: Renyi orders the certificate tries (more orders only tighten the minimum).
 ORDERS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0,
-          16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0)
+          16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
 #: The first pass's orders; the second adds the orders of :data:`ORDERS` around the best of them.
-COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0)
+COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 1024.0)
 #: Standard deviations of the noise window W (its outside mass, 2 exp(-WINDOW_SDS^2 / 2) per
 #: coordinate, about 4e-22, is charged to delta).
 WINDOW_SDS = 10.0
@@ -208,14 +209,25 @@ def _epsilons(groups: tuple[pvec.PvecGroup, ...], delta: float, orders: tuple[fl
     return np.where(np.isnan(eps), np.inf, eps), capped  # nan fails closed
 
 
+class Certificate(NamedTuple):
+    """``epsilon``: certified at the delta asked; ``capped``: some group was certified at
+    :func:`trials_cap` trials only; ``floor``: what the conversion alone costs (zero moments), the
+    smallest epsilon this certificate can give at that delta."""
+
+    epsilon: float
+    capped: bool
+    floor: float
+
+
 @functools.lru_cache(maxsize=512)
-def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> tuple[float, bool]:
-    """(certified epsilon at ``delta`` of the whole transcript from the l2-aware moments, +inf when
-    a group has no l2 bound or the charged mass reaches ``delta``; whether some group was
-    certified at :func:`trials_cap` trials only): the minimum over the :data:`COARSE` orders,
-    then over the :data:`ORDERS` between the best one's neighbours (every order gives a bound)."""
+def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> Certificate:
+    """The l2-aware certificate of the whole transcript at ``delta`` (epsilon +inf when a group
+    has no l2 bound or the charged mass reaches ``delta``): the minimum over the :data:`COARSE`
+    orders, then over the :data:`ORDERS` between the best one's neighbours (every order bounds)."""
+    a = np.array(ORDERS)
+    floor = max(0.0, float(np.min(((a - 1) * np.log(a - 1) - a * np.log(a) - math.log(delta)) / (a - 1))))
     if not groups or any(g.l2 is None for g in groups):
-        return math.inf, False
+        return Certificate(math.inf, False, floor)
     coarse, capped = _epsilons(groups, delta, COARSE)
     best = int(np.argmin(coarse))
     lo, hi = COARSE[max(best - 1, 0)], COARSE[min(best + 1, len(COARSE) - 1)]
@@ -224,9 +236,9 @@ def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> tuple[float
     if fine:
         more, cap = _epsilons(groups, delta, fine)
         eps, capped = min(eps, float(np.min(more))), capped or cap
-    return max(0.0, eps), capped
+    return Certificate(max(0.0, eps), capped, floor)
 
 
 def transcript_epsilon(groups: tuple[pvec.PvecGroup, ...], delta: float) -> float:
     """The certified epsilon of :func:`certificate`."""
-    return certificate(groups, delta)[0]
+    return certificate(groups, delta).epsilon
