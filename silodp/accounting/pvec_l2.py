@@ -56,7 +56,7 @@ from silodp.accounting import pld as pld_lib
 ORDERS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 14.0,
           16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
 #: The first pass's orders; the second adds the orders of :data:`ORDERS` around the best of them.
-COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 1024.0)
+COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 512.0, 4096.0)
 #: Standard deviations of the noise window W (its outside mass, 2 exp(-WINDOW_SDS^2 / 2) per
 #: coordinate, about 4e-22, is charged to delta).
 WINDOW_SDS = 10.0
