@@ -43,14 +43,23 @@ class Descendants:
     """Every process that descends from this one while it watches (polled every 0.1 s), with its
     latest command line (a child seen between fork and exec still shows its parent's)."""
 
+    #: Python's own helper of this process (multiprocessing's semaphore tracker, started by any
+    #: earlier use of multiprocessing in the worker): it lives as long as the test process.
+    OWN_HELPERS = ("multiprocessing.resource_tracker",)
+
     def __init__(self) -> None:
         self.seen: dict[psutil.Process, str] = {}  # a Process is its (pid, creation time)
+        self._before = set(psutil.Process().children(recursive=True))  # not the test's to stop
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _poll(self) -> None:
         for proc in psutil.Process().children(recursive=True):
+            if proc in self._before:
+                continue
             with contextlib.suppress(psutil.Error):
+                if any(helper in " ".join(proc.cmdline()) for helper in self.OWN_HELPERS):
+                    continue
                 if cmd := " ".join(proc.cmdline()):  # a zombie's is empty: keep the last one
                     self.seen[proc] = cmd
                 else:
