@@ -11,7 +11,7 @@ CALIBRATION_CHOICES = {"tight": ("tight",), "paper": ("paper",), "both": ("tight
 def register(subparsers) -> None:
     p = subparsers.add_parser("reproduce", help="reproduce a paper experiment: resumable sweep, summary, claims")
     p.add_argument("preset", metavar="PRESET",
-                   help="wbcd | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
+                   help="wbcd | wbcd-sdp | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
     p.add_argument("--quick", action="store_true", help="the preset's small variant (seconds)")
     p.add_argument("--store", default="results.db", help="SQLite results store (created; resumed if present)")
     p.add_argument("--scheduler", default=None, metavar="ADDR", help="Dask scheduler address, e.g. tcp://host:8786")
