@@ -78,8 +78,7 @@ def shift_moments(trials: int, shifts: int, orders: tuple[float, ...] = ORDERS) 
     """(log T_a(s) for a in ``orders`` and s = 0..``shifts``, an [orders, shifts + 1] array; the
     noise mass outside the window); +inf where P_W leaves Q's support, and everywhere beyond
     :data:`MAX_WORK`."""
-    sd = 0.5 * math.sqrt(trials)
-    if len(orders) * (shifts + 1) * 2 * WINDOW_SDS * sd > MAX_WORK:  # too costly: no l2 certificate
+    if trials > trials_cap(shifts, len(orders)):  # too costly: no l2 certificate
         return np.full((len(orders), shifts + 1), np.inf), 1.0
     lo, c, outside = pvec._log_pmf_from_mode(trials, shifts, WINDOW_SDS)
     n = trials - 2 * lo + 1  # window points
@@ -204,9 +203,15 @@ def _epsilons(groups: tuple[pvec.PvecGroup, ...], delta: float, orders: tuple[fl
             total, charged, capped = total + m, charged + c, capped or cap
     if charged >= delta:
         return np.full(len(orders), np.inf), capped
+    return _convert(total, orders, delta - charged), capped
+
+
+def _convert(moments: np.ndarray, orders: tuple[float, ...], delta: float) -> np.ndarray:
+    """epsilon(a) = (M(a) - a ln a + (a - 1) ln(a - 1) - ln delta) / (a - 1) per order (module
+    docstring); nan fails closed to +inf."""
     a = np.array(orders)
-    eps = (total - a * np.log(a) + (a - 1) * np.log(a - 1) - math.log(delta - charged)) / (a - 1)
-    return np.where(np.isnan(eps), np.inf, eps), capped  # nan fails closed
+    eps = (moments - a * np.log(a) + (a - 1) * np.log(a - 1) - math.log(delta)) / (a - 1)
+    return np.where(np.isnan(eps), np.inf, eps)
 
 
 class Certificate(NamedTuple):
@@ -224,8 +229,7 @@ def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> Certificate
     """The l2-aware certificate of the whole transcript at ``delta`` (epsilon +inf when a group
     has no l2 bound or the charged mass reaches ``delta``): the minimum over the :data:`COARSE`
     orders, then over the :data:`ORDERS` between the best one's neighbours (every order bounds)."""
-    a = np.array(ORDERS)
-    floor = max(0.0, float(np.min(((a - 1) * np.log(a - 1) - a * np.log(a) - math.log(delta)) / (a - 1))))
+    floor = max(0.0, float(np.min(_convert(np.zeros(len(ORDERS)), ORDERS, delta))))
     if not groups or any(g.l2 is None for g in groups):
         return Certificate(math.inf, False, floor)
     coarse, capped = _epsilons(groups, delta, COARSE)

@@ -3,8 +3,8 @@
 
 Presets (``preset(name, quick=False)``) follow Sec 4 and App H.2-H.4 of Lowy, Ghafelebashi &
 Razaviyayn (2023): seven epsilons, the (M, R) settings, step sizes, clip thresholds, SPIDER's phase
-length q, five algorithms, ten trials; ``wbcd`` adds a shuffle-DP arm on the same grid
-(``wbcd-sdp`` is that arm alone). ``scaffold-synthetic`` follows Noble, Bellet & Dieuleveut
+length q, five algorithms, ten trials; ``wbcd-sdp`` is a shuffle-DP arm on a reduced WBCD grid
+(not in the paper's experiments). ``scaffold-synthetic`` follows Noble, Bellet & Dieuleveut
 (2022, Sec 5): DP-SCAFFOLD vs DP-FedAvg over the number of local steps and the heterogeneity.
 Each preset has a quick variant (a few runs, for CI and notebooks).
 """
