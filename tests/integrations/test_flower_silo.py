@@ -47,7 +47,7 @@ def test_certificate_is_the_exact_composition_across_runs(tmp_path, budget):
     for _ in range(4):
         db.release("b", step(), "train")
     assert db.spent() == pytest.approx(exact(10), rel=1e-6) and db.spent() <= budget
-    assert db.run_epsilon("b") == pytest.approx(exact(4), rel=1e-6)
+    assert db.epsilons("b")[0] == pytest.approx(exact(4), rel=1e-6)
     # the whole plan of a third run is refused before its first message, naming the numbers
     with pytest.raises(SiloRefusal, match=r"budget epsilon .* spent .* requested") as info:
         db.admit("c", [step(1)])
