@@ -86,7 +86,7 @@ def run(grid: Grid, settings: Settings) -> dict:
         log(INFO, "round %d/%d: test loss %.4f, test error %.4f; %s", r + 1, settings.rounds, loss,
             1.0 - problem.accuracy(w, test), silos)
     out = {"rounds": len(iterates), "refused": refused, "unavailable": unavailable,
-           "worst_silo_epsilon": float(worst[EPSILON_KEY]) if worst else 0.0, "simulator_epsilon": prepared.epsilon}
+           "worst_silo_epsilon": float(worst[EPSILON_KEY]) if worst else 0.0, "simulator_epsilon": prepared.certified}
     if iterates:  # the algorithm's output: the last iterate (MB-SGD) or a uniform one (SPIDER, Alg 3 line 17)
         w_out = iterates[int(torch.randint(len(iterates), (1,), generator=gen))] if algo.uniform_output else w
         out.update(w=w_out, test_error=1.0 - problem.accuracy(w_out, prepared.data.test),

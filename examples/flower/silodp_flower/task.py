@@ -76,7 +76,16 @@ class Setup:
     problem: Problem
     algorithm: object
     sigmas: dict
-    epsilon: float
+    epsilon: float  #: the calibration's certificate (under the calibration's accountant)
+
+    @functools.cached_property
+    def certified(self) -> float:
+        """silodp's tightest certificate of these noises (:func:`silodp.algorithms.privacy.certify`,
+        as every silo's ledger certifies): what the smallest silo reports."""
+        from silodp.algorithms.privacy import certify
+
+        cfg = self.algorithm.transcript_config(self.problem, self.data.train)
+        return certify(self.algorithm, cfg, self.sigmas, self.algorithm.delta)[0]
 
 
 @functools.lru_cache(maxsize=4)
