@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import sqlite3
 import time
 from collections import Counter
@@ -47,6 +48,9 @@ NODE_LEDGER = "silodp-ledger"
 NODE_BUDGET_EPSILON = "silodp-budget-epsilon"
 NODE_BUDGET_DELTA = "silodp-budget-delta"
 NODE_RUN_EPSILON = "silodp-run-epsilon"
+#: The simulation engine gives its nodes no node config of their own (only ``partition-id``): there
+#: the host's environment declares the silos' budgets, a ledger file per partition in a directory.
+ENV_LEDGER_DIR, ENV_BUDGET_EPSILON, ENV_BUDGET_DELTA = "SILODP_LEDGER_DIR", "SILODP_BUDGET_EPSILON", "SILODP_BUDGET_DELTA"
 #: Caps on what the server proposes (node-config key -> (field, default)).
 NODE_CAPS = {"silodp-max-rounds": ("max_rounds", 10_000), "silodp-max-batch-size": ("max_batch_size", 100_000),
              "silodp-max-clip": ("max_clip", 1e3), "silodp-max-step-size": ("max_step_size", 1e3)}
@@ -103,7 +107,7 @@ class SiloPolicy:
         if not str(self.ledger):
             raise SiloRefusal(f"{NODE_LEDGER}: must be a file path")
         _finite(NODE_BUDGET_EPSILON, self.budget_epsilon)
-        if not 0 < float(self.budget_delta) < 1:
+        if not 0 < _finite(NODE_BUDGET_DELTA, self.budget_delta) < 1:
             raise SiloRefusal(f"{NODE_BUDGET_DELTA}: must lie in (0, 1), got {self.budget_delta!r}")
         if self.run_epsilon is not None:
             _finite(NODE_RUN_EPSILON, self.run_epsilon)
@@ -121,8 +125,22 @@ class SiloPolicy:
                 if key in node_config}
         run = node_config.get(NODE_RUN_EPSILON)
         return cls(str(node_config[NODE_LEDGER]), _finite(NODE_BUDGET_EPSILON, node_config[NODE_BUDGET_EPSILON]),
-                   float(node_config[NODE_BUDGET_DELTA]), None if run in (None, "") else _finite(NODE_RUN_EPSILON, run),
+                   _finite(NODE_BUDGET_DELTA, node_config[NODE_BUDGET_DELTA]), None if run in (None, "") else _finite(NODE_RUN_EPSILON, run),
                    **caps)
+
+    @classmethod
+    def for_node(cls, node_config: Mapping, environ: Mapping | None = None) -> "SiloPolicy":
+        """:meth:`from_node_config`, or, when the node config declares no budget and the host's
+        environment does (``SILODP_LEDGER_DIR``, ``SILODP_BUDGET_EPSILON``, ``SILODP_BUDGET_DELTA``:
+        the simulation engine, whose one operator runs every silo), the ledger
+        ``silo-<partition-id>.sqlite`` in that directory. Never the run config."""
+        env = os.environ if environ is None else environ
+        if NODE_LEDGER in node_config or ENV_LEDGER_DIR not in env or "partition-id" not in node_config:
+            return cls.from_node_config(node_config)
+        path = Path(env[ENV_LEDGER_DIR]) / f"silo-{int(node_config['partition-id'])}.sqlite"
+        return cls.from_node_config({**node_config, NODE_LEDGER: str(path),
+                                     NODE_BUDGET_EPSILON: env.get(ENV_BUDGET_EPSILON, "missing"),
+                                     NODE_BUDGET_DELTA: env.get(ENV_BUDGET_DELTA, "missing")})
 
     def check_proposal(self, *, rounds, batch_size, clip, step_size) -> None:
         """The server's proposed plan, against this silo's caps: each a positive finite number
@@ -166,7 +184,7 @@ def certify_releases(releases: Iterable[GaussianRelease], delta: float) -> float
     """silodp's tightest certificate of the adaptive composition of ``releases`` at ``delta``
     (:func:`silodp.accounting.tightest_epsilon` of their
     :func:`~silodp.accounting.releases.releases_event`; 0 for none), memoized per process."""
-    return _certified(_dumps(releases), float(delta))
+    return _certified(dump_releases(releases), float(delta))
 
 
 @functools.lru_cache(maxsize=256)
@@ -174,7 +192,7 @@ def _certified(dumped: str, delta: float) -> float:
     from silodp.accounting import tightest_epsilon
     from silodp.accounting.releases import releases_event
 
-    rows = _loads(dumped)
+    rows = load_releases(dumped)
     return tightest_epsilon(releases_event(rows), delta)[0] if rows else 0.0
 
 
@@ -191,11 +209,12 @@ def bound_releases(releases: Iterable[GaussianRelease], delta: float) -> float:
     return acc.compose(event).get_epsilon(delta) if rows and acc.supports(event) else certify_releases(rows, delta)
 
 
-def _dumps(releases: Iterable[GaussianRelease]) -> str:
+def dump_releases(releases: Iterable[GaussianRelease]) -> str:
+    """``releases``, grouped, as JSON (:func:`load_releases` reads it back)."""
     return json.dumps([list(_key(r)) + [int(r.count)] for r in grouped(releases)])
 
 
-def _loads(text: str) -> list[GaussianRelease]:
+def load_releases(text: str) -> list[GaussianRelease]:
     return [GaussianRelease(g, int(c), float(z), BatchSampling(s), int(k), int(n)) for g, z, s, k, n, c in json.loads(text)]
 
 
@@ -264,7 +283,7 @@ class SiloLedgerDB:
         return [GaussianRelease(g, c, z, BatchSampling(s), k, n) for g, c, z, s, k, n in db.execute(sql, args)]
 
     def _cache_key(self, releases: Iterable[GaussianRelease]) -> str:
-        return f"eps|{self.budget_delta!r}|{_dumps(releases)}"
+        return f"eps|{self.budget_delta!r}|{dump_releases(releases)}"
 
     def _certify(self, db: sqlite3.Connection, releases: Iterable[GaussianRelease]) -> float:
         """The certificate of ``releases`` at the budget's delta, cached in the file by its key."""
@@ -287,7 +306,7 @@ class SiloLedgerDB:
             plan = db.execute("SELECT releases, epsilon, after_id FROM plans WHERE run_id = ?", (run_id,)).fetchone()
             caps = [math.inf, math.inf]
             if plan is not None:
-                caps[0] = self._cached(db, _loads(plan[0]))
+                caps[0] = self._cached(db, load_releases(plan[0]))
                 foreign = db.execute("SELECT COUNT(*) FROM releases WHERE id > ? AND run_id != ?",
                                      (plan[2], run_id)).fetchone()[0]
                 caps[1] = math.inf if foreign else float(plan[1])
@@ -363,7 +382,7 @@ class SiloLedgerDB:
             if refusal is None:
                 after = db.execute("SELECT COALESCE(MAX(id), 0) FROM releases").fetchone()[0]
                 db.execute("INSERT INTO plans (run_id, releases, epsilon, after_id) VALUES (?, ?, ?, ?)",
-                           (run_id, _dumps(plan), total, after))
+                           (run_id, dump_releases(plan), total, after))
                 return total
         raise self.refuse(run_id, refusal)
 
@@ -377,7 +396,7 @@ class SiloLedgerDB:
             if plan is None:
                 refusal = f"silo refuses a {message} message of run {run_id}: the run declared no plan"
             else:
-                declared = Counter({_key(r): r.count for r in _loads(plan[0])})
+                declared = Counter({_key(r): r.count for r in load_releases(plan[0])})
                 mine = Counter({_key(r): r.count for r in grouped(self._rows(db, run_id))})
                 foreign = db.execute("SELECT COUNT(*) FROM releases WHERE id > ? AND run_id != ?",
                                      (plan[1], run_id)).fetchone()[0]
@@ -396,4 +415,5 @@ class SiloLedgerDB:
 
 
 __all__ = ["NODE_BUDGET_DELTA", "NODE_BUDGET_EPSILON", "NODE_LEDGER", "NODE_RUN_EPSILON", "SiloLedgerDB",
-           "SiloPolicy", "SiloRefusal", "as_declared", "bound_releases", "certify_releases", "grouped"]
+           "SiloPolicy", "SiloRefusal", "as_declared", "bound_releases", "certify_releases", "dump_releases",
+           "load_releases", "grouped"]

@@ -129,6 +129,13 @@ def test_policy_comes_from_the_node_config_and_caps_the_server():
             policy.check_proposal(**{**ok, name: bad})
     with pytest.raises(SiloRefusal, match="silodp-budget-epsilon"):
         SiloPolicy.from_node_config({**node, "silodp-budget-epsilon": math.nan})
+    # the simulation engine's nodes: the host's environment, a ledger per partition; never the run
+    env = {"SILODP_LEDGER_DIR": "/ledgers", "SILODP_BUDGET_EPSILON": "2", "SILODP_BUDGET_DELTA": "1e-6"}
+    sim = SiloPolicy.for_node({"partition-id": 1, "num-partitions": 2}, env)
+    assert (sim.ledger, sim.budget_epsilon, sim.budget_delta) == ("/ledgers/silo-1.sqlite", 2.0, 1e-6)
+    assert SiloPolicy.for_node(node, env).ledger == "x.sqlite"  # a node config's own budget first
+    with pytest.raises(SiloRefusal, match="declares no silodp budget"):
+        SiloPolicy.for_node({"partition-id": 1}, {})
 
 
 def test_run_cap_and_declared_domination(tmp_path, budget):

@@ -11,11 +11,14 @@ noise from its own secret randomness. EVALUATE and QUERY messages carry no decla
 are refused (and counted as refusals). A silo's partition comes from its node config
 (``partition-id``).
 
-torch and the data load only where a message trains (imports inside :func:`train`).
+torch and the data load only where a message trains: the plan (calibration, declared releases)
+is cached on the silo's disk per (silo, plan), so a run refused at admission never imports them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
@@ -23,7 +26,14 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from silodp.integrations.flower import EPSILON_KEY
-from silodp.integrations.flower_silo import SiloLedgerDB, SiloPolicy, SiloRefusal, as_declared
+from silodp.integrations.flower_silo import (
+    SiloLedgerDB,
+    SiloPolicy,
+    SiloRefusal,
+    as_declared,
+    dump_releases,
+    load_releases,
+)
 
 #: Reply metrics besides EPSILON_KEY: the silo's epsilon spent over all runs, and what is left.
 SPENT_KEY, LEFT_KEY = "silodp_spent", "silodp_left"
@@ -33,26 +43,25 @@ def _refusal(msg: Message, reason: str) -> Message:
     return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, reason), reply_to=msg)
 
 
-def _model(arrays: ArrayRecord, name: str, dim: int | None):
+def _model(arrays: ArrayRecord, name: str, dim: int):
     """The server's array ``name`` as float64, refused unless present, of ``dim`` entries and finite:
     checked before anything touches the silo's records."""
     import numpy as np
-    import torch
 
     if name not in arrays:
         raise SiloRefusal(f"arrays: the message lacks {name!r}")
     value = np.asarray(arrays[name].numpy(), dtype=np.float64)
-    if value.ndim != 1 or (dim is not None and value.shape[0] != dim):
+    if value.shape != (dim,):
         raise SiloRefusal(f"arrays[{name!r}]: shape {value.shape}, expected ({dim},)")
     if not np.isfinite(value).all():
         raise SiloRefusal(f"arrays[{name!r}]: holds non-finite values")
-    return torch.from_numpy(value)
+    return value
 
 
 def train(msg: Message, context: Context, settings=None, policy: SiloPolicy | None = None) -> Message:
     """Silo ``partition-id``'s reply to a train message: its noisy message, or a refusal."""
     try:
-        policy = policy or SiloPolicy.from_node_config(context.node_config)
+        policy = policy or SiloPolicy.for_node(context.node_config)
         ledger = policy.open_ledger()
     except (SiloRefusal, OSError) as exc:
         return _refusal(msg, str(exc))
@@ -65,12 +74,20 @@ def train(msg: Message, context: Context, settings=None, policy: SiloPolicy | No
         return _refusal(msg, str(ledger.refuse(run_id, f"silo refuses a train message of run {run_id}: {exc}")))
 
 
-def _train(msg: Message, context: Context, settings, policy: SiloPolicy, ledger: SiloLedgerDB, run_id: str) -> Message:
-    import secrets
-
+def _plan_entry(settings, partition_id: int, delta: float) -> dict:
+    """What the silo caches on its disk per (silo, plan): its calibration, its declared releases
+    and the model's dimension (computing them needs torch and the data; reading them does not)."""
     import torch
 
-    from silodp_flower.task import Settings, silo_message, silo_plan, silo_release
+    from silodp_flower.task import silo_plan
+
+    plan = silo_plan(settings, partition_id, delta)
+    dim = plan.problem.model.init(torch.Generator().manual_seed(0), dtype=torch.float64).numel()
+    return {"sigmas": plan.sigmas, "releases": dump_releases(plan.releases), "dim": int(dim)}
+
+
+def _train(msg: Message, context: Context, settings, policy: SiloPolicy, ledger: SiloLedgerDB, run_id: str) -> Message:
+    from silodp_flower.settings import Settings
 
     settings = settings or Settings.from_run_config(context.run_config)
     policy.check_proposal(rounds=settings.rounds, batch_size=settings.batch_size, clip=settings.clip,
@@ -84,19 +101,34 @@ def _train(msg: Message, context: Context, settings, policy: SiloPolicy, ledger:
     kind = str(config["kind"])
     if kind not in ("grad", "diff"):
         raise SiloRefusal(f"config['kind']: must be 'grad' or 'diff', got {kind!r}")
-    plan = silo_plan(settings, int(context.node_config["partition-id"]), policy.budget_delta, ledger.cached)
-    dim = plan.problem.model.init(torch.Generator().manual_seed(0), dtype=torch.float64).numel()
-    w = _model(arrays, "w", dim)
-    w_prev = _model(arrays, "w_prev", dim) if kind == "diff" else None
-    ledger.admit(run_id, plan.releases, policy.run_epsilon)  # the whole plan, before the first release
+    partition = int(context.node_config["partition-id"])
+    own = dataclasses.asdict(dataclasses.replace(settings, model_path=""))
+    entry = ledger.cached(f"plan|{json.dumps(own, sort_keys=True)}|{partition}|{policy.budget_delta!r}",
+                          lambda: _plan_entry(settings, partition, policy.budget_delta))
+    declared = load_releases(entry["releases"])
+    w = _model(arrays, "w", entry["dim"])
+    w_prev = _model(arrays, "w_prev", entry["dim"]) if kind == "diff" else None
+    ledger.admit(run_id, declared, policy.run_epsilon)  # the whole plan, before the first release
+    return _release(msg, settings, policy, ledger, run_id, partition, entry["sigmas"], declared, kind, w, w_prev)
+
+
+def _release(msg, settings, policy, ledger, run_id, partition, sigmas, declared, kind, w, w_prev) -> Message:
+    """The admitted run's release: accounted, then computed on the silo's records."""
+    import secrets
+
+    import torch
+
+    from silodp_flower.task import silo_message, silo_plan, silo_release
+
+    plan = silo_plan(settings, partition, policy.budget_delta, sigmas)
+    w = torch.from_numpy(w).to(plan.fed.x.dtype)
+    w_prev = None if w_prev is None else torch.from_numpy(w_prev).to(plan.fed.x.dtype)
     std = plan.std(kind, w, w_prev)  # the silo's noise, from its calibration and the server's model only
     _, release = silo_release(plan.problem, kind, w, w_prev, std, settings.batch_size, plan.fed.min_size)
-    ledger.release(run_id, as_declared(release, plan.releases), "train")  # recorded before it leaves
+    ledger.release(run_id, as_declared(release, declared), "train")  # recorded before it leaves
     # fresh secret randomness: a seed the server could know would let it subtract the noise
     generator = torch.Generator().manual_seed(secrets.randbits(63))
-    message, _ = silo_message(plan.problem, plan.fed, kind, w.to(plan.fed.x.dtype),
-                              None if w_prev is None else w_prev.to(plan.fed.x.dtype), std, settings.batch_size,
-                              generator)
+    message, _ = silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size, generator)
     run_eps, spent = ledger.epsilons(run_id)
     metrics = MetricRecord({"num-examples": 1, EPSILON_KEY: run_eps, SPENT_KEY: spent,
                             LEFT_KEY: max(0.0, policy.budget_epsilon - spent)})
@@ -109,7 +141,7 @@ def unreleased(msg: Message, context: Context, policy: SiloPolicy | None = None)
     records the refusal); nothing computed on its records leaves."""
     reason = f"silo refuses a {msg.metadata.message_type} message: it releases only its declared train messages"
     try:
-        (policy or SiloPolicy.from_node_config(context.node_config)).open_ledger().refuse(str(context.run_id), reason)
+        (policy or SiloPolicy.for_node(context.node_config)).open_ledger().refuse(str(context.run_id), reason)
     except (SiloRefusal, OSError) as exc:
         reason = f"{reason} ({exc})"
     return _refusal(msg, reason)

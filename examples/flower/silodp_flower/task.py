@@ -6,8 +6,8 @@ The noise comes from the very algorithm class ``silodp run`` uses
 (:meth:`FederatedAlgorithm.resolve_noise`: :func:`silodp.algorithms.privacy.calibrate_algorithm`
 on its declared releases), so a Flower run and a simulator run of the same settings release the
 same messages with the same noise and certify the same epsilon. Each silo still keeps its own
-ledger (:class:`silodp.integrations.flower.SiloLedger`) of what it really sent, and refuses a
-request that would take it past its own budget: the server is not trusted with the accounting.
+ledger (:mod:`silodp.integrations.flower_silo`) of what it really sent, and refuses a request
+that would take it past its own budget: the server is not trusted with the accounting.
 """
 
 from __future__ import annotations
@@ -19,56 +19,12 @@ import math
 import torch
 
 from silodp.accounting.releases import BatchSampling, GaussianRelease
-from silodp.algorithms import Federation, Problem, get_algorithm
+from silodp.algorithms import Federation, Problem
 from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
 from silodp.algorithms.grads import clip_rows, clipped_grad_sum, clipped_per_sample
 from silodp.experiments.datasets import load_cached, model_for
-
-ALGORITHMS = ("isrl-mb-sgd", "isrl-spider")
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The ``[tool.flwr.app.config]`` of ``pyproject.toml`` (Flower spells keys with dashes)."""
-
-    algorithm: str = "isrl-mb-sgd"
-    dataset: str = "wbcd"
-    model: str = "linear"
-    epsilon: float = 3.0
-    delta: float = 1e-4
-    rounds: int = 25
-    batch_size: int = 32
-    q: int = 5
-    step_size: float = 0.5
-    clip: float = 1.0
-    seed: int = 0
-    #: silodp accountant of the calibration and of every silo's ledger ("": the tightest
-    #: candidate, as `silodp run`; "rdp" is much faster for with-replacement batches)
-    accountant: str = ""
-    #: where the ServerApp saves the final model (``.npy``; "": not saved)
-    model_path: str = ""
-
-    def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-
-    @classmethod
-    def from_run_config(cls, config: dict) -> "Settings":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        out = {}
-        for key, value in config.items():
-            name = key.replace("-", "_")
-            if name in fields:
-                out[name] = type(getattr(cls, name))(value)
-        return cls(**out)
-
-    def algorithm_object(self):
-        extra = {"q": self.q} if self.algorithm == "isrl-spider" else {}
-        return get_algorithm(self.algorithm, rounds=self.rounds, batch_size=self.batch_size,
-                             step_size=self.step_size, epsilon=self.epsilon, delta=self.delta,
-                             accountant=self.accountant or None, **extra)
-
+from silodp_flower.settings import ALGORITHMS, Settings  # noqa: F401 (re-exported)
 
 @dataclasses.dataclass
 class Setup:
@@ -121,23 +77,16 @@ class SiloPlan:
         raise ValueError(f"kind: {self.settings.algorithm} sends no {kind!r} messages")
 
 
-def silo_plan(settings: Settings, partition_id: int, delta: float, cache=None) -> SiloPlan:
-    """Silo ``partition_id``'s :class:`SiloPlan` of ``settings`` at the silo's ``delta``; the
-    calibration is computed once per (silo, plan) through ``cache(key, compute)`` when given
-    (:meth:`silodp.integrations.flower_silo.SiloLedgerDB.cached`: the silo's disk)."""
-    import json
-
+def silo_plan(settings: Settings, partition_id: int, delta: float, sigmas: dict | None = None) -> SiloPlan:
+    """Silo ``partition_id``'s :class:`SiloPlan` of ``settings`` at the silo's ``delta``, with the
+    calibration ``sigmas`` when given (the client caches them on the silo's disk)."""
     own = dataclasses.replace(settings, delta=delta)
     data = load_cached(own.dataset, own.seed, 0.2, 0.2)
     problem = Problem(model_for(data, own.model), data.loss, clip=own.clip)
     fed = silo_data(data, partition_id)
     algo = own.algorithm_object()
 
-    def calibrate() -> dict:
-        return algo.resolve_noise(problem, fed)[0]
-
-    key = f"calibration|{json.dumps(dataclasses.asdict(own), sort_keys=True)}|{partition_id}|{fed.min_size}"
-    sigmas = cache(key, calibrate) if cache is not None else calibrate()
+    sigmas = algo.resolve_noise(problem, fed)[0] if sigmas is None else sigmas
     return SiloPlan(own, problem, fed, algo, sigmas, algo.declared_releases(problem, fed, sigmas, None))
 
 
