@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import psutil
 import pytest
@@ -108,3 +109,28 @@ def healthy(port: int) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def started(cmd: list[str], env: dict, log: Path):
+    """``cmd`` in its own process group (its children with it); stopped by its PID on exit."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    """Wait until ``proc`` answers on ``port``'s /health (it must not exit meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not healthy(port):
+        assert proc.poll() is None and time.monotonic() < deadline, f"{proc.args[0]} did not start:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)

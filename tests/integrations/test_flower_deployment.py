@@ -9,7 +9,6 @@ the test starts is stopped by its PID (its process group), and none outlives the
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ pytest.importorskip("flwr")
 pytest.importorskip("psutil")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flower_processes import Descendants, free_port, healthy, run_in_own_group  # noqa: E402
+from flower_processes import Descendants, free_port, run_in_own_group, started, wait_healthy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -35,32 +34,6 @@ BIN = Path(sys.executable).parent
 CONFIG = {"algorithm": "isrl-mb-sgd", "rounds": 2, "epsilon": 3.0, "delta": 1e-4, "accountant": "rdp"}
 #: each silo's budget: 1.2 times its certificate of one run (two runs do not fit)
 ROOM = 1.2
-
-
-@contextlib.contextmanager
-def started(cmd: list[str], env: dict, log: Path):
-    """``cmd`` in its own process group (its children with it); stopped by its PID on exit."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not healthy(port):
-        assert proc.poll() is None and time.monotonic() < deadline, f"not started:\n{log.read_text()[-3000:]}"
-        time.sleep(0.2)
 
 
 def ledger(path: Path, env: dict) -> dict:

@@ -7,11 +7,8 @@ import contextlib
 import dataclasses
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,7 @@ import ray  # noqa: E402
 from silodp.algorithms.privacy import certify  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flower_processes import Descendants, free_port, healthy, run_in_own_group  # noqa: E402
+from flower_processes import Descendants, free_port, run_in_own_group, started, wait_healthy  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower"
 sys.path.insert(0, str(EXAMPLE))
@@ -101,26 +98,10 @@ def superlink(env: dict, log: Path, timeout: float = 60.0):
     address, then stops that group (its SuperExec and simulation processes follow their parent).
     Runtime dependency installation is off: the app runs in this environment, silodp included."""
     port = free_port()
-    with log.open("w") as out:
-        proc = subprocess.Popen([str(BIN / "flower-superlink"), "--insecure", "--simulation",
-                                 "--disable-runtime-dependency-installation", "--host", "127.0.0.1",
-                                 "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while not healthy(port):
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                f"flower-superlink did not start:\n{log.read_text()[-3000:]}"
-            time.sleep(0.2)
+    with started([str(BIN / "flower-superlink"), "--insecure", "--simulation", "--disable-runtime-dependency-installation",
+                  "--host", "127.0.0.1", "--port", str(port)], env, log) as proc:
+        wait_healthy(port, proc, log, timeout)
         yield f"127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.mark.slow
