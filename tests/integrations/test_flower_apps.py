@@ -159,3 +159,24 @@ def test_a_malicious_server_gets_nothing_unaccounted(tmp_path):
     s = summaries(grid)[0]
     assert s["runs"][0]["releases"] == 6 == len(answered)  # the ledger is what left the silo
     assert s["epsilon_spent"] == budget and s["refused"] == len(hostile) + 1
+
+
+class FlakyGrid(InProcessGrid):
+    """Node 101's SuperNode dies after the first round: Flower answers for it NODE_UNAVAILABLE."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error
+        from flwr.common.constant import ErrorCode
+
+        self.round = getattr(self, "round", -1) + 1
+        return [Message(Error(ErrorCode.NODE_UNAVAILABLE, "Node Unavailable"), reply_to=m)
+                if m.metadata.dst_node_id == 101 and self.round else client_app(m, self.contexts[m.metadata.dst_node_id])
+                for m in messages]
+
+
+def test_a_dead_supernode_is_unavailable_not_refused(tmp_path):
+    grid = FlakyGrid(2, CONFIG, tmp_path, 3.0, 1e-4)
+    out = run(grid, Settings.from_run_config(CONFIG))
+    assert out["rounds"] == 6 and out["refused"] == {} and out["unavailable"] == {101: [1, 2, 3, 4, 5]}
+    # the missed rounds released nothing: silo 1's ledger holds its one release
+    assert [s["runs"][0]["releases"] for s in summaries(grid)] == [6, 1]
