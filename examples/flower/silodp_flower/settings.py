@@ -22,8 +22,8 @@ class Settings:
     step_size: float = 0.5
     clip: float = 1.0
     seed: int = 0
-    #: silodp accountant of the calibration and of every silo's ledger ("": the tightest
-    #: candidate, as `silodp run`; "rdp" is much faster for with-replacement batches)
+    #: silodp accountant of the calibration ("": the tightest candidate, as `silodp run`); every
+    #: silo's ledger certifies with the tightest whatever this says
     accountant: str = ""
     #: where the ServerApp saves the final model (``.npy``; "": not saved)
     model_path: str = ""
