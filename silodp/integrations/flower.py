@@ -10,7 +10,8 @@ with a per-silo ledger, and a worst-silo epsilon aggregator.
   rounds) with silodp's accountants, keeps its ledger in the SuperNode's own ledger file when the
   node config declares a budget (:mod:`silodp.integrations.flower_silo`; else in
   ``Context.state``), reports its epsilon in its metrics, refuses to reply once the next
-  release would exceed its budget, and lets nothing else out (metrics, EVALUATE, QUERY). Flower's ``LocalDpMod`` composes nothing across rounds and uses
+  release would exceed its budget, and lets nothing else out (metrics, EVALUATE, QUERY).
+  Flower's ``LocalDpMod`` composes nothing across rounds and uses
   the classical Gaussian formula (Dwork & Roth 2014, Thm A.1, valid for epsilon < 1 only).
 * :func:`worst_silo_epsilon` aggregates the silos' reports on the server: ISRL-DP (paper
   Definition 4) holds for the federation at the *largest* silo epsilon.
@@ -254,9 +255,10 @@ class IsrlDpMod:
 
     The ledger: when the SuperNode's node config declares a silodp budget
     (:class:`~silodp.integrations.flower_silo.SiloPolicy`: ``silodp-ledger``,
-    ``silodp-budget-epsilon``, ``silodp-budget-delta``), the silo's persistent ledger file, across
-    runs: the run's plan of ``rounds`` releases is admitted before its first message and each
-    release recorded before it leaves. Otherwise (e.g. the simulation engine) the node's
+    ``silodp-budget-epsilon``, ``silodp-budget-delta``; or the host's environment does, for the
+    simulation engine), the silo's persistent ledger file, across runs: the run's plan of
+    ``rounds`` releases is admitted before its first message and each
+    release recorded before it leaves. Otherwise (e.g. a simulation without it) the node's
     ``Context.state``, bounded by this mod's own ``epsilon``.
 
     Nothing else leaves: the server's arrays are checked finite before the silo trains on them
@@ -297,10 +299,12 @@ class IsrlDpMod:
     def _admit(self, ctxt: Context, release: GaussianRelease) -> Callable[[], float]:
         """Record ``release`` (before it leaves) or raise ``SiloRefusal``; returns how to read the
         silo's epsilon afterwards."""
-        from silodp.integrations.flower_silo import NODE_LEDGER, SiloPolicy, SiloRefusal
+        import os
 
-        if NODE_LEDGER in ctxt.node_config:
-            policy = SiloPolicy.from_node_config(ctxt.node_config)
+        from silodp.integrations.flower_silo import ENV_LEDGER_DIR, NODE_LEDGER, SiloPolicy, SiloRefusal
+
+        if NODE_LEDGER in ctxt.node_config or ENV_LEDGER_DIR in os.environ:  # declared: never falls back
+            policy = SiloPolicy.for_node(ctxt.node_config)
             db, run = policy.open_ledger(), str(ctxt.run_id)
             db.admit(run, [dataclasses.replace(release, count=self.rounds)], policy.run_epsilon)
             db.release(run, release, "train")

@@ -125,7 +125,8 @@ class SiloPolicy:
                 if key in node_config}
         run = node_config.get(NODE_RUN_EPSILON)
         return cls(str(node_config[NODE_LEDGER]), _finite(NODE_BUDGET_EPSILON, node_config[NODE_BUDGET_EPSILON]),
-                   _finite(NODE_BUDGET_DELTA, node_config[NODE_BUDGET_DELTA]), None if run in (None, "") else _finite(NODE_RUN_EPSILON, run),
+                   _finite(NODE_BUDGET_DELTA, node_config[NODE_BUDGET_DELTA]),
+                   None if run in (None, "") else _finite(NODE_RUN_EPSILON, run),
                    **caps)
 
     @classmethod
@@ -414,6 +415,6 @@ class SiloLedgerDB:
         raise self.refuse(run_id, refusal)
 
 
-__all__ = ["NODE_BUDGET_DELTA", "NODE_BUDGET_EPSILON", "NODE_LEDGER", "NODE_RUN_EPSILON", "SiloLedgerDB",
-           "SiloPolicy", "SiloRefusal", "as_declared", "bound_releases", "certify_releases", "dump_releases",
-           "load_releases", "grouped"]
+__all__ = ["ENV_BUDGET_DELTA", "ENV_BUDGET_EPSILON", "ENV_LEDGER_DIR", "NODE_BUDGET_DELTA", "NODE_BUDGET_EPSILON",
+           "NODE_LEDGER", "NODE_RUN_EPSILON", "SiloLedgerDB", "SiloPolicy", "SiloRefusal", "as_declared",
+           "bound_releases", "certify_releases", "dump_releases", "grouped", "load_releases"]
