@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -56,7 +57,9 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     link = free_port()
     ledgers = [tmp_path / f"silo-{i}.sqlite" for i in range(2)]
-    run_config = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items())
+    model = tmp_path / "model.npy"  # the ServerApp saves the final model there (a run that ran rounds)
+    run_config = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}"
+                          for k, v in {**CONFIG, "model-path": str(model)}.items())
     procs = Descendants()
     try:
         with procs, contextlib.ExitStack() as stack:
@@ -77,7 +80,9 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
                                       "--run-config", run_config], env, timeout=240) for _ in range(2)]
         assert all(r.returncode == 0 for r in runs), runs[-1].stdout[-3000:]
         first, second = (r.stdout for r in runs)
-        assert f"2 rounds; test error" in first and "refused by 0 silos, 0 unavailable" in first, first[-3000:]
+        assert "2 rounds; test error" in first and "refused by 0 silos, 0 unavailable" in first, first[-3000:]
+        assert first.count("rounds; ") == 1 and first.count("round 2/2: test loss") == 1  # logged once each
+        assert np.load(model).shape == (setup(settings).problem.model.dim,)
         assert "0 rounds;" in second and "refused by 2 silos" in second, second[-3000:]
         assert second.count("budget epsilon") >= 2 and "requested" in second
         silos = [ledger(path, env) for path in ledgers]
