@@ -487,30 +487,33 @@ class Context:
         return entry
 
     def _shuffle(self, group, term, weights, a, bound):
-        """P_vec on the sent rows of ``term``; returns (mean estimate, counts of the message path or None)."""
+        """P_vec on the sent rows of ``term``; returns (mean estimate, the analyzer's view or None)."""
         sent = (weights > 0).to(term.dtype) * a[:, None]
-        est, counts = self.pvec(term, bound, self.shuffle[group], sent)
-        return est / int(sent.sum()), counts
+        est, view = self.pvec(term, bound, self.shuffle[group], sent)
+        return est / int(sent.sum()), view
 
     def pvec(self, term, bound, params, sent):
         """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
         when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
-        returns (estimate, counts of the message path or None)."""
+        returns (estimate, the analyzer's view or None). The view, recorded in the transcript, is
+        the per-coordinate totals of ones (of the rotated coordinates): all that the shuffled
+        labelled bits of :func:`silodp.algorithms.shuffle.pvec_messages` reveal; no per-message
+        count is kept."""
         n_msgs = int(sent.sum())
         d = term.shape[-1]
         if params.rotate:
             signs = rotation_signs(d, self.gen, term.dtype)
             term, bound = rotate(term, signs), rotated_bound(float(bound), d)
-        counts = None
+        totals = None
         if self.entries is None:
             est = pvec_fast(term, bound, params, self.gen, weights=sent)
         else:
-            counts = randomize(term, bound, params, self.gen)  # message path: what each silo sends
+            counts = randomize(term, bound, params, self.gen)  # what each silo sends (never kept)
             totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
             est = analyze(totals, n_msgs, bound, params).to(term.dtype)
         if params.rotate:
             est = unrotate(est, signs, d)
-        return est, counts
+        return est, totals
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:
