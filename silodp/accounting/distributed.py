@@ -403,6 +403,26 @@ def central_variance(dimension: int, clip: float, epsilon: float, delta: float, 
     return sigma * sigma
 
 
+def availability_floor(num_silos: int, mean_silos: int, draws: int, tail: float) -> tuple[int, float]:
+    """Random availability (paper Assumption 6: M_r = max(1, Bin(N, M/N)) silos per draw): the
+    largest floor k whose lower tail over ``draws`` independent draws, draws P[M_r < k] (union
+    bound), is at most ``tail``; returns (k, that charge). A declaration at k certifies every
+    draw of at least k silos; the charge goes to delta (the ledger refuses a sum of fewer)."""
+    from silodp.accounting import _binomial
+
+    n, m = check_count("num_silos", num_silos), check_count("mean_silos", mean_silos)
+    if m > n:
+        raise ValueError(f"mean_silos: at most num_silos={n}, got {m}")
+    draws, tail = check_count("draws", draws), check_probability("tail", tail)
+    best, charge = 1, 0.0
+    for k in range(2, n + 1):
+        c = draws * float(_binomial.cdf(k - 1, n, m / n))
+        if c > tail:
+            break
+        best, charge = k, c
+    return best, charge
+
+
 #: The JSON name of each mechanism's noise parameter.
 NOISE_NAMES = {"binomial": "trials", "skellam": "local_variance", "discrete-gaussian": "local_sigma"}
 

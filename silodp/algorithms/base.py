@@ -140,8 +140,26 @@ class FederatedAlgorithm:
             replacement=self.uses_replacement,
         )
 
+    #: Share of delta that random availability's floor of summed silos may charge (its tail).
+    availability_share: ClassVar[float] = 0.01
+
+    def _summed_floor(self, cfg: TranscriptConfig, federation) -> dict:
+        """Shuffle-DP under random availability (Assumption 6): declare the fewest silos whose
+        messages are summed, :func:`silodp.accounting.distributed.availability_floor` over every
+        invocation with tail :attr:`availability_share` delta, charged to delta; {} otherwise."""
+        if not (self.shuffled and self.private and federation.availability == "random"):
+            return {}
+        from silodp.accounting.distributed import availability_floor
+
+        delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
+        draws = sum(r.count for r in self.shuffle_plan(cfg, None, None))
+        floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
+                                           self.availability_share * delta)
+        return {"silos_per_round": floor, "charged_delta": charge}
+
     def transcript_config(self, problem, federation) -> TranscriptConfig:
-        return TranscriptConfig(**self.config_fields(problem, federation))
+        cfg = TranscriptConfig(**self.config_fields(problem, federation))
+        return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
 
     def privacy_event(self, config, sigmas: dict | None = None):
         """The event describing ONE silo's whole transcript (for the accountant)."""

@@ -6,7 +6,8 @@ import pytest
 import torch
 from scipy import stats
 
-from silodp.algorithms.shuffle import BinomialParams, analyze, pvec_fast, pvec_messages, pvec_variance, randomize
+from silodp.algorithms.shuffle import (BinomialParams, analyze, as_params, pvec_fast, pvec_messages, pvec_variance,
+                                     randomize)
 
 PARAMS = BinomialParams(g=6, b=12, p=0.25)
 BOUND = 1.0
@@ -194,3 +195,32 @@ def test_shuffle_calibration_names_its_own_accountant():
     cfg = TranscriptConfig(n=40, rounds=2, batch_size=10, dimension=3)
     with pytest.raises(ValueError, match="accountant"):
         calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5, accountant="rdp")
+
+
+def test_sdp_runs_under_random_availability_at_the_declared_floor():
+    """Assumption 6 (M_r = max(1, Bin(N, M/N))): the declaration states the fewest silos summed,
+    the largest k whose lower tail over the invocations, P[M_r < k] (exact binomial cdf), is at
+    most 1% of delta; the calibration certifies the target with that tail charged; the run works
+    and its ledger refuses a sum below the floor."""
+    from scipy import stats
+
+    from silodp.accounting.distributed import availability_floor
+    from silodp.accounting.releases import ReleaseLedger, Sent
+    from silodp.algorithms import Problem, get_algorithm, linear_model, synthetic
+
+    fed = synthetic(num_silos=20, n=40, d=3, task="logistic", seed=1).train.with_availability(12, "random")
+    problem = Problem(linear_model(3), "logistic", clip=1.0)
+    algo = get_algorithm("sdp-prox-sgd", rounds=5, batch_size=10, step_size=0.1, epsilon=3.0, metrics_every=0)
+    cfg = algo.transcript_config(problem, fed)
+    delta = 1.0 / fed.min_size ** 2
+    floor = cfg.silos_per_round
+    assert 5 * stats.binom.cdf(floor - 1, 20, 0.6) <= 0.01 * delta < 5 * stats.binom.cdf(floor, 20, 0.6)
+    assert cfg.charged_delta == pytest.approx(5 * stats.binom.cdf(floor - 1, 20, 0.6), rel=1e-9)
+    assert availability_floor(20, 12, 5, 0.01 * delta) == (floor, pytest.approx(cfg.charged_delta))
+    res = algo.run(problem, fed, seed=0)
+    assert res.epsilon <= 3.0 and res.delta == pytest.approx(delta)
+    decl = [r for r in algo.declared_releases(problem, fed, {}, {g: as_params(p) for g, p in res.shuffle.items()})]
+    assert decl[0].messages == floor * 10
+    sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=floor * 10 - 1)
+    with pytest.raises(ValueError, match="messages"):
+        ReleaseLedger(decl).record(sent)
