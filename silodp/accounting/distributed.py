@@ -17,6 +17,14 @@ rotation (sign diagonal D and the normalized Walsh-Hadamard H of size d' = the n
   per coordinate (Skellam, variance v), or N_Z(0, sigma^2) (discrete Gaussian, sigma >= 1). The
   sum of the n silos that are summed holds Skellam noise of variance mu = n v (a sum of Skellams is
   Skellam), or a sum of n discrete Gaussians.
+* **Record level** (``vector_norm`` set, Skellam / discrete Gaussian): each silo's vector is a sum
+  of per-record contributions of norm <= ``clip``, clipped to ``vector_norm``; replacing one record
+  moves it by at most 2 c in l2 (clipping is non-expansive). Plain randomized rounding
+  round(z) = floor(z + V) with V uniform and private to the silo: for every fixed V two vectors
+  at distance 2 c round to integer vectors at distance < 2 c + sqrt(d') (each coordinate moves
+  by less than |z_k - z'_k| + 1), so Delta2 = 2 c + sqrt(d') and Delta1 = min(sqrt(d') Delta2,
+  Delta2^2); the mechanism is the V-mixture of those, whose Renyi divergence is at most the
+  largest (joint quasi-convexity).
 * **Binomial.** The paper's protocol with the rotation (:mod:`silodp.accounting.pvec`): ``levels``
   g per rotated range, ``noise`` = b trials of Bin(b, 1/2) per coordinate per silo; the server's
   sum is the P_vec totals, certified by :func:`silodp.accounting.pvec.transcript_epsilon`.
@@ -88,8 +96,13 @@ def rounded_norm(c: float, dimension: int, beta: float = ROUNDING_BETA) -> float
     return min(math.sqrt(square), c + math.sqrt(d))
 
 
-def sensitivities(c: float, dimension: int, beta: float = ROUNDING_BETA) -> tuple[float, float]:
-    """(Delta2, Delta1) of one silo's rounded vector under replace-one (module docstring)."""
+def sensitivities(c: float, dimension: int, beta: float = ROUNDING_BETA, record: bool = False) -> tuple[float, float]:
+    """(Delta2, Delta1) of one silo's rounded vector under replace-one: of the whole vector
+    (conditional rounding), or of one record's contribution with ``record`` (coupled plain
+    rounding; module docstring)."""
+    if record:
+        l2 = 2.0 * c + math.sqrt(dimension)
+        return l2, min(math.sqrt(dimension) * l2, l2 * l2)
     r = rounded_norm(c, dimension, beta)
     return 2.0 * r, min(2.0 * math.sqrt(dimension) * r, 2.0 * r * r)
 
@@ -198,6 +211,9 @@ class DistributedParams:
     scale: float
     levels: int = 0
     beta: float = ROUNDING_BETA
+    #: record level (module docstring): the bound on each silo's vector, ``clip`` then bounding
+    #: one record's contribution; 0: the vector itself is clipped to ``clip``
+    vector_norm: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -216,12 +232,20 @@ class DistributedParams:
         check_probability("beta", self.beta)
         if self.mechanism == "binomial" and (int(self.levels) < 1 or self.noise != int(self.noise)):
             raise ValueError(f"levels: the binomial needs levels >= 1 and integer trials, got {self}")
+        if self.vector_norm and (self.mechanism == "binomial" or not self.vector_norm >= self.clip):
+            raise ValueError(f"vector_norm: record level needs Skellam or discrete Gaussian and vector_norm >= clip, "
+                             f"got {self.vector_norm} ({self.mechanism})")
         if self.mechanism == "discrete-gaussian" and self.noise < 0.5:
             raise ValueError(f"noise: the discrete Gaussian's sigma must be >= 1/2, got {self.noise}")
 
     @property
     def modulus(self) -> int:
         return 1 << int(self.bits)
+
+    @property
+    def bound(self) -> float:
+        """The l2 bound on each silo's vector."""
+        return self.vector_norm or self.clip
 
     @property
     def padded(self) -> int:
@@ -245,7 +269,7 @@ class DistributedParams:
 def release_event(p: DistributedParams) -> ev.DpEvent:
     """The event of one release of ``p`` (Skellam or discrete Gaussian; the binomial's is
     :func:`silodp.accounting.pvec`'s certificate, not an event here)."""
-    l2, l1 = sensitivities(p.clip / p.scale, p.padded, p.beta)
+    l2, l1 = sensitivities(p.clip / p.scale, p.padded, p.beta, record=bool(p.vector_norm))
     if p.mechanism == "skellam":
         return SkellamSumDpEvent(l2, l1, p.summed * p.noise)
     if p.mechanism == "discrete-gaussian":
@@ -276,7 +300,7 @@ def _log_tail(p: DistributedParams, t: float) -> float:
     s0 = t - m  # rounding moves each silo's coordinate by less than one step
     if s0 <= 0:
         return 0.0
-    signal = (m * p.clip / p.scale) ** 2 / p.padded
+    signal = (m * p.bound / p.scale) ** 2 / p.padded
     if p.mechanism == "discrete-gaussian":
         return -s0 * s0 / (2.0 * (signal + m * p.noise ** 2))
     from scipy.optimize import minimize_scalar  # slow to import: off the CLI's light paths
@@ -336,7 +360,7 @@ def _local_noise(mechanism: str, base: dict, epsilon: float, delta: float) -> fl
 
 @functools.lru_cache(maxsize=256)
 def calibrate(mechanism: str, dimension: int, clip: float, silos: int, bits: int, epsilon: float, delta: float,
-              rounds: int = 1, summed: int | None = None) -> DistributedParams:
+              rounds: int = 1, summed: int | None = None, vector_norm: float | None = None) -> DistributedParams:
     """The finest configuration at ``bits`` that certifies (``epsilon``, ``delta``) with
     ``summed`` silos' noise (default all ``silos``) and a wrap probability at most WRAP_SHARE delta:
     Skellam / discrete Gaussian: the smallest step gamma whose calibrated noise keeps the wrap
@@ -345,8 +369,12 @@ def calibrate(mechanism: str, dimension: int, clip: float, silos: int, bits: int
     base = dict(dimension=check_count("dimension", dimension), clip=check_positive("clip", clip),
                 silos=check_count("silos", silos), summed=check_count("summed", silos if summed is None else summed),
                 bits=int(bits), rounds=check_count("rounds", rounds))
+    if vector_norm:
+        base["vector_norm"] = check_positive("vector_norm", vector_norm)
     budget, dp_delta = WRAP_SHARE * dl, (1.0 - WRAP_SHARE) * dl
     if mechanism == "binomial":
+        if vector_norm:
+            raise ValueError("vector_norm: the binomial certifies one record per message (the SDP algorithms)")
         return _calibrate_binomial(base, eps, dp_delta, budget)
     if mechanism not in MECHANISMS:
         raise ValueError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
@@ -358,10 +386,10 @@ def calibrate(mechanism: str, dimension: int, clip: float, silos: int, bits: int
     def fits(gamma: float) -> bool:
         return wrap_probability(at(gamma)) <= budget
 
-    hi = base["clip"]
+    hi = base.get("vector_norm", base["clip"])
     while not fits(hi):
         hi *= 8.0
-        if hi > base["clip"] * 1e12:
+        if hi > base.get("vector_norm", base["clip"]) * 1e12:
             raise ValueError(f"bits: {bits} bits cannot hold the sum of {silos} silos at epsilon={eps:g}")
     return at(_bisect(fits, hi * 1e-9, hi, steps=40))
 

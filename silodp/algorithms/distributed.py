@@ -7,7 +7,8 @@ Walsh-Hadamard transform, then
 
 * Skellam / discrete Gaussian: scale by 1 / gamma, conditional randomized rounding (each
   coordinate up or down, unbiased, the whole vector retried until its norm is at most
-  :func:`silodp.accounting.distributed.rounded_norm`), add the silo's integer noise;
+  :func:`silodp.accounting.distributed.rounded_norm`; at record level plain randomized rounding),
+  add the silo's integer noise;
 * binomial: the paper's randomizer R_vec on the rotated range (:func:`silodp.algorithms.shuffle.randomize`),
 
 and reduce modulo 2^bits. Secure aggregation (or :func:`modular_sum`) adds the residues; the
@@ -76,14 +77,18 @@ def _clip(x: torch.Tensor, clip: float) -> torch.Tensor:
 def integers(x: torch.Tensor, p: acc.DistributedParams, signs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Each silo's integer vector ``[M, d']`` (int64) for its vector ``x: [M, D]``, before the
     modular reduction."""
-    y = shuffle.rotate(_clip(x.to(torch.float64), p.clip), signs)
+    y = shuffle.rotate(_clip(x.to(torch.float64), p.bound), signs)
     if p.mechanism == "binomial":
         from silodp.accounting.pvec import rotated_bound
 
         bp = shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
         message = shuffle.randomize(y, rotated_bound(p.clip, p.dimension), bp, generator)
     else:
-        rounded = _conditional_round(y / p.scale, acc.rounded_norm(p.clip / p.scale, p.padded, p.beta), generator)
+        z = y / p.scale
+        if p.vector_norm:  # record level: plain randomized rounding (coupled across neighbours)
+            rounded = torch.floor(z + torch.rand(z.shape, generator=generator, dtype=z.dtype))
+        else:
+            rounded = _conditional_round(z, acc.rounded_norm(p.clip / p.scale, p.padded, p.beta), generator)
         if p.mechanism == "skellam":
             rate = torch.full(y.shape, p.noise / 2.0, dtype=torch.float64)
             noise = (torch.poisson(rate, generator=generator) - torch.poisson(rate, generator=generator)).long()

@@ -2,7 +2,7 @@
 (silodp.accounting.distributed) and compare it with central DP.
 
     silodp distributed --mechanism binomial|skellam|discrete-gaussian --dimension D --clip C
-        --silos M --bits B --epsilon E --delta DLT --rounds R [--summed N] [--json]
+        --silos M --bits B --epsilon E --delta DLT --rounds R [--summed N] [--vector-norm V] [--json]
 
 Prints the noise parameter (``noise_parameter``, named by ``noise_parameter_name``: trials per
 silo, local variance or local sigma in integer steps), ``bits``, ``modulus``,
@@ -27,6 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--delta", type=float, required=True)
     p.add_argument("--rounds", type=int, default=1, help="R releases of the sum (composed)")
+    p.add_argument("--vector-norm", type=float, default=None,
+                   help="record level: each silo's vector (a sum of records, each <= --clip) is clipped to this")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
 
@@ -36,7 +38,7 @@ def handle(args) -> int:
     from silodp.cli import emit
 
     params = distributed.calibrate(args.mechanism, args.dimension, args.clip, args.silos, args.bits, args.epsilon,
-                                   args.delta, args.rounds, args.summed)
+                                   args.delta, args.rounds, args.summed, args.vector_norm)
     out = distributed.summary(params, args.epsilon, args.delta)
     human = "\n".join(f"{k:>22}: {v:.6g}" if isinstance(v, float) else f"{k:>22}: {v}" for k, v in out.items())
     emit(out, args.json, human)

@@ -204,3 +204,33 @@ def test_bad_input_raises_naming_the_argument():
         D.calibrate("skellam", 4, 1.0, 2, 16, 1.0, 1e-5, summed=3)
     with pytest.raises(ValueError, match="orders"):
         D.skellam_rdp([1.5], 1.0, 1.0, 1.0)
+
+
+def test_record_level_coupled_rounding_moves_at_most_the_charged_shift():
+    """Record level: with the silo's private uniform V shared by both neighbours, floor(z + V)
+    and floor(z' + V) differ by less than ||z - z'|| + sqrt(d') in l2 (the Delta2 charged), and
+    the worst case nearly reaches it; the decoded record-level sum is unbiased."""
+    from silodp.algorithms import distributed as E
+    from silodp.algorithms.shuffle import rotation_signs
+
+    gen = torch.Generator().manual_seed(11)
+    d, c = 16, 3.0
+    l2, l1 = D.sensitivities(c, d, record=True)
+    assert l2 == 2 * c + 4.0 and l1 == min(4.0 * l2, l2 * l2)
+    z = torch.randn(20000, d, generator=gen, dtype=torch.float64) * 10
+    step = torch.randn(20000, d, generator=gen, dtype=torch.float64)
+    step = step / step.norm(dim=1, keepdim=True) * 2 * c
+    v = torch.rand(20000, d, generator=gen, dtype=torch.float64)
+    moved = (torch.floor(z + v) - torch.floor(z + step + v)).norm(dim=1)
+    assert float(moved.max()) < l2 and float(moved.max()) > 2 * c
+    p = D.calibrate("skellam", 16, 1.0, 3, 18, 3.0, 1e-5, 2, vector_norm=20.0)
+    assert D.certified_epsilon(p, 1e-5) <= 3.0 and p.bound == 20.0
+    x = torch.randn(3, 16, generator=gen, dtype=torch.float64) * 4
+    errs = []
+    for _ in range(200):
+        signs = rotation_signs(16, gen)
+        errs.append(E.decode(E.modular_sum(E.encode(x, p, signs, gen), p.modulus), p, 3, signs) - x.sum(0))
+    err = torch.stack(errs)
+    assert torch.all(err.mean(0).abs() < 5 * err.std(0) / 200 ** 0.5)
+    with pytest.raises(ValueError, match="vector_norm"):
+        D.calibrate("binomial", 16, 1.0, 3, 18, 3.0, 1e-5, vector_norm=20.0)
