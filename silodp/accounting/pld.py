@@ -381,7 +381,11 @@ class LossPmf:
         the Chernoff window of the sum, raised to the power ``count`` in the Fourier domain. Mass
         outside the window (at most e^bound per side) wraps into it and is also charged to +inf.
 
-        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2);
+        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2),
+        or (masses >= 0) e = _fft_error(sum of masses): each stage's rounding at an entry is at most
+        eta times the l1 norm of the inputs of that partial DFT, and the later stages (unit-modulus
+        twiddles) add these over a partition of the input (the componentwise form of Higham 2002,
+        Thm 24.2); coefficients where this matters are then recomputed by :meth:`_direct_powers`;
         with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (exp(T log X'))
         adds a relative 4u (T (|log |X'|| + 2 pi) + 2); :func:`_inverse_roundoff` carries the l2
         sum of these to the output. An input already off by a in l1 contributes (1 + a)^T - 1."""
