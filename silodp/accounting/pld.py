@@ -65,6 +65,9 @@ LOG_TAIL_MASS = math.log(1e-15)
 MAX_POINTS = 50_000_000
 #: Losses beyond +-MAX_LOSS would overflow e^eps; such mechanisms are far from private anyway.
 MAX_LOSS = 600.0
+#: Most products (coefficients x masses) :meth:`LossPmf._direct_powers` may spend on one
+#: composition when asked to (``direct_work``): about a second.
+DIRECT_WORK = 4_000_000
 #: Unit round-off of float64.
 _U = 2.0 ** -53
 #: Normwise error of one FFT stage, in units of the unit round-off u:
@@ -281,10 +284,7 @@ class LossPmf:
         lower = -_min_over_t(lambda t: (count * float(logsumexp(log_m - t * l)) - log_tau) / t, spread)
         return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
-    #: Most products (coefficients x masses) :meth:`_direct_powers` spends on one composition.
-    DIRECT_WORK = 20_000_000
-
-    def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int) -> None:
+    def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int) -> None:
         """Recompute, in place, the ``count``-th powers of the Fourier coefficients whose FFT error
         bound is largest (those near frequency 0, where |X_k|^count is not negligible) directly,
         with an error bound proportional to the magnitudes actually present instead of T u.
@@ -313,7 +313,7 @@ class LossPmf:
         big = np.sort(by_size[n_small:])
         small = by_size[:n_small]
         n_masses = max(1, len(big))
-        budget = min(len(powered), max(1, self.DIRECT_WORK // n_masses))
+        budget = min(len(powered), max(1, work // n_masses))
         order = np.argsort(error)[::-1]
         # enough coefficients that the rest add at most a tenth of the inverse FFT's own error
         # (Parseval: the output's l2 norm is the powered spectrum's over sqrt(size))
@@ -376,7 +376,7 @@ class LossPmf:
             powered[ks[better]] = value[better].astype(powered.dtype)
             error[ks[better]] = bound[better]
 
-    def self_compose(self, count: int, log_mass_truncation_bound: float) -> "LossPmf":
+    def self_compose(self, count: int, log_mass_truncation_bound: float, direct_work: int = 0) -> "LossPmf":
         """``count``-fold composition in one FFT: the masses, wrapped onto a circle of the size of
         the Chernoff window of the sum, raised to the power ``count`` in the Fourier domain. Mass
         outside the window (at most e^bound per side) wraps into it and is also charged to +inf.
@@ -414,7 +414,8 @@ class LossPmf:
             powering = 4.0 * u * (count * (np.abs(log_r) + 2.0 * math.pi) + 2.0) * np.exp(count * log_r)
         coefficient_error = propagated + np.where(radius > 0, powering, 0.0)
         powered = spectrum ** count
-        self._direct_powers(powered, coefficient_error, size, count)
+        if direct_work > 0:
+            self._direct_powers(powered, coefficient_error, size, count, direct_work)
         power = np.fft.irfft(powered, size)
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
         inherited = math.expm1(count * math.log1p(self.roundoff))
@@ -499,12 +500,18 @@ class GaussianPair:
         if last - first > MAX_POINTS:
             raise ValueError(f"noise_multiplier: the losses span {last - first:.3g} grid points at "
                              f"value_discretization_interval={interval:g}; use a coarser grid or 'rdp'")
-        d = self.delta(np.arange(first, last + 1) * interval)
-        diffs = np.append(d[:-1] - d[1:], 0.0)  # D_1 .. D_N, D_{N+1} = 0
-        masses = np.empty(len(d))
-        masses[1:] = np.maximum((math.exp(interval) * diffs[:-1] - diffs[1:]) / math.expm1(interval), 0.0)
-        masses[0] = max(0.0, 1.0 - d[-1] - float(np.sum(masses[1:])))
-        return LossPmf(interval, first, masses, float(d[-1]))
+        return connect_the_dots(self.delta(np.arange(first, last + 1) * interval), first, interval)
+
+
+def connect_the_dots(d: np.ndarray, first: int, interval: float) -> LossPmf:
+    """The pessimistic PLD whose hockey-stick curve equals ``d`` (the true delta at the grid points
+    (first + i) * interval, the last one's value charged to +inf) and is linear in e^eps in between
+    (Doroshenko et al. 2022, Sec 3; module docstring)."""
+    diffs = np.append(d[:-1] - d[1:], 0.0)  # D_1 .. D_N, D_{N+1} = 0
+    masses = np.empty(len(d))
+    masses[1:] = np.maximum((math.exp(interval) * diffs[:-1] - diffs[1:]) / math.expm1(interval), 0.0)
+    masses[0] = max(0.0, 1.0 - d[-1] - float(np.sum(masses[1:])))
+    return LossPmf(interval, first, masses, float(d[-1]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,10 +547,13 @@ class PrivacyLossDistribution:
         add = (self.add or self.remove).compose(other.add or other.remove, bound)
         return PrivacyLossDistribution(remove, add, bound)
 
-    def self_compose(self, count: int) -> "PrivacyLossDistribution":
+    def self_compose(self, count: int, direct_work: int = 0) -> "PrivacyLossDistribution":
+        """``count``-fold composition; ``direct_work`` > 0 recomputes the dominant Fourier coefficients
+        directly (:meth:`LossPmf._direct_powers`: a far smaller round-off charge, at some cost)."""
         bound = self.log_mass_truncation_bound
-        return PrivacyLossDistribution(self.remove.self_compose(count, bound),
-                                       None if self.add is None else self.add.self_compose(count, bound), bound)
+        return PrivacyLossDistribution(
+            self.remove.self_compose(count, bound, direct_work),
+            None if self.add is None else self.add.self_compose(count, bound, direct_work), bound)
 
     def compute_mixture(self, other: "PrivacyLossDistribution", self_weight: float) -> "PrivacyLossDistribution":
         """``self_weight`` self + (1 - self_weight) other (a labelled mixture of mechanisms)."""
@@ -646,6 +656,9 @@ def from_privacy_parameters(epsilon: float, delta: float, value_discretization_i
     if not 0.0 <= delta < 1.0:
         raise ValueError(f"delta: must lie in [0, 1), got {delta}")
     h = check_positive("value_discretization_interval", value_discretization_interval)
+    if 2.0 * eps / h > MAX_POINTS:  # refused before any allocation (EpsilonDeltaDpEvent(1e6, 0))
+        raise ValueError(f"epsilon: {eps:g} spans more than {MAX_POINTS:g} grid points at "
+                         f"value_discretization_interval={h:g}; use a coarser grid or another accountant")
     top, bottom = math.ceil(eps / h), math.ceil(-eps / h)
     masses = np.zeros(top - bottom + 1)
     masses[-1] += (1.0 - delta) / (1.0 + math.exp(-eps))
