@@ -32,6 +32,7 @@ class Mechanism(enum.Enum):
     LAPLACE = "laplace"
     DISCRETE_LAPLACE = "discrete-laplace"
     RANDOMIZED_RESPONSE = "randomized-response"
+    DISCRETE_GAUSSIAN = "discrete-gaussian"
 
 
 class Sampling(enum.Enum):
@@ -61,8 +62,8 @@ class Block:
     epsilon: float = 0.0
     delta: float = 0.0
     rho: float = 0.0
-    #: the parameters of the other mechanisms: (a, sensitivity) of a discrete Laplace, (p, k) of
-    #: randomized response (:mod:`silodp.accounting.mechanisms`)
+    #: the parameters of the other mechanisms: (a, sensitivity) of a discrete Laplace, (sigma,
+    #: sensitivity) of a discrete Gaussian, (p, k) of randomized response (:mod:`silodp.accounting.mechanisms`)
     params: tuple = ()
 
     @property
@@ -129,6 +130,8 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
         return [Block(Mechanism.LAPLACE, count, noise_multiplier=float(event.noise_multiplier))]
     if kind is ev.DiscreteLaplaceDpEvent:
         return [Block(Mechanism.DISCRETE_LAPLACE, count, params=(float(event.noise_parameter), int(event.sensitivity)))]
+    if kind is ev.DiscreteGaussianDpEvent:
+        return [Block(Mechanism.DISCRETE_GAUSSIAN, count, params=(float(event.sigma), int(event.sensitivity)))]
     if kind is ev.RandomizedResponseDpEvent:
         return [Block(Mechanism.RANDOMIZED_RESPONSE, count,
                       params=(float(event.noise_parameter), int(event.num_buckets)))]

@@ -259,6 +259,20 @@ class DiscreteLaplaceDpEvent(DpEvent):
 
 
 @_event
+class DiscreteGaussianDpEvent(DpEvent):
+    """An integer sum released with discrete Gaussian noise P(x) ~ e^{-x^2 / (2 sigma^2)};
+    ``sensitivity`` is the integer l2 bound of one record's contribution (as dp-accounting's
+    ``from_discrete_gaussian_mechanism``; its dp_event module has no such event)."""
+
+    sigma: float
+    sensitivity: int
+
+    def __post_init__(self) -> None:
+        _real(self, "sigma", 0.0, math.inf, True, True)
+        _count(self, "sensitivity")
+
+
+@_event
 class RandomizedResponseDpEvent(DpEvent):
     """k-ary randomized response: the true bucket w.p. 1 - p, else a uniform one of the
     ``num_buckets`` (p = ``noise_parameter``; as dp-accounting). Defined under replace-one."""
@@ -340,6 +354,7 @@ def is_dp_accounting_event(event: Any) -> bool:
 __all__ = [
     "ADD_OR_REMOVE_ONE",
     "ComposedDpEvent",
+    "DiscreteGaussianDpEvent",
     "DiscreteLaplaceDpEvent",
     "DpEvent",
     "EpsilonDeltaDpEvent",

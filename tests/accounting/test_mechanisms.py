@@ -56,3 +56,15 @@ def test_refusals():
     with pytest.raises(ValueError, match="noise_parameter"):
         ev.RandomizedResponseDpEvent(1.5, 4)
     assert not get_accountant("pld").supports(ev.LaplaceDpEvent(1e-9))  # losses beyond the grid
+
+
+@pytest.mark.parametrize("sigma,sensitivity,steps", [(2.0, 1, 20), (0.8, 1, 5), (5.0, 2, 40)])
+def test_discrete_gaussian_matches_dp_accounting(sigma, sensitivity, steps):
+    """dp-accounting has no DiscreteGaussianDpEvent; its PLD constructor is the reference."""
+    from dp_accounting.pld import privacy_loss_distribution
+
+    ref = privacy_loss_distribution.from_discrete_gaussian_mechanism(
+        sigma, sensitivity, value_discretization_interval=1e-4).self_compose(steps).get_epsilon_for_delta(1e-6)
+    event = ev.SelfComposedDpEvent(ev.DiscreteGaussianDpEvent(sigma, sensitivity), steps)
+    assert ref * (1 - 1e-3) <= epsilon(event, 1e-6, "pld", ev.ADD_OR_REMOVE_ONE) <= ref * (1 + 1e-3)
+    assert not get_accountant("pld").supports(ev.DiscreteGaussianDpEvent(1e7, 1))  # support too large
