@@ -80,7 +80,7 @@ for sigma, d, steps in [(2.0, 1, 20), (5.0, 2, 40)]:
                   None, lambda sigma=sigma, d=d, steps=steps: dpa_pld.from_discrete_gaussian_mechanism(
                       sigma, d, value_discretization_interval=1e-4, pessimistic_estimate=False).self_compose(steps),
                   AR, 1e-6, None))
-for e, d, steps in [(0.5, 1e-7, 100), (1.0, 0.0, 30)]:
+for e, d, steps in [(0.5, 1e-8, 100), (1.0, 0.0, 30)]:
     CASES.append(_simple(f"eps-delta ({e:g}, {d:g}) T={steps}", ev.EpsilonDeltaDpEvent(e, d), None,
                          lambda e=e, d=d: dpa_pld.from_privacy_parameters(
                              dpa_pld.common.DifferentialPrivacyParameters(e, d), value_discretization_interval=1e-4),

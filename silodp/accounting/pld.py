@@ -284,7 +284,8 @@ class LossPmf:
         lower = -_min_over_t(lambda t: (count * float(logsumexp(log_m - t * l)) - log_tau) / t, spread)
         return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
-    def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int) -> None:
+    def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int,
+                       spectrum: np.ndarray) -> None:
         """Recompute, in place, the ``count``-th powers of the Fourier coefficients whose FFT error
         bound is largest (those near frequency 0, where |X_k|^count is not negligible) directly,
         with an error bound proportional to the magnitudes actually present instead of T u.
@@ -305,6 +306,8 @@ class LossPmf:
             return  # masses not exactly float64 (composed in extended precision): keep the FFT's bound
         u = _unit(self.masses)
         floor = 0.1 * _fft_error(size, _spectral_norm(powered, size), u)
+        if _spectral_norm(error, size) <= 10.0 * floor:
+            return  # the inverse FFT's own error dominates already: nothing to gain
         # the few masses that carry nearly all the mass are summed directly; the rest (total at most
         # ``small_cap``) through one more FFT, whose componentwise error is then tiny
         by_size = np.argsort(self.masses)
@@ -319,12 +322,19 @@ class LossPmf:
         # (Parseval: the output's l2 norm is the powered spectrum's over sqrt(size))
         rest = np.sqrt(np.cumsum((2.0 * error[order[::-1]] ** 2)))[::-1]  # l2 of order[i:]
         needed = int(np.searchsorted(-rest, -floor, side="left"))
+        if needed > budget and rest[budget] > 0.5 * rest[0]:
+            return  # the spectrum's error is spread over more coefficients than the budget reaches
         order = order[:min(budget, needed)]
-        order = order[error[order] > 0]
-        if order.size == 0:
-            return
         ld = np.longdouble if np.finfo(np.longdouble).eps < np.finfo(float).eps else np.float64
         uu = float(np.finfo(ld).eps) / 2.0
+        # skip coefficients the direct bound cannot improve: it is about T uu (40 + log2 N) sum m|theta|
+        # |X|^T with sum m|theta| <= 2 pi k sum m|p| / size (a cheap estimate; the bound is recomputed)
+        spread = float(np.sum(self.masses * np.abs(self.offset + np.arange(len(self.masses)))))
+        mag = np.exp(np.minimum(count * np.log(np.maximum(np.abs(spectrum[order]), 1e-300)), 700.0))
+        estimate = count * uu * (40.0 + math.log2(n_masses + 1)) * 2 * math.pi * order * spread / size * mag
+        order = order[(error[order] > 0) & ~(estimate >= 0.5 * error[order])]
+        if order.size == 0:
+            return
         masses = self.masses[big].astype(ld)
         m_minus_1 = _exact_sum_minus_one(self.masses.astype(np.float64))
         log_m = np.log1p(ld(m_minus_1[0]) + ld(m_minus_1[1]))  # relative error <= 3 uu
@@ -415,7 +425,7 @@ class LossPmf:
         coefficient_error = propagated + np.where(radius > 0, powering, 0.0)
         powered = spectrum ** count
         if direct_work > 0:
-            self._direct_powers(powered, coefficient_error, size, count, direct_work)
+            self._direct_powers(powered, coefficient_error, size, count, direct_work, spectrum)
         power = np.fft.irfft(powered, size)
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
         inherited = math.expm1(count * math.log1p(self.roundoff))
