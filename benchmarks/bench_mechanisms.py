@@ -1,4 +1,4 @@
-"""Held-out-style accounting benchmark: 28 mechanisms, silodp's tightest certificate against
+"""Held-out-style accounting benchmark: 27 mechanisms, silodp's tightest certificate against
 dp-accounting's fine PLD and its optimistic PLD (a lower estimate), with wall times against
 dp-accounting and (Poisson add/remove Gaussians) Opacus' PRV accountant, in one run.
 
@@ -41,8 +41,13 @@ def _poisson(q, z, steps, rel, delta):
 
 
 def _simple(name, ours, theirs, optimistic, rel, delta, steps):
-    return (name, ev.SelfComposedDpEvent(ours, steps), dpe.ComposedDpEvent([theirs] * steps)
-            if isinstance(theirs, dpe.RandomizedResponseDpEvent) else dpe.SelfComposedDpEvent(theirs, steps),
+    if theirs is None:  # no dp-accounting event (EpsilonDeltaDpEvent): the lower reference only
+        wrapped = None
+    elif isinstance(theirs, dpe.RandomizedResponseDpEvent):  # its PLD ignores a self-composed count
+        wrapped = dpe.ComposedDpEvent([theirs] * steps)
+    else:
+        wrapped = dpe.SelfComposedDpEvent(theirs, steps)
+    return (name, ev.SelfComposedDpEvent(ours, steps), wrapped,
             lambda: optimistic().self_compose(steps), rel, delta, None)
 
 
