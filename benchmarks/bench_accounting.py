@@ -6,6 +6,7 @@ Reported: the multipliers, silodp-PLD's noise relative to dp-accounting's PLD ca
 within 0.5%), and the speed-up of silodp's PLD calibration over dp-accounting's (target >= 10x).
 
     python benchmarks/bench_accounting.py [--quick] [--json out.json]
+    python benchmarks/bench_accounting.py --mechanisms [--quick]   # bench_mechanisms.py: 27 mechanisms
 """
 
 from __future__ import annotations
@@ -55,7 +56,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--mechanisms", action="store_true", help="the held-out mechanisms benchmark instead")
     args = ap.parse_args()
+    if args.mechanisms:
+        import sys
+
+        import bench_mechanisms
+
+        sys.argv = [sys.argv[0]] + (["--quick"] if args.quick else [])
+        return bench_mechanisms.main()
     warnings.filterwarnings("ignore")
     rows = [row(*r) for r in (QUICK if args.quick else GRID)]
     print(f"{'q':>6} {'steps':>6} {'eps':>4} | {'silodp':>8} {'dpa-PLD':>8} {'dpa-RDP':>8} {'opacus':>8} | "

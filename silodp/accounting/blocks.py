@@ -29,6 +29,10 @@ class Mechanism(enum.Enum):
     EPSILON_DELTA = "epsilon-delta"
     ZCDP = "zcdp"
     NON_PRIVATE = "non-private"
+    LAPLACE = "laplace"
+    DISCRETE_LAPLACE = "discrete-laplace"
+    RANDOMIZED_RESPONSE = "randomized-response"
+    DISCRETE_GAUSSIAN = "discrete-gaussian"
 
 
 class Sampling(enum.Enum):
@@ -58,6 +62,9 @@ class Block:
     epsilon: float = 0.0
     delta: float = 0.0
     rho: float = 0.0
+    #: the parameters of the other mechanisms: (a, sensitivity) of a discrete Laplace, (sigma,
+    #: sensitivity) of a discrete Gaussian, (p, k) of randomized response (:mod:`silodp.accounting.mechanisms`)
+    params: tuple = ()
 
     @property
     def subsampled(self) -> bool:
@@ -119,6 +126,15 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
         return _sampled(event, Sampling.WITH_REPLACEMENT, count)
     if kind is ev.EpsilonDeltaDpEvent:
         return [Block(Mechanism.EPSILON_DELTA, count, epsilon=float(event.epsilon), delta=float(event.delta))]
+    if kind is ev.LaplaceDpEvent:
+        return [Block(Mechanism.LAPLACE, count, noise_multiplier=float(event.noise_multiplier))]
+    if kind is ev.DiscreteLaplaceDpEvent:
+        return [Block(Mechanism.DISCRETE_LAPLACE, count, params=(float(event.noise_parameter), int(event.sensitivity)))]
+    if kind is ev.DiscreteGaussianDpEvent:
+        return [Block(Mechanism.DISCRETE_GAUSSIAN, count, params=(float(event.sigma), int(event.sensitivity)))]
+    if kind is ev.RandomizedResponseDpEvent:
+        return [Block(Mechanism.RANDOMIZED_RESPONSE, count,
+                      params=(float(event.noise_parameter), int(event.num_buckets)))]
     if kind is ev.ZCDpEvent:
         if event.xi != 0:
             raise UnsupportedEventError(f"truncated zCDP (xi != 0) is not supported: {event}")

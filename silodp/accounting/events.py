@@ -234,11 +234,63 @@ class EpsilonDeltaDpEvent(DpEvent):
         _real(self, "delta", 0.0, 1.0, False, True)
 
 
+@_event
+class LaplaceDpEvent(DpEvent):
+    """A sum released with Laplace noise of scale ``noise_multiplier * C`` (C: the l1 bound of one
+    record's contribution; as dp-accounting's ``LaplaceDpEvent``)."""
+
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        _real(self, "noise_multiplier", 0.0, math.inf, True, True)
+
+
+@_event
+class DiscreteLaplaceDpEvent(DpEvent):
+    """An integer sum released with discrete Laplace noise P(x) ~ e^{-a |x|}, a = ``noise_parameter``;
+    ``sensitivity`` is the integer l1 bound of one record's contribution (as dp-accounting)."""
+
+    noise_parameter: float
+    sensitivity: int
+
+    def __post_init__(self) -> None:
+        _real(self, "noise_parameter", 0.0, math.inf, True, True)
+        _count(self, "sensitivity")
+
+
+@_event
+class DiscreteGaussianDpEvent(DpEvent):
+    """An integer sum released with discrete Gaussian noise P(x) ~ e^{-x^2 / (2 sigma^2)};
+    ``sensitivity`` is the integer l2 bound of one record's contribution (as dp-accounting's
+    ``from_discrete_gaussian_mechanism``; its dp_event module has no such event)."""
+
+    sigma: float
+    sensitivity: int
+
+    def __post_init__(self) -> None:
+        _real(self, "sigma", 0.0, math.inf, True, True)
+        _count(self, "sensitivity")
+
+
+@_event
+class RandomizedResponseDpEvent(DpEvent):
+    """k-ary randomized response: the true bucket w.p. 1 - p, else a uniform one of the
+    ``num_buckets`` (p = ``noise_parameter``; as dp-accounting). Defined under replace-one."""
+
+    noise_parameter: float
+    num_buckets: int
+
+    def __post_init__(self) -> None:
+        _real(self, "noise_parameter", 0.0, 1.0, True, False)
+        _count(self, "num_buckets", 2)
+
+
 #: Events whose class and fields are the same in dp-accounting (by name).
 _SHARED = {
     cls.__name__: cls for cls in (
         NoOpDpEvent, NonPrivateDpEvent, GaussianDpEvent, ZCDpEvent, SelfComposedDpEvent, ComposedDpEvent,
         PoissonSampledDpEvent, SampledWithoutReplacementDpEvent, SampledWithReplacementDpEvent,
+        LaplaceDpEvent, DiscreteLaplaceDpEvent, RandomizedResponseDpEvent,
     )
 }
 
@@ -267,8 +319,12 @@ def from_dp_accounting(event: Any) -> DpEvent:
     of size 0) releases nothing (:class:`NoOpDpEvent`). Anything else malformed is refused.
     """
     name = type(event).__name__
-    if name == "GaussianDpEvent" and getattr(event, "noise_multiplier", None) == 0:
+    if name in ("GaussianDpEvent", "LaplaceDpEvent") and getattr(event, "noise_multiplier", None) == 0:
         return NonPrivateDpEvent()
+    if name in ("DiscreteLaplaceDpEvent", "RandomizedResponseDpEvent") and getattr(event, "noise_parameter", None) == 0:
+        return NonPrivateDpEvent()
+    if name == "RandomizedResponseDpEvent" and getattr(event, "num_buckets", None) == 1:
+        return NoOpDpEvent()  # one bucket: the output says nothing
     if name == "PoissonSampledDpEvent" and getattr(event, "sampling_probability", None) == 0:
         return NoOpDpEvent()
     if name in ("SampledWithoutReplacementDpEvent", "SampledWithReplacementDpEvent") \
@@ -298,15 +354,19 @@ def is_dp_accounting_event(event: Any) -> bool:
 __all__ = [
     "ADD_OR_REMOVE_ONE",
     "ComposedDpEvent",
+    "DiscreteGaussianDpEvent",
+    "DiscreteLaplaceDpEvent",
     "DpEvent",
     "EpsilonDeltaDpEvent",
     "GaussianDpEvent",
+    "LaplaceDpEvent",
     "NeighboringRelation",
     "NoOpDpEvent",
     "NonPrivateDpEvent",
     "ParallelComposedDpEvent",
     "PoissonSampledDpEvent",
     "REPLACE_ONE",
+    "RandomizedResponseDpEvent",
     "SampledWithReplacementDpEvent",
     "SampledWithoutReplacementDpEvent",
     "SelfComposedDpEvent",

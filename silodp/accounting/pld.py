@@ -23,9 +23,13 @@ computed and the exact convolution of its inputs, and the bound travels with the
 ``roundoff`` (:func:`_fft_roundoff`, :func:`LossPmf.self_compose`); it is added to delta like mass
 at +inf. Since delta(eps) is 1-Lipschitz in the masses (weights in [0, 1]), the answer stays an
 upper bound on the exact composition of the pessimistic discretizations. A T-fold power
-multiplies the relative error of each Fourier coefficient by T, so the charge grows about
-linearly in T; :class:`silodp.accounting.accountants.PldAccountant` refuses a delta that the charge
-would dominate. Not charged: the relative round-off (a few ulps) of the single-step curve
+multiplies the relative error of each Fourier coefficient by T; the FFT's worst-case bound on that
+error (normwise, or componentwise ~ u log2(n) sum(masses) for nonnegative masses) is therefore kept
+only for coefficients where |X_k|^T is negligible, and the few near frequency 0 that carry the
+composition are recomputed directly with a bound proportional to the magnitudes actually present
+(:meth:`LossPmf._direct_powers`: about T u sum_j m_j |theta_jk| instead of T u log2(n)), which
+takes the charge from ~1e-6 to ~1e-13 at 3e5 steps. :class:`silodp.accounting.accountants.PldAccountant`
+refuses a delta that the charge would still dominate. Not charged: the relative round-off (a few ulps) of the single-step curve
 delta(eps_i) itself.
 
 Mechanisms. Every Gaussian pair silodp accounts is, after scaling to unit shift, the pair
@@ -61,6 +65,9 @@ LOG_TAIL_MASS = math.log(1e-15)
 MAX_POINTS = 50_000_000
 #: Losses beyond +-MAX_LOSS would overflow e^eps; such mechanisms are far from private anyway.
 MAX_LOSS = 600.0
+#: Most products (coefficients x masses) :meth:`LossPmf._direct_powers` may spend on one
+#: composition when asked to (``direct_work``): about a second.
+DIRECT_WORK = 4_000_000
 #: Unit round-off of float64.
 _U = 2.0 ** -53
 #: Normwise error of one FFT stage, in units of the unit round-off u:
@@ -167,6 +174,21 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     return np.maximum(out, 0.0), _inverse_roundoff(out, size, spectrum_error)
 
 
+def _exact_sum_minus_one(masses: np.ndarray) -> tuple[float, float]:
+    """sum(masses) - 1 as hi + lo (float64), exact to relative 2^-106: the sum is formed exactly in
+    integer arithmetic (every float64 is an integer times a power of two)."""
+    from fractions import Fraction
+
+    mant, expo = np.frexp(masses)
+    ints = (mant * 2.0 ** 53).astype(np.int64)
+    expo = expo.astype(np.int64) - 53
+    base = int(expo.min()) if len(expo) else 0
+    total = sum(int(i) << int(e - base) for i, e in zip(ints.tolist(), expo.tolist()))
+    exact = Fraction(total, 1) * Fraction(2) ** base - 1
+    hi = float(exact)
+    return hi, float(exact - Fraction(hi))
+
+
 @dataclasses.dataclass(frozen=True)
 class LossPmf:
     """Masses ``masses[i]`` at privacy loss ``(offset + i) * interval``, plus ``infinity_mass`` at
@@ -262,12 +284,118 @@ class LossPmf:
         lower = -_min_over_t(lambda t: (count * float(logsumexp(log_m - t * l)) - log_tau) / t, spread)
         return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
-    def self_compose(self, count: int, log_mass_truncation_bound: float) -> "LossPmf":
+    def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int,
+                       spectrum: np.ndarray) -> None:
+        """Recompute, in place, the ``count``-th powers of the Fourier coefficients whose FFT error
+        bound is largest (those near frequency 0, where |X_k|^count is not negligible) directly,
+        with an error bound proportional to the magnitudes actually present instead of T u.
+
+        X_k = M + S_k with M = sum_j m_j computed exactly (integer arithmetic) and
+        S_k = sum_j m_j (e^{-i theta_jk} - 1), theta_jk = 2 pi r_jk / size, r_jk = p_j k reduced
+        exactly to (-size/2, size/2]; Re terms are -2 m_j sin^2(theta / 2) and Im terms -m_j sin theta,
+        with error at most 24u of the term (Im: plus 4u m_j |theta_j|, theta within 3u, sin within
+        2 ulp, products), summed
+        pairwise (error <= (log2 N + 2) u sum |terms|, Higham 2002, Sec 4.2). Then
+        X_k^T = exp(T (log M + log(1 + w))), w = S_k / M, with log|1 + w| = log1p(2a + a^2 + b^2) / 2
+        and arg(1 + w) = atan2(b, 1 + a) (w = a + ib): every rounding there is relative to a, b or the
+        result, so the exponent's error is about T u (|a| + |b|) + u |exponent| (first order in the
+        error of w, with a factor 1.01), and |X'^T - X^T| <= |X^T| (e^{err} - 1) + 6u |X'^T|. The
+        masses below ``small_cap`` in total go through one more FFT instead (componentwise error,
+        their sum is tiny). Computed in long double where numpy has it."""
+        if self.masses.dtype != np.float64 and not np.all(self.masses.astype(np.float64) == self.masses):
+            return  # masses not exactly float64 (composed in extended precision): keep the FFT's bound
+        u = _unit(self.masses)
+        floor = 0.1 * _fft_error(size, _spectral_norm(powered, size), u)
+        if _spectral_norm(error, size) <= 10.0 * floor:
+            return  # the inverse FFT's own error dominates already: nothing to gain
+        # the few masses that carry nearly all the mass are summed directly; the rest (total at most
+        # ``small_cap``) through one more FFT, whose componentwise error is then tiny
+        by_size = np.argsort(self.masses)
+        small_cap = floor / (count * max(_fft_error(size, 1.0, u), u) * 64.0)
+        n_small = int(np.searchsorted(np.cumsum(self.masses[by_size]), small_cap, side="right"))
+        big = np.sort(by_size[n_small:])
+        small = by_size[:n_small]
+        n_masses = max(1, len(big))
+        budget = min(len(powered), max(1, work // n_masses))
+        order = np.argsort(error)[::-1]
+        # enough coefficients that the rest add at most a tenth of the inverse FFT's own error
+        # (Parseval: the output's l2 norm is the powered spectrum's over sqrt(size))
+        rest = np.sqrt(np.cumsum((2.0 * error[order[::-1]] ** 2)))[::-1]  # l2 of order[i:]
+        needed = int(np.searchsorted(-rest, -floor, side="left"))
+        if needed > budget and rest[budget] > 0.5 * rest[0]:
+            return  # the spectrum's error is spread over more coefficients than the budget reaches
+        order = order[:min(budget, needed)]
+        ld = np.longdouble if np.finfo(np.longdouble).eps < np.finfo(float).eps else np.float64
+        uu = float(np.finfo(ld).eps) / 2.0
+        # skip coefficients the direct bound cannot improve: it is about T uu (40 + log2 N) sum m|theta|
+        # |X|^T with sum m|theta| <= 2 pi k sum m|p| / size (a cheap estimate; the bound is recomputed)
+        spread = float(np.sum(self.masses * np.abs(self.offset + np.arange(len(self.masses)))))
+        mag = np.exp(np.minimum(count * np.log(np.maximum(np.abs(spectrum[order]), 1e-300)), 700.0))
+        estimate = count * uu * (40.0 + math.log2(n_masses + 1)) * 2 * math.pi * order * spread / size * mag
+        order = order[(error[order] > 0) & ~(estimate >= 0.5 * error[order])]
+        if order.size == 0:
+            return
+        masses = self.masses[big].astype(ld)
+        m_minus_1 = _exact_sum_minus_one(self.masses.astype(np.float64))
+        log_m = np.log1p(ld(m_minus_1[0]) + ld(m_minus_1[1]))  # relative error <= 3 uu
+        positions = (self.offset + big).astype(np.int64)
+        # S_k over the small masses: rfft(small) - sum(small), componentwise error (masses >= 0)
+        small_vec = np.zeros(size, dtype=self.masses.dtype)
+        np.add.at(small_vec, (self.offset + small) % size, self.masses[small])
+        m_small = float(np.sum(small_vec))
+        small_spec = np.fft.rfft(small_vec) - m_small
+        small_err = (_fft_error(size, m_small * (1.0 + size * u), u)
+                     + (math.log2(max(len(small), 2)) + 4.0) * u * m_small)
+        two_pi = 2 * np.longdouble("3.141592653589793238462643383279502884") if ld is np.longdouble else 2 * math.pi
+        scale = ld(two_pi) / ld(size)
+        log2n = math.log2(n_masses + 1) + 2.0
+        chunk = max(1, 4_000_000 // n_masses)
+        for start in range(0, order.size, chunk):
+            ks = order[start:start + chunk].astype(np.int64)
+            r = (positions[None, :] * ks[:, None]) % size
+            r = np.where(r > size // 2, r - size, r)
+            theta = r.astype(ld) * scale
+            half = np.sin(theta / 2)
+            re_terms = -2.0 * masses * half * half
+            im_terms = -masses * np.sin(theta)
+            a_sum = np.sum(re_terms, axis=1) + small_spec[ks].real.astype(ld)
+            b_sum = np.sum(im_terms, axis=1) + small_spec[ks].imag.astype(ld)
+            abs_re, abs_im = np.sum(np.abs(re_terms), axis=1), np.sum(np.abs(im_terms), axis=1)
+            abs_theta = np.sum(masses * np.abs(theta), axis=1)  # sin(theta) near +-pi: absolute error
+            m_ld = 1 + ld(m_minus_1[0]) + ld(m_minus_1[1])
+            a, b = a_sum / m_ld, b_sum / m_ld
+            ea = ((24.0 + log2n + 2.0) * uu * (abs_re + abs(small_spec[ks].real)) + small_err) / m_ld
+            eb = ((24.0 + log2n + 2.0) * uu * (abs_im + abs(small_spec[ks].imag)) + 4.0 * uu * abs_theta
+                  + small_err) / m_ld
+            x = 2 * a + a * a + b * b
+            mod2 = 1 + x  # |1 + w|^2
+            log_mod = np.log1p(x) / 2
+            arg = np.arctan2(b, 1 + a)
+            # first-order sensitivities of log|1+w| and arg(1+w) to a, b: |1+a| / |1+w|^2, |b| / |1+w|^2
+            inv = 1.0 / mod2
+            err_w = (np.abs(1 + a) * ea + np.abs(b) * eb) * inv + (np.abs(b) * ea + np.abs(1 + a) * eb) * inv
+            err_w = err_w + 4.0 * uu * ((2 * np.abs(a) + a * a + b * b) * inv + np.abs(log_mod)
+                                        + np.abs(b) * np.abs(1 + a) * inv + np.abs(arg))
+            expo_re = count * (log_m + log_mod)
+            expo_im = count * arg
+            err = count * (err_w * 1.01 + 4.0 * uu * abs(float(log_m))) + 2.0 * uu * (np.abs(expo_re) + np.abs(expo_im))
+            value = np.exp(expo_re) * (np.cos(expo_im) + 1j * np.sin(expo_im))
+            mag = np.abs(value).astype(float)
+            bound = mag * np.expm1(np.minimum(err.astype(float), 700.0)) + 6.0 * float(uu) * mag + 2.0 * u * mag
+            better = bound < error[ks]
+            powered[ks[better]] = value[better].astype(powered.dtype)
+            error[ks[better]] = bound[better]
+
+    def self_compose(self, count: int, log_mass_truncation_bound: float, direct_work: int = 0) -> "LossPmf":
         """``count``-fold composition in one FFT: the masses, wrapped onto a circle of the size of
         the Chernoff window of the sum, raised to the power ``count`` in the Fourier domain. Mass
         outside the window (at most e^bound per side) wraps into it and is also charged to +inf.
 
-        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2);
+        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2),
+        or (masses >= 0) e = _fft_error(sum of masses): each stage's rounding at an entry is at most
+        eta times the l1 norm of the inputs of that partial DFT, and the later stages (unit-modulus
+        twiddles) add these over a partition of the input (the componentwise form of Higham 2002,
+        Thm 24.2); coefficients where this matters are then recomputed by :meth:`_direct_powers`;
         with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (exp(T log X'))
         adds a relative 4u (T (|log |X'|| + 2 pi) + 2); :func:`_inverse_roundoff` carries the l2
         sum of these to the output. An input already off by a in l1 contributes (1 + a)^T - 1."""
@@ -286,14 +414,19 @@ class LossPmf:
         wrapped = np.zeros(size, dtype=self.masses.dtype)
         np.add.at(wrapped, positions, self.masses)
         spectrum = np.fft.rfft(wrapped)
-        e = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(wrapped)), u)
+        # per-coefficient forward error: the normwise bound, or the componentwise one (masses >= 0)
+        e = min(_fft_error(size, math.sqrt(size) * float(np.linalg.norm(wrapped)), u),
+                _fft_error(size, float(np.sum(wrapped)) * (1.0 + size * u), u))
         radius = np.abs(spectrum)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             log_r = np.log(radius)
             propagated = count * e * np.exp((count - 1) * np.log(radius + e))
             powering = 4.0 * u * (count * (np.abs(log_r) + 2.0 * math.pi) + 2.0) * np.exp(count * log_r)
         coefficient_error = propagated + np.where(radius > 0, powering, 0.0)
-        power = np.fft.irfft(spectrum ** count, size)
+        powered = spectrum ** count
+        if direct_work > 0:
+            self._direct_powers(powered, coefficient_error, size, count, direct_work, spectrum)
+        power = np.fft.irfft(powered, size)
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
         inherited = math.expm1(count * math.log1p(self.roundoff))
         masses = np.maximum(power[(lo + np.arange(n)) % size], 0.0)
@@ -377,12 +510,18 @@ class GaussianPair:
         if last - first > MAX_POINTS:
             raise ValueError(f"noise_multiplier: the losses span {last - first:.3g} grid points at "
                              f"value_discretization_interval={interval:g}; use a coarser grid or 'rdp'")
-        d = self.delta(np.arange(first, last + 1) * interval)
-        diffs = np.append(d[:-1] - d[1:], 0.0)  # D_1 .. D_N, D_{N+1} = 0
-        masses = np.empty(len(d))
-        masses[1:] = np.maximum((math.exp(interval) * diffs[:-1] - diffs[1:]) / math.expm1(interval), 0.0)
-        masses[0] = max(0.0, 1.0 - d[-1] - float(np.sum(masses[1:])))
-        return LossPmf(interval, first, masses, float(d[-1]))
+        return connect_the_dots(self.delta(np.arange(first, last + 1) * interval), first, interval)
+
+
+def connect_the_dots(d: np.ndarray, first: int, interval: float) -> LossPmf:
+    """The pessimistic PLD whose hockey-stick curve equals ``d`` (the true delta at the grid points
+    (first + i) * interval, the last one's value charged to +inf) and is linear in e^eps in between
+    (Doroshenko et al. 2022, Sec 3; module docstring)."""
+    diffs = np.append(d[:-1] - d[1:], 0.0)  # D_1 .. D_N, D_{N+1} = 0
+    masses = np.empty(len(d))
+    masses[1:] = np.maximum((math.exp(interval) * diffs[:-1] - diffs[1:]) / math.expm1(interval), 0.0)
+    masses[0] = max(0.0, 1.0 - d[-1] - float(np.sum(masses[1:])))
+    return LossPmf(interval, first, masses, float(d[-1]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,10 +557,13 @@ class PrivacyLossDistribution:
         add = (self.add or self.remove).compose(other.add or other.remove, bound)
         return PrivacyLossDistribution(remove, add, bound)
 
-    def self_compose(self, count: int) -> "PrivacyLossDistribution":
+    def self_compose(self, count: int, direct_work: int = 0) -> "PrivacyLossDistribution":
+        """``count``-fold composition; ``direct_work`` > 0 recomputes the dominant Fourier coefficients
+        directly (:meth:`LossPmf._direct_powers`: a far smaller round-off charge, at some cost)."""
         bound = self.log_mass_truncation_bound
-        return PrivacyLossDistribution(self.remove.self_compose(count, bound),
-                                       None if self.add is None else self.add.self_compose(count, bound), bound)
+        return PrivacyLossDistribution(
+            self.remove.self_compose(count, bound, direct_work),
+            None if self.add is None else self.add.self_compose(count, bound, direct_work), bound)
 
     def compute_mixture(self, other: "PrivacyLossDistribution", self_weight: float) -> "PrivacyLossDistribution":
         """``self_weight`` self + (1 - self_weight) other (a labelled mixture of mechanisms)."""
@@ -524,6 +666,9 @@ def from_privacy_parameters(epsilon: float, delta: float, value_discretization_i
     if not 0.0 <= delta < 1.0:
         raise ValueError(f"delta: must lie in [0, 1), got {delta}")
     h = check_positive("value_discretization_interval", value_discretization_interval)
+    if 2.0 * eps / h > MAX_POINTS:  # refused before any allocation (EpsilonDeltaDpEvent(1e6, 0))
+        raise ValueError(f"epsilon: {eps:g} spans more than {MAX_POINTS:g} grid points at "
+                         f"value_discretization_interval={h:g}; use a coarser grid or another accountant")
     top, bottom = math.ceil(eps / h), math.ceil(-eps / h)
     masses = np.zeros(top - bottom + 1)
     masses[-1] += (1.0 - delta) / (1.0 + math.exp(-eps))

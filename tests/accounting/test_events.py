@@ -41,7 +41,10 @@ def test_accountants_accept_dp_accounting_events_and_relations(name):
 
 def test_unsupported_dp_accounting_event_is_named():
     from silodp.accounting import UnsupportedEventError
-    with pytest.raises(UnsupportedEventError, match="LaplaceDpEvent"):
+    with pytest.raises(UnsupportedEventError, match="SingleEpochTreeAggregationDpEvent"):
+        get_accountant("pld").compose(dpa.SingleEpochTreeAggregationDpEvent(1.0, [4]))
+    # Laplace is read (silodp.accounting.mechanisms) but only the pld accountant certifies it
+    with pytest.raises(UnsupportedEventError, match="laplace"):
         get_accountant("rdp").compose(dpa.LaplaceDpEvent(1.0))
 
 

@@ -1,0 +1,128 @@
+"""PLDs of the other mechanisms dp-accounting users bring: Laplace, discrete Laplace, randomized response.
+
+Each is a symmetric pair (D_alpha(P||Q) = D_alpha(Q||P) and likewise every hockey-stick curve), so
+one direction of the PLD suffices. Shifts follow the silodp convention: a parameter is relative to
+the per-record contribution bound C, and the relation's sensitivity in units of C
+(:func:`silodp.accounting.events.sensitivity`: 1 under add/remove, 2 under replace-one) multiplies
+the shift.
+
+* Laplace with scale s = noise_multiplier * C, l1 shift D: eps0 = D / s; the hockey-stick curve is
+  delta(eps) = 1 - e^{(eps - eps0) / 2} on [0, eps0), 0 above (dp-accounting's LaplacePrivacyLoss;
+  Koskela et al. 2021), and delta(eps) = 1 - e^eps + e^eps delta(-eps) below 0 (symmetry);
+  discretized by connect the dots (pessimistic, :func:`silodp.accounting.pld.connect_the_dots`).
+* Discrete Laplace, P(x) = tanh(a / 2) e^{-a |x|} on the integers, integer shift D: the loss
+  a(|x - D| - |x|) takes finitely many values, aD with mass 1 / (1 + e^{-a}) (x <= 0), -aD with
+  mass e^{-aD} / (1 + e^{-a}) (x >= D) and a(D - 2x) with mass tanh(a / 2) e^{-ax} in between.
+* Discrete Gaussian, P(x) ~ e^{-x^2 / (2 sigma^2)} on the integers (Canonne, Kamath & Steinke 2020),
+  integer shift D: the loss (D^2 - 2 x D) / (2 sigma^2) at each x of |x| <= K (beyond, the mass of
+  P, summed out to K + 40 sigma, is charged to +inf), K covering all but e^bound of each tail;
+  the normalizer is summed over the same range (a smaller normalizer only raises the masses).
+* k-ary randomized response with noise p (replace-one: the input bucket changes): the loss is
+  +-log(A / B), A = 1 - p + p / k, B = p / k, with masses A and B, and 0 with mass (k - 2) B.
+
+Finite losses are rounded *up* to the grid: delta(eps) = E[(1 - e^{eps - L})_+] only grows, so the
+PLD stays pessimistic (as dp-accounting's pessimistic estimate). Tested against dp-accounting's PLD.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from silodp.accounting import events as ev, pld as pld_lib
+from silodp.accounting.blocks import Block, Mechanism, UnsupportedEventError
+
+#: The mechanisms of this module.
+KINDS = frozenset({Mechanism.LAPLACE, Mechanism.DISCRETE_LAPLACE, Mechanism.RANDOMIZED_RESPONSE,
+                   Mechanism.DISCRETE_GAUSSIAN})
+#: Most integer points a discrete Gaussian's support may span.
+_MAX_SUPPORT = 10_000_000
+
+
+def _max_loss(block: Block, relation) -> float:
+    shift = ev.sensitivity(relation)
+    if block.kind == Mechanism.LAPLACE:
+        return shift / block.noise_multiplier
+    if block.kind == Mechanism.DISCRETE_LAPLACE:
+        a, d = block.params
+        return a * d * shift
+    if block.kind == Mechanism.DISCRETE_GAUSSIAN:
+        sigma, d, k = _dgauss_support(block, relation, pld_lib.LOG_TAIL_MASS)
+        return (d * d + 2.0 * k * d) / (2.0 * sigma * sigma)
+    p, k = block.params
+    return math.log1p(k * (1.0 - p) / p)
+
+
+def _dgauss_support(block: Block, relation, log_tail: float) -> tuple[float, int, int]:
+    sigma, d = block.params[0], block.params[1] * int(ev.sensitivity(relation))
+    return sigma, d, int(math.ceil(math.sqrt(-2.0 * log_tail) * sigma)) + d
+
+
+def check(block: Block, relation, interval: float) -> None:
+    """UnsupportedEventError for a block this module cannot turn into a PLD (before allocating)."""
+    if block.kind == Mechanism.DISCRETE_GAUSSIAN:
+        sigma, d, k = _dgauss_support(block, relation, pld_lib.LOG_TAIL_MASS)
+        top = _max_loss(block, relation)
+        if 2 * k + 80 * sigma > _MAX_SUPPORT or top > pld_lib.MAX_LOSS or 2.0 * top / interval > pld_lib.MAX_POINTS:
+            raise UnsupportedEventError(f"discrete-gaussian: sigma={sigma:g}, sensitivity {block.params[1]} needs "
+                                        "too many support or grid points for the pld accountant")
+        return
+    if block.kind == Mechanism.RANDOMIZED_RESPONSE and ev.relation(relation) != ev.REPLACE_ONE:
+        raise UnsupportedEventError("randomized response is defined under REPLACE_ONE only (as dp-accounting)")
+    top = _max_loss(block, relation)
+    if top > pld_lib.MAX_LOSS or 2.0 * top / interval > pld_lib.MAX_POINTS:
+        raise UnsupportedEventError(f"{block.kind.value}: privacy losses reach {top:.3g}, more than the pld "
+                                    f"accountant's grid holds at discretization {interval:g} (epsilon is huge)")
+    if block.kind == Mechanism.DISCRETE_LAPLACE and block.params[1] * ev.sensitivity(relation) > pld_lib.MAX_POINTS:
+        raise UnsupportedEventError(f"discrete-laplace: sensitivity {block.params[1]} has too many loss values")
+
+
+def _laplace_delta(eps: np.ndarray, eps0: float) -> np.ndarray:
+    pos = np.abs(eps)
+    above = np.where(pos < eps0, -np.expm1((pos - eps0) / 2.0), 0.0)  # delta(|eps|)
+    return np.where(eps >= 0, above, -np.expm1(eps) + np.exp(eps) * above)
+
+
+def _discrete(losses: np.ndarray, masses: np.ndarray, interval: float) -> pld_lib.LossPmf:
+    """Point masses at ``losses``, each rounded up to the grid (pessimistic)."""
+    idx = np.ceil(losses / interval).astype(np.int64)
+    idx = np.where(idx * interval < losses, idx + 1, idx)  # the quotient's rounding: still up
+    first = int(idx.min())
+    out = np.zeros(int(idx.max()) - first + 1)
+    np.add.at(out, idx - first, masses)
+    return pld_lib.LossPmf(interval, first, out, 0.0)
+
+
+def pld(block: Block, relation, interval: float, log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
+    """The pessimistic PLD of one step of ``block`` (module docstring)."""
+    check(block, relation, interval)
+    top = _max_loss(block, relation)
+    if block.kind == Mechanism.LAPLACE:
+        first, last = math.floor(-top / interval), math.ceil(top / interval)
+        one = pld_lib.connect_the_dots(_laplace_delta(np.arange(first, last + 1) * interval, top), first, interval)
+    elif block.kind == Mechanism.DISCRETE_LAPLACE:
+        a, d = block.params[0], block.params[1] * int(ev.sensitivity(relation))
+        x = np.arange(1, d)
+        losses = np.concatenate([[a * d, -a * d], a * (d - 2.0 * x)])
+        masses = np.concatenate([[1.0 / (1.0 + math.exp(-a)), math.exp(-a * d) / (1.0 + math.exp(-a))],
+                                 math.tanh(a / 2.0) * np.exp(-a * x)])
+        one = _discrete(losses, masses, interval)
+    elif block.kind == Mechanism.DISCRETE_GAUSSIAN:
+        sigma, d, k = _dgauss_support(block, relation, log_mass_truncation_bound)
+        wide = k + int(math.ceil(40.0 * sigma))
+        x = np.arange(-wide, wide + 1, dtype=float)
+        log_w = -x * x / (2.0 * sigma * sigma)
+        w = np.exp(log_w - log_w.max())
+        w /= float(np.sum(w))
+        inside = np.abs(x) <= k
+        one = _discrete((d * d - 2.0 * x[inside] * d) / (2.0 * sigma * sigma), w[inside], interval)
+        one = dataclasses.replace(one, infinity_mass=min(1.0, float(np.sum(w[~inside]))))
+    else:
+        p, k = block.params
+        b = p / k
+        losses = np.array([top, -top, 0.0])
+        masses = np.array([1.0 - p + b, b, (k - 2) * b])
+        one = _discrete(losses, masses, interval)
+    return pld_lib.PrivacyLossDistribution(one.truncate(log_mass_truncation_bound), None, log_mass_truncation_bound)
