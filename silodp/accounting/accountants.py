@@ -206,6 +206,13 @@ class PldAccountant(Accountant):
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
     def _check(self, block: Block) -> None:
+        if block.kind == Mechanism.EPSILON_DELTA and (
+                block.epsilon > pld_lib.MAX_LOSS
+                or 2 * block.epsilon / self.value_discretization_interval > pld_lib.MAX_POINTS):
+            raise UnsupportedEventError(
+                f"epsilon: {block.epsilon:g} of an (epsilon, delta) event is beyond the pld grid (losses up to "
+                f"{pld_lib.MAX_LOSS:g}, {pld_lib.MAX_POINTS} points at discretization "
+                f"{self.value_discretization_interval:g}); use 'advanced' or 'rdp'")
         if block.kind == Mechanism.GAUSSIAN:
             z = self._unit_z(block)
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included

@@ -98,6 +98,7 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
             event = ev.from_dp_accounting(event)
         except ValueError as exc:
             raise UnsupportedEventError(f"unsupported event: {event} ({exc})") from None
+    ev.revalidate(event)
     kind = type(event)
     if kind is ev.NoOpDpEvent:
         return []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from silodp._validation import round_up
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.cli import emit, refuse
 
@@ -26,7 +27,7 @@ def _mechanism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling", choices=SAMPLING_CHOICES, default="none")
     p.add_argument("--q", type=float, default=None, help="sampling ratio in (0, 1] (with --sampling)")
     p.add_argument("--dataset-size", type=int, default=None,
-                   help="records n (needed for with/without-replacement sampling: batch = round(q n))")
+                   help="records n (needed for with/without-replacement sampling: batch = ceil(q n), rounded up)")
     p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
                    help="neighbouring relation (ISRL-DP is replace-one)")
     p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default=None,
@@ -60,6 +61,17 @@ def _event_fn(args):
 
     make(1.0)  # validate the flags once, before any work
     return make
+
+
+def _batch(args, payload: dict) -> str:
+    """The batch ceil(q n) of with/without-replacement sampling, put in ``payload`` and as the
+    human line's suffix (rounded up, toward more privacy loss; empty for other samplings)."""
+    from silodp._validation import batch_from_rate
+
+    if args.sampling not in (Sampling.WITHOUT_REPLACEMENT.value, Sampling.WITH_REPLACEMENT.value):
+        return ""
+    payload["batch_size"] = batch_from_rate("q", args.q, args.dataset_size)
+    return f", batch {payload['batch_size']} of {args.dataset_size} records (ceil(q n))"
 
 
 def _relation(args):
@@ -110,15 +122,17 @@ def _epsilon(args) -> int:
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
         if name == "pld":
             payload["pld_settings"] = _settings_used(args)
-        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{name:>11}: {eps:.6g}")
+        batch = _batch(args, payload)
+        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{name:>11}: {round_up(eps)}")
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)))
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     if "pld" in _names(args):
         payload["pld_settings"] = _settings_used(args)
-    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
-    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{human}")
+    batch = _batch(args, payload)
+    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else round_up(v)}" for k, v in results.items())
+    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{human}")
     return 0
 
 
@@ -140,16 +154,20 @@ def _noise_generic(args) -> int:
 
     if args.accountant is None:  # the smallest certified noise among the supporting accountants
         payload = {**one(None), "relation": args.relation}
-        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}): noise_multiplier="
-                                 f"{payload['noise_multiplier']:.6g} = sigma / C (certified eps={payload['epsilon']:.6g})")
+        batch = _batch(args, payload)
+        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}{batch}): noise_multiplier="
+                                 f"{round_up(payload['noise_multiplier'])} = sigma / C (certified eps="
+                                 f"{round_up(payload['epsilon'])})")
         return 0
     results = _for_each(args, one)
     payload = dict(results[_names(args)[0]]) if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
+    batch = _batch(args, payload)
     human = "\n".join(
-        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={v['noise_multiplier']:.6g} (certified eps={v['epsilon']:.6g})")
+        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={round_up(v['noise_multiplier'])} "
+                                                        f"(certified eps={round_up(v['epsilon'])})")
         for k, v in results.items())
-    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g})\n{human}")
+    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}{batch})\n{human}")
     return 0
 
 
@@ -204,7 +222,7 @@ def _shuffle(args) -> int:
     from silodp.accounting import shuffle_bounds
 
     res = shuffle_bounds(args.eps0, args.n, args.delta)
-    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else f'{v:.6g}'}" for k, v in res.items())
+    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else round_up(v)}" for k, v in res.items())
     emit(res, args.json, f"shuffled epsilon for eps0={args.eps0:g}, n={args.n}, delta={args.delta:g}\n{human}")
     return 0
 

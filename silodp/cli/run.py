@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
     g.add_argument("--local-steps", type=int, default=None, help="K local steps per round (default: the algorithm's)")
     g.add_argument("--user-sampling", type=float, default=None, help="l: each user takes part w.p. l per round")
-    g.add_argument("--data-sampling", type=float, default=None, help="s: each local step uses round(s n) records")
+    g.add_argument("--data-sampling", type=float, default=None, help="s: each local step uses ceil(s n) records")
     g.add_argument("--global-step-size", type=float, default=None, help="eta_g (server step)")
     g.add_argument("--privacy-against", choices=("server", "third-party", "both"), default=None,
                    help="which guarantee --epsilon calibrates (default: server)")
