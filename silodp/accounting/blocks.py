@@ -40,6 +40,14 @@ class Sampling(enum.Enum):
     WITH_REPLACEMENT = "with-replacement"
 
 
+#: Gaussian steps with more noise than this are certified as if they had this much: sound (less
+#: noise certifies a larger epsilon), and their epsilon is at every accountant's floor anyway,
+#: while the accountants' arithmetic (z^2, and the subsampled RDP series) breaks down beyond.
+NOISE_CAP = 1e6
+#: Gaussian steps with less noise than this are refused (epsilon > 1e8; 1/z^2 overflows).
+NOISE_FLOOR = 1e-4
+
+
 @dataclasses.dataclass(frozen=True)
 class Block:
     """``count`` steps of one primitive mechanism.
@@ -59,6 +67,13 @@ class Block:
     delta: float = 0.0
     rho: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.kind == Mechanism.GAUSSIAN:
+            if not self.noise_multiplier >= NOISE_FLOOR:
+                raise UnsupportedEventError(f"noise_multiplier: must be >= {NOISE_FLOOR:g} (epsilon would exceed "
+                                            f"1e8), got {self.noise_multiplier:g}")
+            object.__setattr__(self, "noise_multiplier", min(float(self.noise_multiplier), NOISE_CAP))
+
     @property
     def subsampled(self) -> bool:
         """Whether amplification by subsampling applies (a proper subsample, or with replacement)."""
@@ -67,8 +82,10 @@ class Block:
 
 def _effective_noise_multiplier(event: ev.DpEvent) -> float:
     """A release of several Gaussians at once equals one Gaussian with z = (sum z_i^-2)^-1/2."""
-    if type(event) is ev.GaussianDpEvent:
-        return float(event.noise_multiplier)
+    if type(event) is ev.GaussianDpEvent:  # within [1e-150, NOISE_CAP]: z^-2 stays finite (the cap is sound)
+        if event.noise_multiplier < 1e-150:
+            raise UnsupportedEventError(f"noise_multiplier: must be >= {NOISE_FLOOR:g}, got {event.noise_multiplier:g}")
+        return min(float(event.noise_multiplier), NOISE_CAP)
     if type(event) is ev.SelfComposedDpEvent:
         return _effective_noise_multiplier(event.event) / math.sqrt(event.count)
     if type(event) is ev.ComposedDpEvent and event.events:
