@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from silodp.cli.domains import DELTA, EPSILON, Int, POSITIVE, Real, SEED
+from silodp.cli.domains import DELTA, POSITIVE, SEED, Int, Real
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
 
@@ -23,7 +23,8 @@ def register(subparsers) -> None:
                       help="audit one release: a Gaussian, or the shuffle protocol P_vec certified for --epsilon")
     what.add_argument("--papers", action="store_true", help="audit the papers' closed-form calibrations")
     p.add_argument("--mutation", default=None, help="deliberate privacy bug to inject (see docs/audit.md)")
-    p.add_argument("--epsilon", type=EPSILON, default=2.0, help="target epsilon the noise is calibrated to (default 2)")
+    p.add_argument("--epsilon", type=Real(0.05, 100.0, closed="lowhigh"), default=2.0,
+                   help="target epsilon the noise is calibrated to, in [0.05, 100] (default 2; an audit resolves no less)")
     p.add_argument("--delta", type=DELTA, default=1e-5, help="delta (default 1e-5)")
     p.add_argument("--noise-multiplier", type=POSITIVE, default=None,
                    help="--mechanism gaussian: sigma / C for one release under add/remove (shift C)")

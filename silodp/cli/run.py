@@ -99,6 +99,10 @@ def handle(args) -> int:
 
     if args.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm: must be one of {sorted(ALGORITHMS)}, got {args.algorithm!r}")
+    if not ALGORITHMS[args.algorithm].private:
+        from silodp.cli import refuse
+
+        refuse(args, ("--delta", "--calibration"), f"to the non-private baseline {args.algorithm}")
     if not args.epsilon > 0:
         raise ValueError(f"--epsilon: must be > 0, got {args.epsilon}")
     if args.rounds < 1:

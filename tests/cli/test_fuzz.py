@@ -311,6 +311,8 @@ def test_name_flags_refuse_unknown_names_before_any_work():
     (["bound", "--list", "thm2.1-isrl"], "--list"),
     (["bound", "thm2.1-isrl", "--latex", "--param", "n=1"], "--param"),
     (["run", "--algorithm", "mb-sgd", "--dataset", "wbcd", "--epsilon", "1", "--delta", "5"], "--delta"),
+    (["run", "--algorithm", "mb-sgd", "--dataset", "wbcd", "--epsilon", "1", "--delta", "0.1"], "--delta"),
+    (["reproduce", "wbcd", "--scheduler", "tcp://127.0.0.1:9", "--workers", "2"], "--workers"),
     (["reproduce", "wbcd", "--scheduler", ""], "--scheduler"),
     (["reproduce", "wbcd", "--scheduler", "localhost"], "--scheduler"),
     (["reproduce", "wbcd", "--quick", "--data-path", "/"], "--data-path"),
