@@ -259,3 +259,20 @@ def test_a_second_sweep_on_the_same_store_is_refused(swept, tmp_path):
         assert second.counts()["ok"] == 0
     with Store(path) as st:  # the lock ends with its holder
         assert runner.run_grid(_tiny(), st, workers=1, progress=False).ran == 2
+
+
+def test_recertify_a_shuffle_calibration():
+    """The P_vec path: the stored (g, b, p, rotate) re-certified; trials cut 100-fold are caught."""
+    import dataclasses
+
+    from silodp.accounting.version import ACCOUNTING_VERSION
+    from silodp.algorithms.privacy import TranscriptConfig
+    from silodp.experiments import execute as ex
+
+    tc = TranscriptConfig(n=50, rounds=1, batch_size=10, num_silos=2, dimension=1)
+    request = {"algorithm": "sdp-prox-sgd", "method": "tight", "epsilon": 2.0, "delta": 1e-4,
+               "transcript": dataclasses.asdict(tc), "accounting_version": ACCOUNTING_VERSION}
+    result = ex.calibrate_request(request)
+    assert result["status"] == "ok" and ex.recertify(request, result) is None
+    fewer = {**result, "shuffle": {k: {**v, "b": max(1, v["b"] // 100)} for k, v in result["shuffle"].items()}}
+    assert "certifies epsilon" in ex.recertify(request, fewer)
