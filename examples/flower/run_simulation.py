@@ -10,10 +10,9 @@ import sys
 
 from flwr.common.config import parse_config_args
 
+from silodp_flower.server_app import summary
 from silodp_flower.simulation import simulate
 from silodp_flower.task import Settings
 
 if __name__ == "__main__":
-    out = simulate(Settings.from_run_config(parse_config_args(sys.argv[1:])))
-    print(f"{out['rounds']} rounds; test error {out['test_error']:.4f}; worst-silo epsilon "
-          f"{out['worst_silo_epsilon']!r} (silodp run certifies {out['simulator_epsilon']!r})")
+    print(summary(simulate(Settings.from_run_config(parse_config_args(sys.argv[1:])))))

@@ -141,4 +141,8 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
         if event.xi != 0:
             raise UnsupportedEventError(f"truncated zCDP (xi != 0) is not supported: {event}")
         return [Block(Mechanism.ZCDP, count, rho=float(event.rho))]
+    from silodp.accounting import distributed  # distributed sums (Skellam, discrete Gaussian) are zCDP
+
+    if kind in distributed.EVENTS:
+        return flatten(event.zcdp_event(), count)
     raise UnsupportedEventError(f"unsupported event: {event}")

@@ -140,8 +140,26 @@ class FederatedAlgorithm:
             replacement=self.uses_replacement,
         )
 
+    #: Share of delta that random availability's floor of summed silos may charge (its tail).
+    availability_share: ClassVar[float] = 0.01
+
+    def _summed_floor(self, cfg: TranscriptConfig, federation) -> dict:
+        """Shuffle-DP under random availability (Assumption 6): declare the fewest silos whose
+        messages are summed, :func:`silodp.accounting.distributed.availability_floor` over every
+        invocation with tail :attr:`availability_share` delta, charged to delta; {} otherwise."""
+        if not (self.shuffled and self.private and federation.availability == "random"):
+            return {}
+        from silodp.accounting.distributed import availability_floor
+
+        delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
+        draws = sum(r.count for r in self.shuffle_plan(cfg, None, None))
+        floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
+                                           self.availability_share * delta)
+        return {"silos_per_round": floor, "charged_delta": charge}
+
     def transcript_config(self, problem, federation) -> TranscriptConfig:
-        return TranscriptConfig(**self.config_fields(problem, federation))
+        cfg = TranscriptConfig(**self.config_fields(problem, federation))
+        return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
 
     def privacy_event(self, config, sigmas: dict | None = None):
         """The event describing ONE silo's whole transcript (for the accountant)."""
@@ -487,30 +505,33 @@ class Context:
         return entry
 
     def _shuffle(self, group, term, weights, a, bound):
-        """P_vec on the sent rows of ``term``; returns (mean estimate, counts of the message path or None)."""
+        """P_vec on the sent rows of ``term``; returns (mean estimate, the analyzer's view or None)."""
         sent = (weights > 0).to(term.dtype) * a[:, None]
-        est, counts = self.pvec(term, bound, self.shuffle[group], sent)
-        return est / int(sent.sum()), counts
+        est, view = self.pvec(term, bound, self.shuffle[group], sent)
+        return est / int(sent.sum()), view
 
     def pvec(self, term, bound, params, sent):
         """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
         when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
-        returns (estimate, counts of the message path or None)."""
+        returns (estimate, the analyzer's view or None). The view, recorded in the transcript, is
+        the per-coordinate totals of ones (of the rotated coordinates): all that the shuffled
+        labelled bits of :func:`silodp.algorithms.shuffle.pvec_messages` reveal; no per-message
+        count is kept."""
         n_msgs = int(sent.sum())
         d = term.shape[-1]
         if params.rotate:
             signs = rotation_signs(d, self.gen, term.dtype)
             term, bound = rotate(term, signs), rotated_bound(float(bound), d)
-        counts = None
+        totals = None
         if self.entries is None:
             est = pvec_fast(term, bound, params, self.gen, weights=sent)
         else:
-            counts = randomize(term, bound, params, self.gen)  # message path: what each silo sends
+            counts = randomize(term, bound, params, self.gen)  # what each silo sends (never kept)
             totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
             est = analyze(totals, n_msgs, bound, params).to(term.dtype)
         if params.rotate:
             est = unrotate(est, signs, d)
-        return est, counts
+        return est, totals
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:

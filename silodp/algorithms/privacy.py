@@ -45,6 +45,9 @@ class TranscriptConfig:
     silos_per_round: int | None = None
     dimension: int = 1
     replacement: bool = True
+    #: delta already spent outside the certificate: random availability's lower tail below the
+    #: declared floor of silos summed (silos_per_round is then that floor; FederatedAlgorithm.config_fields)
+    charged_delta: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("n", "rounds", "batch_size", "q", "inner_steps", "restarts", "local_steps", "num_silos",
@@ -59,6 +62,8 @@ class TranscriptConfig:
             raise ValueError(f"silos_per_round: must lie in [1, num_silos], got {self.silos_per_round}")
         if not self.beta > 0:
             raise ValueError(f"beta: must be > 0, got {self.beta}")
+        if not 0.0 <= self.charged_delta < 1.0:
+            raise ValueError(f"charged_delta: must lie in [0, 1), got {self.charged_delta}")
 
     @property
     def k2(self) -> int:
@@ -179,6 +184,9 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
     def groups(releases) -> tuple:
         return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
 
+    total, dl = dl, dl - cfg.charged_delta  # the certificates get what availability left
+    if dl <= 0:
+        raise ValueError(f"delta: {total:g} is spent by the availability tail ({cfg.charged_delta:g})")
     plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
     rotate = how == Calibration.TIGHT
     h = pvec.default_interval(eps)
@@ -202,7 +210,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
     shuffle = {r.group: dict(zip(("g", "b", "p", "rotate"), r.params), count=r.count, epsilon=r.epsilon,
                              delta=r.delta, messages=r.messages, bound=r.bound)
                for r in releases if r.count}
-    return NoiseCalibration(cls.name, {}, certified, dl, accountant or PVEC_ACCOUNTANT, how.value, shuffle)
+    return NoiseCalibration(cls.name, {}, certified, total, accountant or PVEC_ACCOUNTANT, how.value, shuffle)
 
 
 def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,

@@ -21,8 +21,15 @@ range ``rotated_bound(bound, d)`` (clamped), and the analyzer's estimate is rota
 
 Two paths:
 
-* :func:`pvec_messages` -- exact message level: bit vectors, a uniform shuffle per coordinate,
-  the analyzer. For audits and small ``d``.
+* :func:`pvec_messages` -- exact message level, as Cheu et al.'s protocol sends it: every message
+  is ONE bit labelled with its coordinate, ``(j, bit)``; each silo's report for coordinate ``j``
+  is ``g + b`` such messages, ``count`` of them ones; the shuffler permutes all ``n d (g + b)``
+  labelled bits of the invocation together (:func:`shuffle`). The analyzer's view is a uniformly
+  ordered multiset of labelled bits, so it is a function of the per-coordinate totals of ones
+  alone (the number of zeros per label is public): exactly what both certificates of
+  :mod:`silodp.accounting.pvec` assume. (Permuting whole ``(g + b)``-bit reports instead would
+  reveal the multiset of per-message counts, which the certificates do not cover.) For audits
+  and small ``d``.
 * :func:`pvec_fast` -- samples the analyzer's output distribution directly: the per-message
   rounding bits, plus ONE ``Bin(n b, p)`` draw per coordinate for the summed noise (a sum of
   independent ``Bin(b, p)`` is ``Bin(n b, p)``). Equal in distribution to the message path.
@@ -121,19 +128,25 @@ def randomize(x: torch.Tensor, bound: float, params: BinomialParams, generator: 
     return (rounded.to(torch.float64) + noise).long()
 
 
-def encode(counts: torch.Tensor, params: BinomialParams, generator: torch.Generator) -> torch.Tensor:
-    """Unary reports: ``counts: [n, d]`` -> bits ``[n, d, g + b]`` with that many ones, in random order."""
+def encode(counts: torch.Tensor, params: BinomialParams) -> torch.Tensor:
+    """Labelled one-bit messages: ``counts: [n, d]`` -> ``[n d (g + b), 2]`` rows ``(coordinate,
+    bit)``, ``counts[i, j]`` ones among the ``g + b`` messages of silo ``i`` for coordinate ``j``
+    (their order is irrelevant: :func:`shuffle` permutes every message)."""
+    n, d = counts.shape
     width = params.g + params.b
-    bits = (torch.arange(width) < counts.unsqueeze(-1)).to(torch.int8)
-    order = torch.rand(bits.shape, generator=generator).argsort(-1)
-    return torch.gather(bits, -1, order)
+    bits = (torch.arange(width) < counts.unsqueeze(-1)).to(torch.int64)
+    labels = torch.arange(d).view(1, d, 1).expand(n, d, width)
+    return torch.stack((labels.reshape(-1), bits.reshape(-1)), dim=-1)
 
 
-def shuffle(bits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """The shuffler: an independent uniform permutation of the ``n`` messages of each coordinate."""
-    n, d = bits.shape[:2]
-    order = torch.rand(n, d, generator=generator).argsort(0)
-    return torch.gather(bits, 0, order.unsqueeze(-1).expand_as(bits))
+def shuffle(messages: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The shuffler: one uniform permutation of ALL the labelled messages ``[N, 2]`` of an invocation."""
+    return messages[torch.randperm(messages.shape[0], generator=generator)]
+
+
+def tally(messages: torch.Tensor, dimension: int) -> torch.Tensor:
+    """The analyzer's sufficient statistic: the total of ones per coordinate label, ``[dimension]``."""
+    return torch.bincount(messages[:, 0], weights=messages[:, 1].to(torch.float64), minlength=dimension)
 
 
 def analyze(totals: torch.Tensor, num_messages: int, bound: float, params: BinomialParams) -> torch.Tensor:
@@ -143,11 +156,11 @@ def analyze(totals: torch.Tensor, num_messages: int, bound: float, params: Binom
 
 
 def pvec_messages(x: torch.Tensor, bound: float, params, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact P_vec on messages ``x: [n, d]``: returns (estimate ``[d]``, shuffled bits ``[n, d, g+b]``)."""
+    """Exact P_vec on messages ``x: [n, d]``: returns (estimate ``[d]``, the shuffled labelled bits
+    ``[n d (g + b), 2]``: the analyzer's whole view)."""
     params = as_params(params)
-    bits = shuffle(encode(randomize(x, bound, params, generator), params, generator), generator)
-    totals = bits.sum(dim=(0, 2))
-    return analyze(totals, x.shape[0], bound, params).to(x.dtype), bits
+    view = shuffle(encode(randomize(x, bound, params, generator), params), generator)
+    return analyze(tally(view, x.shape[-1]), x.shape[0], bound, params).to(x.dtype), view
 
 
 def pvec_fast(x: torch.Tensor, bound: float, params, generator: torch.Generator,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 # Subcommand modules, in the order they appear in ``silodp --help``.
-_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce")
+_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce", "distributed", "ledger")
 
 
 class CliError(Exception):

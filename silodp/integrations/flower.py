@@ -7,9 +7,11 @@ with a per-silo ledger, and a worst-silo epsilon aggregator.
   al. 2022, pessimistic discretization: a certificate), or RDP. Flower's own backend is RDP only.
 * :class:`IsrlDpMod` is the no-trusted-server counterpart: each silo clips its update and adds
   Gaussian noise *before* anything leaves it, calibrates that noise from its own (epsilon, delta,
-  rounds) with silodp's accountants, keeps its ledger in the node's persistent state
-  (``Context.state``), reports its epsilon in its metrics and refuses to reply once the next
-  release would exceed its budget. Flower's ``LocalDpMod`` composes nothing across rounds and uses
+  rounds) with silodp's accountants, keeps its ledger in the SuperNode's own ledger file when the
+  node config declares a budget (:mod:`silodp.integrations.flower_silo`; else in
+  ``Context.state``), reports its epsilon in its metrics, refuses to reply once the next
+  release would exceed its budget, and lets nothing else out (metrics, EVALUATE, QUERY).
+  Flower's ``LocalDpMod`` composes nothing across rounds and uses
   the classical Gaussian formula (Dwork & Roth 2014, Thm A.1, valid for epsilon < 1 only).
 * :func:`worst_silo_epsilon` aggregates the silos' reports on the server: ISRL-DP (paper
   Definition 4) holds for the federation at the *largest* silo epsilon.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from logging import INFO
 
 import numpy as np
@@ -60,6 +63,10 @@ class SilodpAccountant:
     Gaussian itself, under the configured neighbouring relation (client-level: a client's data
     appears, disappears or is replaced). Same events, same epsilon rules as Flower's RDP backend;
     the PLD is tighter (never larger, up to its discretization).
+
+    Incremental: identical events are grouped (counts add) and the silodp accountant of the
+    grouped state is kept between updates, so an update or a query costs the number of
+    *distinct* events composed, not the number of rounds (``benchmarks/bench_flower.py``).
     """
 
     def __init__(self, config: PrivacyConfig, accountant: str = "pld") -> None:
@@ -69,7 +76,8 @@ class SilodpAccountant:
             raise ValueError(f"accountant must be one of {_BACKENDS}, got {accountant!r}")
         self._config = config
         self.accountant = accountant
-        self._compositions: list[tuple[GaussianPrivacyEvent, int]] = []
+        self._compositions: dict[GaussianPrivacyEvent, int] = {}
+        self._composed = None  # the silodp accountant of _compositions, built on first query
 
     @property
     def config(self) -> PrivacyConfig:
@@ -81,7 +89,7 @@ class SilodpAccountant:
 
     @property
     def num_releases(self) -> int:
-        return sum(count for _, count in self._compositions)
+        return sum(self._compositions.values())
 
     def _event(self, event: GaussianPrivacyEvent) -> ev.DpEvent:
         if not isinstance(event, GaussianPrivacyEvent):
@@ -98,16 +106,27 @@ class SilodpAccountant:
         return gaussian
 
     def _silodp(self, extra: tuple[GaussianPrivacyEvent, int] | None = None):
+        """The silodp accountant of the grouped compositions (plus ``extra``, as a projection that
+        leaves the committed state alone): one composition per distinct event."""
+        if extra is None and self._composed is not None:
+            return self._composed
+        groups = dict(self._compositions)
+        if extra is not None:
+            groups[extra[0]] = groups.get(extra[0], 0) + extra[1]
         acc = get_accountant(self.accountant, ev.relation(self._config.neighboring_relation))
-        for event, count in self._compositions + ([extra] if extra else []):
+        for event, count in groups.items():
             acc.compose(self._event(event), count)
+        if extra is None:
+            self._composed = acc
         return acc
 
     def compose(self, event: GaussianPrivacyEvent, count: int = 1) -> None:
         """Compose ``count`` identical releases of ``event``."""
         check_count("count", count)
-        self._silodp((event, count))  # validates before committing
-        self._compositions.append((event, int(count)))
+        # validates (the accountant's allow-list) before committing
+        get_accountant(self.accountant, ev.relation(self._config.neighboring_relation)).compose(self._event(event), count)
+        self._compositions[event] = self._compositions.get(event, 0) + int(count)
+        self._composed = None
 
     def get_epsilon(self, delta: float) -> float:
         return self._silodp().get_epsilon(check_delta("delta", delta))
@@ -140,7 +159,7 @@ class SilodpAccountant:
             "config": {**dataclasses.asdict(self._config),
                        "neighboring_relation": self._config.neighboring_relation.value,
                        "sampling_method": self._config.sampling_method.value},
-            "compositions": [{"event": dataclasses.asdict(e), "count": c} for e, c in self._compositions],
+            "compositions": [{"event": dataclasses.asdict(e), "count": c} for e, c in self._compositions.items()],
         }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -158,12 +177,12 @@ class SilodpAccountant:
             raise ValueError(f"state: malformed ({exc})") from exc
         if config != self._config:
             raise ValueError("state: its privacy configuration does not match this accountant's")
-        previous, self._compositions = self._compositions, []
+        previous, self._compositions, self._composed = self._compositions, {}, None
         try:
             for event, count in compositions:
                 self.compose(event, count)
         except ValueError:
-            self._compositions = previous
+            self._compositions, self._composed = previous, None
             raise
 
 
@@ -222,7 +241,7 @@ def _update_release(noise_multiplier: float) -> GaussianRelease:
 
 
 class IsrlDpMod:
-    """Client mod: ISRL-DP for each silo on its own, with a ledger in the node's state.
+    """Client mod: ISRL-DP for each silo on its own, with a ledger the server cannot reset.
 
     On each ``train`` message the silo's model update (reply arrays minus received arrays) is
     clipped to l2 norm ``clipping_norm`` = C and released with N(0, (z C)^2 I) noise added. The
@@ -234,18 +253,33 @@ class IsrlDpMod:
     names it, default the tightest of silodp's candidates). This is silo-level DP, which implies
     ISRL-DP (paper Definition 4); no amplification by the silo's own minibatching is credited.
 
-    Each reply carries ``silodp_epsilon`` (the silo's certified epsilon after this release) in its
-    metrics. A message whose release would take the silo past ``epsilon`` is answered with an
-    error and no training happens.
+    The ledger: when the SuperNode's node config declares a silodp budget
+    (:class:`~silodp.integrations.flower_silo.SiloPolicy`: ``silodp-ledger``,
+    ``silodp-budget-epsilon``, ``silodp-budget-delta``; or the host's environment does, for the
+    simulation engine), the silo's persistent ledger file, across runs: the run's plan of
+    ``rounds`` releases is admitted before its first message and each
+    release recorded before it leaves. Otherwise (e.g. a simulation without it) the node's
+    ``Context.state``, bounded by this mod's own ``epsilon``.
+
+    Nothing else leaves: the server's arrays are checked finite before the silo trains on them
+    (a NaN or inf weight would otherwise make the clip factor ``min(1, C / NaN)`` vanish); every
+    metric the ClientApp put in its reply is replaced by ``public_metrics`` (constants the silo
+    publishes, default ``{"num-examples": 1}``) and ``silodp_epsilon`` (the silo's certified
+    epsilon of this run after this release); config records are dropped; EVALUATE and QUERY
+    messages, which release nothing declared, are refused.
     """
 
     def __init__(self, clipping_norm: float, epsilon: float, delta: float, rounds: int,
-                 accountant: str | None = None) -> None:
+                 accountant: str | None = None, public_metrics: dict[str, float] | None = None) -> None:
         self.clipping_norm = check_positive("clipping_norm", clipping_norm)
         self.epsilon = check_positive("epsilon", epsilon)
         self.delta = check_delta("delta", delta)
         self.rounds = check_count("rounds", rounds)
         self.accountant = accountant
+        self.public_metrics = {"num-examples": 1} if public_metrics is None else dict(public_metrics)
+        for name, value in self.public_metrics.items():
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"public_metrics[{name!r}]: must be a finite number, got {value!r}")
 
     @functools.cached_property
     def calibration(self) -> Calibration:
@@ -259,57 +293,92 @@ class IsrlDpMod:
         return self.calibration.noise_multiplier
 
     def ledger(self, context: Context) -> SiloLedger:
-        """The silo's ledger, evaluated by the calibration's accountant (its name, less options)."""
+        """The silo's in-state ledger, evaluated by the calibration's accountant (its name, less options)."""
         return SiloLedger(context, self.accountant or self.calibration.accountant.split("(")[0])
 
-    def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
-        if msg.metadata.message_type != MessageType.TRAIN:
-            return call_next(msg, ctxt)
+    def _admit(self, ctxt: Context, release: GaussianRelease) -> Callable[[], float]:
+        """Record ``release`` (before it leaves) or raise ``SiloRefusal``; returns how to read the
+        silo's epsilon afterwards."""
+        import os
+
+        from silodp.integrations.flower_silo import ENV_LEDGER_DIR, NODE_LEDGER, SiloPolicy, SiloRefusal
+
+        if NODE_LEDGER in ctxt.node_config or ENV_LEDGER_DIR in os.environ:  # declared: never falls back
+            policy = SiloPolicy.for_node(ctxt.node_config)
+            db, run = policy.open_ledger(), str(ctxt.run_id)
+            db.admit(run, [dataclasses.replace(release, count=self.rounds)], policy.run_epsilon)
+            db.release(run, release, "train")
+            return lambda: db.epsilons(run)[0]
         ledger = self.ledger(ctxt)
-        release = _update_release(self.noise_multiplier)
         projected = ledger.epsilon(self.delta, release)
         if projected > self.epsilon:
-            reason = (f"IsrlDpMod: budget exhausted: the next release would certify epsilon {projected:.6g} > "
-                      f"{self.epsilon:g} at delta {self.delta:g} ({ledger.count()} releases made)")
-            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, reason), reply_to=msg)
+            raise SiloRefusal(f"budget exhausted: the next release would certify epsilon {projected:.6g} > "
+                              f"{self.epsilon:g} at delta {self.delta:g} ({ledger.count()} releases made)")
+        ledger.record(release)  # the reply is computed in this process; an error reply releases nothing
+        return lambda: projected
+
+    def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
+        from silodp.integrations.flower_silo import SiloRefusal
+
+        def refuse(reason: str) -> Message:
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, f"IsrlDpMod: {reason}"), reply_to=msg)
+
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return refuse(f"a {msg.metadata.message_type} message releases nothing declared; refused")
         if len(msg.content.array_records) != 1:
-            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, "IsrlDpMod: expected one ArrayRecord"),
-                           reply_to=msg)
+            return refuse("expected one ArrayRecord")
         sent = next(iter(msg.content.array_records.values()))
+        sent_arrays = sent.to_numpy_ndarrays()
+        if not all(np.isfinite(a).all() for a in sent_arrays):
+            return refuse("the server's arrays hold non-finite values; refused before training")
+        release = _update_release(self.noise_multiplier)
+        try:
+            epsilon = self._admit(ctxt, release)
+        except SiloRefusal as exc:
+            return refuse(str(exc))
         out = call_next(msg, ctxt)
         if out.has_error():
             return out
         if len(out.content.array_records) != 1:
-            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, "IsrlDpMod: reply must hold one ArrayRecord"),
-                           reply_to=msg)
+            return refuse("reply must hold one ArrayRecord")
         key, reply = next(iter(out.content.array_records.items()))
         if list(reply.keys()) != list(sent.keys()):
-            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, "IsrlDpMod: reply arrays differ from the sent ones"),
-                           reply_to=msg)
-        released = privatize(reply.to_numpy_ndarrays(), sent.to_numpy_ndarrays(), self.clipping_norm,
-                             self.noise_multiplier, np.random.default_rng())
-        out.content[key] = ArrayRecord({k: Array(v) for k, v in zip(reply.keys(), released, strict=True)})
-        ledger.record(release)
-        eps = projected  # the ledger now holds exactly the projected releases
-        metrics = list(out.content.metric_records.values())
-        if metrics:
-            metrics[0][EPSILON_KEY] = eps
-        else:
-            out.content["silodp"] = MetricRecord({EPSILON_KEY: eps})
-        log(INFO, "IsrlDpMod: update clipped to %.4g, noise std %.4g; silo epsilon %.6g at delta %g",
-            self.clipping_norm, self.noise_multiplier * self.clipping_norm, eps, self.delta)
-        return out
+            return refuse("reply arrays differ from the sent ones")
+        released = privatize(reply.to_numpy_ndarrays(), sent_arrays, self.clipping_norm, self.noise_multiplier,
+                             np.random.default_rng())
+        content = RecordDict({key: ArrayRecord({k: Array(v) for k, v in zip(reply.keys(), released, strict=True)})})
+        eps = epsilon()
+        names = list(out.content.metric_records) or ["metrics"]
+        for name in names:  # the ClientApp's metrics are data: replaced by what the silo publishes
+            content[name] = MetricRecord({**self.public_metrics, EPSILON_KEY: eps})
+        log(INFO, "IsrlDpMod: update clipped to %.4g, noise std %.4g; silo epsilon %.6g",
+            self.clipping_norm, self.noise_multiplier * self.clipping_norm, eps)
+        return Message(content, reply_to=msg)
 
 
 def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float, noise_multiplier: float,
               rng: np.random.Generator) -> list[np.ndarray]:
-    """``old + clip(new - old, C) + N(0, (z C)^2 I)`` over all arrays jointly (one l2 norm)."""
-    deltas = [np.asarray(n, dtype=np.float64) - np.asarray(o, dtype=np.float64) for n, o in zip(new, old, strict=True)]
-    norm = math.sqrt(sum(float(np.sum(d * d)) for d in deltas))
+    """``old + clip(new - old, C) + N(0, (z C)^2 I)`` over all arrays jointly (one l2 norm).
+
+    ``old`` (the server's) must be finite: a ValueError otherwise. A non-finite update (NaN or inf
+    anywhere in ``new``, or an overflowing norm) is clipped to the zero update: the clipped update
+    still lies in the ball of radius C whatever the data, so the release keeps its guarantee
+    (``min(1, C / NaN)`` would be 1 and release the update unclipped)."""
+    check_positive("clipping_norm", clipping_norm)
+    if not noise_multiplier >= 0 or math.isnan(noise_multiplier):
+        raise ValueError(f"noise_multiplier: must be >= 0, got {noise_multiplier!r}")
+    olds = [np.asarray(o, dtype=np.float64) for o in old]
+    if not all(np.isfinite(o).all() for o in olds):
+        raise ValueError("old: the server's arrays hold non-finite values")
+    with np.errstate(over="ignore", invalid="ignore"):
+        deltas = [np.asarray(n, dtype=np.float64) - o for n, o in zip(new, olds, strict=True)]
+        norm = math.sqrt(sum(float(np.sum(d * d)) for d in deltas))
+    if not math.isfinite(norm):
+        deltas, norm = [np.zeros_like(d) for d in deltas], 0.0
     scale = min(1.0, clipping_norm / norm) if norm > 0 else 1.0
     std = noise_multiplier * clipping_norm
     return [(o + d * scale + rng.normal(0.0, std, size=d.shape)).astype(np.asarray(n).dtype)
-            for n, o, d in zip(new, old, deltas)]
+            for n, o, d in zip(new, olds, deltas)]
 
 
 def worst_silo_epsilon(records: list[RecordDict], weighting_metric_name: str) -> MetricRecord:

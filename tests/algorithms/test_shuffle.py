@@ -6,7 +6,8 @@ import pytest
 import torch
 from scipy import stats
 
-from silodp.algorithms.shuffle import BinomialParams, analyze, pvec_fast, pvec_messages, pvec_variance, randomize
+from silodp.algorithms.shuffle import (BinomialParams, analyze, as_params, pvec_fast, pvec_messages, pvec_variance,
+                                     randomize)
 
 PARAMS = BinomialParams(g=6, b=12, p=0.25)
 BOUND = 1.0
@@ -51,12 +52,77 @@ def test_fast_path_matches_message_path_in_distribution(inputs):
     assert stats.ks_2samp(fast.sum(1), exact.sum(1)).pvalue > 1e-3
 
 
-def test_message_path_messages_are_unary_and_shuffled(inputs):
-    est, bits = pvec_messages(inputs, BOUND, PARAMS, torch.Generator().manual_seed(3))
-    assert bits.shape == (5, 3, PARAMS.g + PARAMS.b)
-    assert set(bits.unique().tolist()) <= {0, 1}
-    totals = bits.sum(dim=(0, 2))
-    assert torch.allclose(est, analyze(totals, 5, BOUND, PARAMS))
+def test_message_path_sends_labelled_bits_and_the_view_is_the_totals(inputs):
+    """Every message is one bit labelled with its coordinate; the shuffled view, as a multiset, is
+    exactly the one that the per-coordinate totals (and the public n, d, g + b) determine."""
+    from silodp.algorithms.shuffle import tally
+
+    n, d = inputs.shape
+    width = PARAMS.g + PARAMS.b
+    est, view = pvec_messages(inputs, BOUND, PARAMS, torch.Generator().manual_seed(3))
+    assert view.shape == (n * d * width, 2)
+    assert set(view[:, 1].unique().tolist()) <= {0, 1} and set(view[:, 0].unique().tolist()) == set(range(d))
+    totals = tally(view, d)
+    assert torch.allclose(est, analyze(totals, n, BOUND, PARAMS))
+    canonical = torch.cat([torch.tensor([[j, int(k < totals[j])] for k in range(n * width)]) for j in range(d)])
+    assert torch.equal(_sorted_rows(view), _sorted_rows(canonical))
+    # the shuffle mixes messages of every silo and coordinate (not one block per report)
+    assert (view[:width, 0] != view[0, 0]).any()
+
+
+def _sorted_rows(rows: torch.Tensor) -> torch.Tensor:
+    return rows[torch.argsort(rows[:, 0] * 2 + rows[:, 1], stable=True)]
+
+
+def _hockey(P, Q, eps):
+    return float(np.maximum(P - np.exp(eps) * Q, 0.0).sum())
+
+
+def test_exact_delta_of_the_message_level_view_meets_the_target():
+    """The issue's case: 2 messages, b = 300, g = 16, d = 1, p = 1/2, epsilon certified at delta
+    1e-5. One message moves from +L (g levels) to -L (0 levels), the other at either end. The
+    view of labelled bits is a bijection of the total T = levels + Bin(2 b, 1/2): its exact delta
+    (both directions) is at most the target. The old view (whole reports shuffled: the multiset
+    of per-message counts), computed exactly, is 139x over it: the check can fail."""
+    from silodp.accounting import pvec
+
+    g, b, n, target = 16, 300, 2, 1e-5
+    eps = pvec.invocation_epsilon(g, b, n, 1, False, target)
+    noise = stats.binom.pmf(np.arange(n * b + 1), n * b, 0.5)
+    per = stats.binom.pmf(np.arange(b + 1), b, 0.5)
+
+    def totals(levels):
+        out = np.zeros(n * b + n * g + 1)
+        out[levels:levels + n * b + 1] = noise
+        return out
+
+    def report_multiset(l1, l2):
+        joint = np.zeros((b + g + 1, b + g + 1))
+        joint[l1:l1 + b + 1, l2:l2 + b + 1] = np.outer(per, per)
+        return (np.triu(joint + joint.T, 1) + np.diag(np.diag(joint))).ravel()
+
+    for other in (0, g):
+        P, Q = totals(g + other), totals(other)
+        assert max(_hockey(P, Q, eps), _hockey(Q, P, eps)) <= target * (1 + 1e-9)
+        P, Q = report_multiset(g, other), report_multiset(0, other)
+        assert max(_hockey(P, Q, eps), _hockey(Q, P, eps)) > 100 * target
+
+
+def test_the_recorded_transcript_holds_only_the_totals():
+    """record_transcript=True keeps, per shuffled release, the per-coordinate totals (the
+    analyzer's view), never per-message counts."""
+    from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
+
+    gen = torch.Generator().manual_seed(6)
+    fed = Federation(torch.randn(2, 8, 3, generator=gen, dtype=torch.float64),
+                     torch.randn(2, 8, generator=gen, dtype=torch.float64), torch.tensor([8, 8]))
+    algo = get_algorithm("sdp-prox-sgd", rounds=2, batch_size=4, step_size=0.1, record_transcript=True,
+                         metrics_every=0, shuffle_params={"g": 8, "b": 10, "p": 0.5})
+    res = algo.run(Problem(linear_model(3), "squared", clip=1.0), fed, seed=0)
+    assert res.transcript and all(e["messages"].dim() == 1 for e in res.transcript)
+    for e in res.transcript:
+        sent = int(e["batch"].numel())
+        assert float(e["messages"].min()) >= 0 and float(e["messages"].max()) <= sent * 18
 
 
 def test_bad_parameters_raise():
@@ -129,3 +195,32 @@ def test_shuffle_calibration_names_its_own_accountant():
     cfg = TranscriptConfig(n=40, rounds=2, batch_size=10, dimension=3)
     with pytest.raises(ValueError, match="accountant"):
         calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5, accountant="rdp")
+
+
+def test_sdp_runs_under_random_availability_at_the_declared_floor():
+    """Assumption 6 (M_r = max(1, Bin(N, M/N))): the declaration states the fewest silos summed,
+    the largest k whose lower tail over the invocations, P[M_r < k] (exact binomial cdf), is at
+    most 1% of delta; the calibration certifies the target with that tail charged; the run works
+    and its ledger refuses a sum below the floor."""
+    from scipy import stats
+
+    from silodp.accounting.distributed import availability_floor
+    from silodp.accounting.releases import ReleaseLedger, Sent
+    from silodp.algorithms import Problem, get_algorithm, linear_model, synthetic
+
+    fed = synthetic(num_silos=20, n=40, d=3, task="logistic", seed=1).train.with_availability(12, "random")
+    problem = Problem(linear_model(3), "logistic", clip=1.0)
+    algo = get_algorithm("sdp-prox-sgd", rounds=5, batch_size=10, step_size=0.1, epsilon=3.0, metrics_every=0)
+    cfg = algo.transcript_config(problem, fed)
+    delta = 1.0 / fed.min_size ** 2
+    floor = cfg.silos_per_round
+    assert 5 * stats.binom.cdf(floor - 1, 20, 0.6) <= 0.01 * delta < 5 * stats.binom.cdf(floor, 20, 0.6)
+    assert cfg.charged_delta == pytest.approx(5 * stats.binom.cdf(floor - 1, 20, 0.6), rel=1e-9)
+    assert availability_floor(20, 12, 5, 0.01 * delta) == (floor, pytest.approx(cfg.charged_delta))
+    res = algo.run(problem, fed, seed=0)
+    assert res.epsilon <= 3.0 and res.delta == pytest.approx(delta)
+    decl = [r for r in algo.declared_releases(problem, fed, {}, {g: as_params(p) for g, p in res.shuffle.items()})]
+    assert decl[0].messages == floor * 10
+    sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=floor * 10 - 1)
+    with pytest.raises(ValueError, match="messages"):
+        ReleaseLedger(decl).record(sent)

@@ -168,9 +168,57 @@ def test_isrl_dp_mod_ledger_matches_silodp_and_refuses_at_budget():
     assert reported == pytest.approx(ref, rel=5e-3)
     refused = mod(_train_message(w), ctxt, _client)
     assert refused.has_error() and "budget" in refused.error.reason
-    # evaluation messages pass through untouched
-    evaluate = Message(RecordDict({"arrays": ArrayRecord([w])}), dst_node_id=7, message_type=MessageType.EVALUATE)
-    assert not mod(evaluate, ctxt, _client).has_error()
+    # the ClientApp's metrics are replaced by the silo's public ones
+    assert dict(out.content["metrics"]) == {"num-examples": 1, EPSILON_KEY: reported}
+
+
+def test_isrl_dp_mod_lets_nothing_unaccounted_out():
+    mod = IsrlDpMod(clipping_norm=0.5, epsilon=2.0, delta=DELTA, rounds=5)
+    ctxt = _context()
+    trained = []
+
+    def client(m, c):
+        trained.append(m)
+        return _client(m, c)
+
+    for bad in (math.nan, math.inf, -math.inf):  # a malicious server's model: refused before training
+        w = np.zeros(4)
+        w[1] = bad
+        out = mod(_train_message(w), ctxt, client)
+        assert out.has_error() and "non-finite" in out.error.reason
+    for kind in (MessageType.EVALUATE, MessageType.QUERY):  # nothing declared answers them
+        for _ in range(20):
+            msg = Message(RecordDict({"arrays": ArrayRecord([np.zeros(4)])}), dst_node_id=7, message_type=kind)
+            assert mod(msg, ctxt, client).has_error()
+    assert trained == [] and mod.ledger(ctxt).count() == 0
+
+
+def test_isrl_dp_mod_ledger_file_outlives_runs(tmp_path):
+    # the node config's budget and ledger file: a second run of the same plan does not fit
+    mod = IsrlDpMod(clipping_norm=0.5, epsilon=2.0, delta=DELTA, rounds=3)
+    node = {"silodp-ledger": str(tmp_path / "silo.sqlite"), "silodp-budget-epsilon": 2.5, "silodp-budget-delta": DELTA}
+    for run_id, served in ((1, 3), (2, 0)):
+        ctxt = Context(run_id=run_id, node_id=7, node_config=node, state=RecordDict(), run_config={})
+        outs = [mod(_train_message(np.zeros(4)), ctxt, _client) for _ in range(3)]
+        assert sum(not o.has_error() for o in outs) == served
+    assert "budget epsilon 2.5" in outs[0].error.reason
+    from silodp.integrations.flower_silo import SiloLedgerDB
+
+    summary = SiloLedgerDB(node["silodp-ledger"]).summary()
+    assert [(r["run_id"], r["releases"]) for r in summary["runs"]] == [("1", 3)] and summary["refused"] == 3
+    assert summary["epsilon_spent"] == pytest.approx(mod.calibration.epsilon, rel=1e-3)
+    assert summary["epsilon_spent"] <= 2.0
+
+
+def test_privatize_refuses_a_non_finite_server_model_and_zeroes_a_non_finite_update():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="old"):
+        privatize([np.zeros(3)], [np.array([0.0, math.nan, 0.0])], 1.0, 1.0, rng)
+    # a NaN update would make min(1, C / norm) equal 1: it is the zero update instead
+    out = privatize([np.array([1e3, math.nan, 1e3])], [np.zeros(3)], 1.0, 1e-12, rng)
+    assert np.all(np.abs(out[0]) < 1e-9)
+    out = privatize([np.array([1e200, 1e200])], [np.zeros(2)], 1.0, 1e-12, rng)  # the norm overflows
+    assert np.all(np.abs(out[0]) < 1e-9)
 
 
 def test_privatize_clips_the_update_jointly():

@@ -6,8 +6,8 @@ The noise comes from the very algorithm class ``silodp run`` uses
 (:meth:`FederatedAlgorithm.resolve_noise`: :func:`silodp.algorithms.privacy.calibrate_algorithm`
 on its declared releases), so a Flower run and a simulator run of the same settings release the
 same messages with the same noise and certify the same epsilon. Each silo still keeps its own
-ledger (:class:`silodp.integrations.flower.SiloLedger`) of what it really sent, and refuses a
-request that would take it past its own budget: the server is not trusted with the accounting.
+ledger (:mod:`silodp.integrations.flower_silo`) of what it really sent, and refuses a request
+that would take it past its own budget: the server is not trusted with the accounting.
 """
 
 from __future__ import annotations
@@ -19,54 +19,12 @@ import math
 import torch
 
 from silodp.accounting.releases import BatchSampling, GaussianRelease
-from silodp.algorithms import Federation, Problem, get_algorithm
+from silodp.algorithms import Federation, Problem
 from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
 from silodp.algorithms.grads import clip_rows, clipped_grad_sum, clipped_per_sample
 from silodp.experiments.datasets import load_cached, model_for
-
-ALGORITHMS = ("isrl-mb-sgd", "isrl-spider")
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The ``[tool.flwr.app.config]`` of ``pyproject.toml`` (Flower spells keys with dashes)."""
-
-    algorithm: str = "isrl-mb-sgd"
-    dataset: str = "wbcd"
-    model: str = "linear"
-    epsilon: float = 3.0
-    delta: float = 1e-4
-    rounds: int = 25
-    batch_size: int = 32
-    q: int = 5
-    step_size: float = 0.5
-    clip: float = 1.0
-    seed: int = 0
-    #: silodp accountant of the calibration and of every silo's ledger ("": the tightest
-    #: candidate, as `silodp run`; "rdp" is much faster for with-replacement batches)
-    accountant: str = ""
-
-    def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-
-    @classmethod
-    def from_run_config(cls, config: dict) -> "Settings":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        out = {}
-        for key, value in config.items():
-            name = key.replace("-", "_")
-            if name in fields:
-                out[name] = type(getattr(cls, name))(value)
-        return cls(**out)
-
-    def algorithm_object(self):
-        extra = {"q": self.q} if self.algorithm == "isrl-spider" else {}
-        return get_algorithm(self.algorithm, rounds=self.rounds, batch_size=self.batch_size,
-                             step_size=self.step_size, epsilon=self.epsilon, delta=self.delta,
-                             accountant=self.accountant or None, **extra)
-
+from silodp_flower.settings import ALGORITHMS, Settings  # noqa: F401 (re-exported)
 
 @dataclasses.dataclass
 class Setup:
@@ -74,7 +32,16 @@ class Setup:
     problem: Problem
     algorithm: object
     sigmas: dict
-    epsilon: float
+    epsilon: float  #: the calibration's certificate (under the calibration's accountant)
+
+    @functools.cached_property
+    def certified(self) -> float:
+        """silodp's tightest certificate of these noises (:func:`silodp.algorithms.privacy.certify`,
+        as every silo's ledger certifies): what the smallest silo reports."""
+        from silodp.algorithms.privacy import certify
+
+        cfg = self.algorithm.transcript_config(self.problem, self.data.train)
+        return certify(self.algorithm, cfg, self.sigmas, self.algorithm.delta)[0]
 
 
 @functools.lru_cache(maxsize=4)
@@ -85,6 +52,42 @@ def setup(settings: Settings) -> Setup:
     algo = settings.algorithm_object()
     sigmas, epsilon, _, _ = algo.resolve_noise(problem, data.train)
     return Setup(data, problem, algo, sigmas, epsilon)
+
+
+@dataclasses.dataclass
+class SiloPlan:
+    """What one silo releases over a run and the noise it adds, computed by the silo itself from
+    its own records' count, its own delta and the run's proposed settings (never from noise the
+    server sends): the algorithm's declared releases (:meth:`declared_releases`, the same as
+    ``silodp run`` certifies) at the calibration :meth:`resolve_noise` finds for this silo."""
+
+    settings: Settings
+    problem: Problem
+    fed: Federation
+    algorithm: object
+    sigmas: dict
+    releases: list
+
+    def std(self, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None) -> float:
+        """The noise of a ``kind`` message: the anchor's sigma, or Alg 3 line 10's difference noise."""
+        if kind == "grad":
+            return self.sigmas["sigma" if self.settings.algorithm == "isrl-mb-sgd" else "sigma1"]
+        if kind == "diff" and self.settings.algorithm == "isrl-spider":
+            return float(self.algorithm.diff_noise(self.sigmas, float((w - w_prev).norm())))
+        raise ValueError(f"kind: {self.settings.algorithm} sends no {kind!r} messages")
+
+
+def silo_plan(settings: Settings, partition_id: int, delta: float, sigmas: dict | None = None) -> SiloPlan:
+    """Silo ``partition_id``'s :class:`SiloPlan` of ``settings`` at the silo's ``delta``, with the
+    calibration ``sigmas`` when given (the client caches them on the silo's disk)."""
+    own = dataclasses.replace(settings, delta=delta)
+    data = load_cached(own.dataset, own.seed, 0.2, 0.2)
+    problem = Problem(model_for(data, own.model), data.loss, clip=own.clip)
+    fed = silo_data(data, partition_id)
+    algo = own.algorithm_object()
+
+    sigmas = algo.resolve_noise(problem, fed)[0] if sigmas is None else sigmas
+    return SiloPlan(own, problem, fed, algo, sigmas, algo.declared_releases(problem, fed, sigmas, None))
 
 
 def silo_data(data: FederatedData, partition_id: int) -> Federation:
@@ -101,30 +104,42 @@ def diff_std(algorithm, sigmas: dict, step: float) -> float:
     return algorithm.diff_noise(sigmas, step)
 
 
+def silo_release(problem: Problem, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None, std: float,
+                 batch_size: int, dataset_size: int) -> tuple[float, GaussianRelease]:
+    """The contribution bound of a ``kind`` message at ``w`` (and ``w_prev``) and the release it
+    is with noise ``std``: a function of the server's model and the silo's noise, never of its
+    records, so the silo can account a message before it computes it.
+
+    ``kind="grad"``: mean of K clipped per-record gradients (Alg 6 / Alg 3 line 7): bound L / K.
+    ``kind="diff"``: mean of K per-record differences g(w) - g(w_prev), each clipped to
+    min(2L, beta ||w - w_prev||) (Alg 3 lines 9-10; 2L when the problem has no beta): that over K.
+    """
+    clip = problem.clip
+    if kind == "grad":
+        bound = clip
+    elif kind == "diff":
+        bound = 2 * clip
+        if problem.beta is not None:
+            bound = min(bound, problem.beta * float((w - w_prev).norm()))
+    else:
+        raise ValueError(f"kind must be 'grad' or 'diff', got {kind!r}")
+    z = std / (bound / batch_size) if bound > 0 else math.inf
+    return bound, GaussianRelease(kind, 1, z, BatchSampling.WITH_REPLACEMENT, batch_size, dataset_size)
+
+
 def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None,
                  std: float, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, GaussianRelease]:
-    """One silo's noisy message and the release it is.
-
-    ``kind="grad"``: mean of K clipped per-record gradients at ``w`` on a with-replacement batch
-    plus N(0, std^2 I) (Alg 6 / Alg 3 line 7): contribution bound L / K. ``kind="diff"``: mean of
-    K per-record differences g(w) - g(w_prev), each clipped to min(2L, beta ||w - w_prev||)
-    (Alg 3 lines 9-10; 2L when the problem has no beta), plus noise: contribution bound that over K.
-    """
+    """One silo's noisy message (see :func:`silo_release`) and the release it is."""
+    bound, release = silo_release(problem, kind, w, w_prev, std, batch_size, fed.min_size)
     idx = BatchSampler(fed.counts, batch_size, True, generator).next()
     x, y = fed.gather(idx)
     weights = torch.full(idx.shape, 1.0 / batch_size, dtype=fed.x.dtype)
     clip = problem.clip
     if kind == "grad":
-        term, bound = clipped_grad_sum(problem, w, x, y, weights, clip, "ghost")[0], clip
-    elif kind == "diff":
-        bound = 2 * clip
-        if problem.beta is not None:
-            bound = min(bound, problem.beta * float((w - w_prev).norm()))
+        term = clipped_grad_sum(problem, w, x, y, weights, clip, "ghost")[0]
+    else:
         per = clip_rows(clipped_per_sample(problem, w, x, y, clip) - clipped_per_sample(problem, w_prev, x, y, clip),
                         bound)
         term = torch.einsum("nk,nkd->nd", weights, per)[0]
-    else:
-        raise ValueError(f"kind must be 'grad' or 'diff', got {kind!r}")
     noise = torch.randn(term.shape, generator=generator, dtype=term.dtype) * std
-    z = std / (bound / batch_size) if bound > 0 else math.inf
-    return term + noise, GaussianRelease(kind, 1, z, BatchSampling.WITH_REPLACEMENT, batch_size, fed.min_size)
+    return term + noise, release

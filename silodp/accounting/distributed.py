@@ -1,0 +1,469 @@
+"""Distributed noise for summing clipped vectors under secure aggregation: the binomial protocol
+(paper Alg 4-5), the Skellam mechanism (Agarwal, Kairouz & Liu, NeurIPS 2021, "AKL21") and the
+distributed discrete Gaussian (Kairouz, Liu & Steinke, ICML 2021, "KLS21").
+
+Every silo clips its vector to l2 norm ``clip`` (C), and the silos share one public random
+rotation (sign diagonal D and the normalized Walsh-Hadamard H of size d' = the next power of two,
+:func:`silodp.algorithms.shuffle.rotate`). Then:
+
+* **Skellam / discrete Gaussian.** Scale by 1 / ``scale`` (gamma, the real value of one integer
+  step; c = C / gamma), round each coordinate randomly up or down (unbiased), retried until the
+  rounded vector's norm is at most ``rounded_norm(c, d')`` = min(sqrt(c^2 + d'/4 + sqrt(2 ln(1/beta))
+  (c + sqrt(d')/2)), c + sqrt(d')) (KLS21's conditional rounding; the second term holds for every
+  rounding, the first fails with probability at most beta per try). The norm inflation is thus
+  charged deterministically: two neighbouring silo vectors (replace-one) differ by at most
+  Delta2 = 2 rounded_norm in l2 and by Delta1 = min(2 sqrt(d') rounded_norm, 2 rounded_norm^2) in l1
+  (an integer vector has ||v||_1 <= ||v||_2^2). Each silo adds integer noise: Pois(v/2) - Pois(v/2)
+  per coordinate (Skellam, variance v), or N_Z(0, sigma^2) (discrete Gaussian, sigma >= 1). The
+  sum of the n silos that are summed holds Skellam noise of variance mu = n v (a sum of Skellams is
+  Skellam), or a sum of n discrete Gaussians.
+* **Record level** (``vector_norm`` set, Skellam / discrete Gaussian): each silo's vector is a sum
+  of per-record contributions of norm <= ``clip``, clipped to ``vector_norm``; replacing one record
+  moves it by at most 2 c in l2 (clipping is non-expansive). Plain randomized rounding
+  round(z) = floor(z + V) with V uniform and private to the silo: for every fixed V two vectors
+  at distance 2 c round to integer vectors at distance < 2 c + sqrt(d') (each coordinate moves
+  by less than |z_k - z'_k| + 1), so Delta2 = 2 c + sqrt(d') and Delta1 = min(sqrt(d') Delta2,
+  Delta2^2); the mechanism is the V-mixture of those, whose Renyi divergence is at most the
+  largest (joint quasi-convexity).
+* **Binomial.** The paper's protocol with the rotation (:mod:`silodp.accounting.pvec`): ``levels``
+  g per rotated range, ``noise`` = b trials of Bin(b, 1/2) per coordinate per silo; the server's
+  sum is the P_vec totals, certified by :func:`silodp.accounting.pvec.transcript_epsilon`.
+
+Certificates (replace-one, ``rounds`` adaptive releases, n = ``summed`` silos' noise counted):
+
+* Skellam, integer orders alpha > 1 (AKL21, the multi-dimensional Skellam RDP bound):
+  eps(alpha) <= alpha Delta2^2 / (2 mu) + min(((2 alpha - 1) Delta2^2 + 6 Delta1) / (4 mu^2),
+  3 Delta1 / (2 mu)), mu the aggregate variance. Tested against the exact Renyi divergence.
+* Discrete Gaussian (KLS21, Thm 1: the sum of n discrete Gaussians is (1/2) eps^2-concentrated
+  DP with (1/2) eps^2 = Delta2^2 / (2 n sigma^2) + tau d' / 4, tau = 10 sum_{k=1}^{n-1}
+  exp(-2 pi^2 sigma^2 k / (k + 1))): we charge rho = Delta2^2 / (2 n sigma^2) + tau d' (four times
+  the paper's tau term, which is below 1e-30 at sigma >= 2), i.e. RDP alpha rho at every order.
+* Conversion to (epsilon, delta): :func:`silodp.accounting.rdp.epsilon_from_rdp` (Balle et al.
+  2020, Thm 21).
+
+Modular wrap-around. Secure aggregation returns the sum modulo 2^bits; the server reads the
+representative in [-2^(bits-1), 2^(bits-1)). A coordinate wraps when the true sum leaves that
+window. Reducing mod 2^bits is post-processing, so wrapping cannot hurt privacy; it corrupts the
+estimate. :func:`wrap_probability` bounds P[any coordinate of any round wraps] (union bound over
+d' coordinates and the rounds; Chernoff: the rotated signal sum_i (H D x_i / gamma)_j is a
+Rademacher sum, sub-Gaussian with variance proxy (M c)^2 / d'; rounding moves each silo by less
+than 1; discrete Gaussian noise is sigma-sub-Gaussian (Canonne, Kamath & Steinke 2020); the Skellam sum's
+log-MGF is mu (cosh s - 1); binomial: Hoeffding). The calibration spends
+:data:`WRAP_SHARE` of delta on it and certifies the rest, so the reported (epsilon, delta) also
+covers "the decoded sum is not the true sum" (conservative).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from silodp._validation import check_count, check_delta, check_positive, check_probability
+from silodp.accounting import events as ev
+
+MECHANISMS = ("binomial", "skellam", "discrete-gaussian")
+#: Share of delta that the calibration leaves for the wrap-around probability.
+WRAP_SHARE = 0.1
+#: Conditional rounding's failure probability per try (KLS21's default e^-1/2; utility only).
+ROUNDING_BETA = math.exp(-0.5)
+#: Integer Renyi orders (the Skellam bound holds at integer orders).
+ORDERS = tuple(sorted(set(range(2, 257)) | {int(a) for a in np.geomspace(256, 1 << 14, 24)}))
+#: The binomial's reference levels for the b ~ g^2 model of its search.
+REFERENCE_LEVELS = 16
+#: The binomial's most levels g: the variance is within 1e-5 of its limit by g = 32 (rounding adds
+#: (2 gamma / g)^2 / 4 against the noise's b / 4 ~ 660 g^2 / 4), and the certificate's cost grows as g^2.
+MAX_LEVELS = 32
+#: The binomial's most noise trials per coordinate of the sum (half of pvec.MAX_TRIALS).
+MAX_TRIALS = 5 * 10 ** 12
+#: The smallest local sigma of the discrete Gaussian (KLS21 Thm 1 needs sigma >= 1/2).
+MIN_SIGMA = 1.0
+
+
+def rotated_dimension(dimension: int) -> int:
+    """d' = the smallest power of two >= ``dimension`` (the Walsh-Hadamard size)."""
+    return 1 << (check_count("dimension", dimension) - 1).bit_length()
+
+
+def rounded_norm(c: float, dimension: int, beta: float = ROUNDING_BETA) -> float:
+    """The l2 bound after conditional randomized rounding of a vector of norm <= ``c`` in
+    ``dimension`` coordinates (KLS21's conditional rounding; module docstring)."""
+    d = check_count("dimension", dimension)
+    b = check_probability("beta", beta)
+    square = c * c + d / 4.0 + math.sqrt(2.0 * math.log(1.0 / b)) * (c + math.sqrt(d) / 2.0)
+    return min(math.sqrt(square), c + math.sqrt(d))
+
+
+def sensitivities(c: float, dimension: int, beta: float = ROUNDING_BETA, record: bool = False) -> tuple[float, float]:
+    """(Delta2, Delta1) of one silo's rounded vector under replace-one: of the whole vector
+    (conditional rounding), or of one record's contribution with ``record`` (coupled plain
+    rounding; module docstring)."""
+    if record:
+        l2 = 2.0 * c + math.sqrt(dimension)
+        return l2, min(math.sqrt(dimension) * l2, l2 * l2)
+    r = rounded_norm(c, dimension, beta)
+    return 2.0 * r, min(2.0 * math.sqrt(dimension) * r, 2.0 * r * r)
+
+
+def skellam_rdp(orders, l2: float, l1: float, mu: float) -> np.ndarray:
+    """AKL21's multi-dimensional Skellam RDP at integer ``orders`` for aggregate variance ``mu``."""
+    a = np.asarray(orders, dtype=float)
+    if np.any(a != np.floor(a)) or np.any(a < 2):
+        raise ValueError("orders: the Skellam bound holds at integer orders >= 2")
+    mu = check_positive("mu", mu)
+    first = a * l2 * l2 / (2.0 * mu)
+    return first + np.minimum(((2.0 * a - 1.0) * l2 * l2 + 6.0 * l1) / (4.0 * mu * mu), 3.0 * l1 / (2.0 * mu))
+
+
+def ddg_tau(sigma: float, summed: int) -> float:
+    """KLS21's tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sigma^2 k / (k + 1))."""
+    k = np.arange(1, check_count("summed", summed), dtype=float)
+    return float(10.0 * np.sum(np.exp(-2.0 * math.pi ** 2 * sigma ** 2 * k / (k + 1.0))))
+
+
+def ddg_rho(l2: float, sigma: float, summed: int, dimension: int) -> float:
+    """The zCDP rho charged for one release of the sum of ``summed`` discrete Gaussians
+    N_Z(0, sigma^2)^dimension (module docstring, KLS21 Thm 1)."""
+    s = check_positive("sigma", sigma)
+    if s < 0.5:
+        raise ValueError(f"sigma: KLS21 Thm 1 needs sigma >= 1/2, got {s}")
+    return l2 * l2 / (2.0 * summed * s * s) + ddg_tau(s, summed) * dimension
+
+
+@ev._event
+class SkellamSumDpEvent(ev.DpEvent):
+    """One release of a sum of integer vectors with Skellam noise of aggregate variance
+    ``variance`` per coordinate, one record moving the sum by at most ``l2_sensitivity`` in l2
+    and ``l1_sensitivity`` in l1 (integer units, the relation's own shift: :func:`sensitivities`
+    gives replace-one's, which also bounds add/remove)."""
+
+    l2_sensitivity: float
+    l1_sensitivity: float
+    variance: float
+
+    def __post_init__(self) -> None:
+        for name in ("l2_sensitivity", "l1_sensitivity", "variance"):
+            ev._real(self, name, 0.0, math.inf, True, True)
+        if self.l1_sensitivity < self.l2_sensitivity:
+            raise ValueError(f"SkellamSumDpEvent.l1_sensitivity: must be >= l2_sensitivity, got {self}")
+
+    def rdp(self, orders) -> np.ndarray:
+        return skellam_rdp(orders, self.l2_sensitivity, self.l1_sensitivity, self.variance)
+
+    def zcdp_event(self) -> ev.ZCDpEvent:
+        """rho-zCDP for generic accountants (every real order; looser than :meth:`rdp`): at integer
+        k the bound is k A + min(B1 (2k - 1) / 2 + B0, B) with A = D2^2 / (2 mu); Renyi divergences
+        grow with the order, so at alpha in (k - 1, k] it is at most (alpha + 1) A + ..., and every
+        such affine bound is at most alpha (2 A + min(B, D2^2 / mu^2 + 3 D1 / (2 mu^2)))."""
+        l2, l1, mu = self.l2_sensitivity, self.l1_sensitivity, self.variance
+        rest = min(3.0 * l1 / (2.0 * mu), l2 * l2 / mu ** 2 + 3.0 * l1 / (2.0 * mu * mu))
+        return ev.ZCDpEvent(2.0 * l2 * l2 / (2.0 * mu) + rest)
+
+
+@ev._event
+class DiscreteGaussianSumDpEvent(ev.DpEvent):
+    """One release of a sum of ``summed`` silos' integer vectors, each with N_Z(0, sigma^2) noise
+    on its ``dimension`` coordinates, one record moving the sum by at most ``l2_sensitivity``
+    (integer units): KLS21 Thm 1, rho of :func:`ddg_rho`."""
+
+    l2_sensitivity: float
+    sigma: float
+    summed: int
+    dimension: int
+
+    def __post_init__(self) -> None:
+        ev._real(self, "l2_sensitivity", 0.0, math.inf, True, True)
+        ev._real(self, "sigma", 0.5, math.inf, False, True)
+        ev._count(self, "summed")
+        ev._count(self, "dimension")
+
+    def rdp(self, orders) -> np.ndarray:
+        return np.asarray(orders, dtype=float) * self.zcdp_event().rho
+
+    def zcdp_event(self) -> ev.ZCDpEvent:
+        return ev.ZCDpEvent(ddg_rho(self.l2_sensitivity, self.sigma, self.summed, self.dimension))
+
+
+#: The distributed events that the accountants allow-list (silodp.accounting.blocks reads each as
+#: its zCDP event).
+EVENTS = (SkellamSumDpEvent, DiscreteGaussianSumDpEvent)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedParams:
+    """One configuration of a distributed-noise sum, as every silo runs it.
+
+    ``noise``: the binomial's trials b per silo, the Skellam's local variance v, or the discrete
+    Gaussian's local sigma (integer units). ``scale``: gamma, the real value of one integer step
+    (binomial: the rotated range's half-width over g / 2). ``levels``: g (binomial only).
+    ``silos``: M that send; ``summed``: the fewest whose noise the certificate counts."""
+
+    mechanism: str
+    dimension: int
+    clip: float
+    silos: int
+    summed: int
+    bits: int
+    rounds: int
+    noise: float
+    scale: float
+    levels: int = 0
+    beta: float = ROUNDING_BETA
+    #: record level (module docstring): the bound on each silo's vector, ``clip`` then bounding
+    #: one record's contribution; 0: the vector itself is clipped to ``clip``
+    vector_norm: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
+        check_count("dimension", self.dimension)
+        check_positive("clip", self.clip)
+        check_count("silos", self.silos)
+        check_count("summed", self.summed)
+        if self.summed > self.silos:
+            raise ValueError(f"summed: at most silos={self.silos}, got {self.summed}")
+        if not 2 <= int(self.bits) <= 62:
+            raise ValueError(f"bits: must be in [2, 62], got {self.bits}")
+        check_count("rounds", self.rounds)
+        check_positive("noise", self.noise)
+        check_positive("scale", self.scale)
+        check_probability("beta", self.beta)
+        if self.mechanism == "binomial" and (int(self.levels) < 1 or self.noise != int(self.noise)):
+            raise ValueError(f"levels: the binomial needs levels >= 1 and integer trials, got {self}")
+        if self.vector_norm and (self.mechanism == "binomial" or not self.vector_norm >= self.clip):
+            raise ValueError(f"vector_norm: record level needs Skellam or discrete Gaussian and vector_norm >= clip, "
+                             f"got {self.vector_norm} ({self.mechanism})")
+        if self.mechanism == "discrete-gaussian" and self.noise < 0.5:
+            raise ValueError(f"noise: the discrete Gaussian's sigma must be >= 1/2, got {self.noise}")
+
+    @property
+    def modulus(self) -> int:
+        return 1 << int(self.bits)
+
+    @property
+    def bound(self) -> float:
+        """The l2 bound on each silo's vector."""
+        return self.vector_norm or self.clip
+
+    @property
+    def padded(self) -> int:
+        return rotated_dimension(self.dimension)
+
+    def noise_variance(self) -> float:
+        """Variance of one silo's noise per coordinate, in integer units (the discrete
+        Gaussian's is at most sigma^2, Canonne, Kamath & Steinke 2020)."""
+        if self.mechanism == "binomial":
+            return self.noise / 4.0
+        return self.noise if self.mechanism == "skellam" else self.noise ** 2
+
+    def variance(self, silos: int | None = None) -> float:
+        """Per-coordinate variance of the decoded sum of ``silos`` (default M) vectors: noise plus
+        randomized rounding (at most 1/4 per silo and coordinate), gamma^2 times that, the same
+        per original coordinate after the inverse rotation (orthogonal)."""
+        m = self.silos if silos is None else silos
+        return self.scale ** 2 * m * (self.noise_variance() + 0.25)
+
+
+def release_event(p: DistributedParams) -> ev.DpEvent:
+    """The event of one release of ``p`` (Skellam or discrete Gaussian; the binomial's is
+    :func:`silodp.accounting.pvec`'s certificate, not an event here)."""
+    l2, l1 = sensitivities(p.clip / p.scale, p.padded, p.beta, record=bool(p.vector_norm))
+    if p.mechanism == "skellam":
+        return SkellamSumDpEvent(l2, l1, p.summed * p.noise)
+    if p.mechanism == "discrete-gaussian":
+        return DiscreteGaussianSumDpEvent(l2, p.noise, p.summed, p.padded)
+    raise ValueError(f"mechanism: {p.mechanism!r} has no distributed event (its certificate is pvec's)")
+
+
+def _binomial_group(p: DistributedParams, trials: int | None = None):
+    from silodp.accounting import pvec, pvec_l2
+
+    return pvec.PvecGroup(p.rounds, p.levels, int(p.noise if trials is None else trials), p.summed, p.padded,
+                          l2=pvec_l2.shift_l2(p.levels, p.dimension, True))
+
+
+def _rdp_epsilon(p: DistributedParams, delta: float) -> float:
+    from silodp.accounting import rdp
+
+    orders = np.asarray(ORDERS, dtype=float)
+    return rdp.epsilon_from_rdp(orders, p.rounds * release_event(p).rdp(orders), delta)
+
+
+def _log_tail(p: DistributedParams, t: float) -> float:
+    """log of a bound on P[S_j >= t] for one coordinate's centred sum S_j (module docstring)."""
+    m = p.silos
+    if p.mechanism == "binomial":
+        s = t - m * p.levels / 2.0 - 0.5
+        return -2.0 * s * s / (m * p.noise) if s > 0 else 0.0
+    s0 = t - m  # rounding moves each silo's coordinate by less than one step
+    if s0 <= 0:
+        return 0.0
+    signal = (m * p.bound / p.scale) ** 2 / p.padded
+    if p.mechanism == "discrete-gaussian":
+        return -s0 * s0 / (2.0 * (signal + m * p.noise ** 2))
+    from scipy.optimize import minimize_scalar  # slow to import: off the CLI's light paths
+
+    lam = m * p.noise / 2.0  # each side's Poisson mean in the sum of M Skellams
+
+    def log_mgf(u: float) -> float:
+        return u * u * signal / 2.0 + 2.0 * lam * (math.cosh(u) - 1.0) - u * s0
+
+    best = minimize_scalar(log_mgf, bounds=(0.0, 50.0), method="bounded", options={"xatol": 1e-10})
+    return min(0.0, float(best.fun))
+
+
+def wrap_probability(p: DistributedParams) -> float:
+    """Bound on P[some coordinate of some round leaves the decoding window] (module docstring)."""
+    log_one = _log_tail(p, p.modulus / 2.0 - 1.0)
+    return min(1.0, 2.0 * p.rounds * p.padded * math.exp(log_one))
+
+
+def certified_epsilon(p: DistributedParams, delta: float) -> float:
+    """The certified epsilon of ``p`` at ``delta``: the mechanism's certificate at delta minus the
+    wrap probability (+inf when that leaves nothing)."""
+    dl = check_delta("delta", delta)
+    w = wrap_probability(p)
+    if w >= dl:
+        return math.inf
+    if p.mechanism == "binomial":
+        from silodp.accounting import pvec
+
+        return pvec.transcript_epsilon((_binomial_group(p),), dl - w, pvec.default_interval(1.0))
+    return _rdp_epsilon(p, dl - w)
+
+
+def _bisect(feasible, lo: float, hi: float, steps: int = 48) -> float:
+    """The smallest x in [lo, hi] (geometric bisection) with ``feasible(x)``; ``feasible(hi)`` holds."""
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
+    return hi
+
+
+def _local_noise(mechanism: str, base: dict, epsilon: float, delta: float) -> float:
+    """The smallest local noise certifying ``epsilon`` at ``delta`` (wrap not charged here)."""
+    def ok(v: float) -> bool:
+        return _rdp_epsilon(DistributedParams(mechanism, noise=v, **base), delta) <= epsilon
+
+    lo = MIN_SIGMA if mechanism == "discrete-gaussian" else 1e-6
+    if ok(lo):
+        return lo
+    hi = lo
+    while not ok(hi):
+        hi *= 16.0
+        if hi > 1e30:
+            raise ValueError(f"epsilon={epsilon:g} is unreachable at delta={delta:g}")
+    return _bisect(ok, lo, hi)
+
+
+@functools.lru_cache(maxsize=256)
+def calibrate(mechanism: str, dimension: int, clip: float, silos: int, bits: int, epsilon: float, delta: float,
+              rounds: int = 1, summed: int | None = None, vector_norm: float | None = None) -> DistributedParams:
+    """The finest configuration at ``bits`` that certifies (``epsilon``, ``delta``) with
+    ``summed`` silos' noise (default all ``silos``) and a wrap probability at most WRAP_SHARE delta:
+    Skellam / discrete Gaussian: the smallest step gamma whose calibrated noise keeps the wrap
+    within budget; binomial: the most levels g (trials b by :func:`pvec.calibrate_noise`)."""
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    base = dict(dimension=check_count("dimension", dimension), clip=check_positive("clip", clip),
+                silos=check_count("silos", silos), summed=check_count("summed", silos if summed is None else summed),
+                bits=int(bits), rounds=check_count("rounds", rounds))
+    if vector_norm:
+        base["vector_norm"] = check_positive("vector_norm", vector_norm)
+    budget, dp_delta = WRAP_SHARE * dl, (1.0 - WRAP_SHARE) * dl
+    if mechanism == "binomial":
+        if vector_norm:
+            raise ValueError("vector_norm: the binomial certifies one record per message (the SDP algorithms)")
+        return _calibrate_binomial(base, eps, dp_delta, budget)
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+
+    def at(gamma: float) -> DistributedParams:
+        scaled = dict(base, scale=gamma)
+        return DistributedParams(mechanism, noise=_local_noise(mechanism, scaled, eps, dp_delta), **scaled)
+
+    def fits(gamma: float) -> bool:
+        return wrap_probability(at(gamma)) <= budget
+
+    hi = base.get("vector_norm", base["clip"])
+    while not fits(hi):
+        hi *= 8.0
+        if hi > base.get("vector_norm", base["clip"]) * 1e12:
+            raise ValueError(f"bits: {bits} bits cannot hold the sum of {silos} silos at epsilon={eps:g}")
+    return at(_bisect(fits, hi * 1e-9, hi, steps=40))
+
+
+def _calibrate_binomial(base: dict, eps: float, dp_delta: float, budget: float) -> DistributedParams:
+    from silodp.accounting import pvec
+
+    gamma_rot = pvec.rotated_bound(base["clip"], base["dimension"])
+
+    def at(g: int) -> DistributedParams:
+        probe = DistributedParams("binomial", noise=1, scale=1.0, levels=g, **base)
+        (b,), _ = pvec.calibrate_noise((_binomial_group(probe, 1),), (1.0,), eps, dp_delta, pvec.default_interval(1.0))
+        return DistributedParams("binomial", noise=b, scale=2.0 * gamma_rot / g, levels=g, **base)
+
+    # b grows as g^2 (the certificate is scale-free in the shift over the noise's sd): the wrap
+    # bound then caps g in closed form; step down 5% at a time until the exact check passes
+    m, logs = base["silos"], math.log(2.0 * base["rounds"] * rotated_dimension(base["dimension"]) / budget)
+    ref = at(REFERENCE_LEVELS)
+    per = ref.noise / REFERENCE_LEVELS ** 2
+    g = math.floor((2.0 ** (base["bits"] - 1) - 1.5) / (m / 2.0 + math.sqrt(m * per * logs / 2.0)))
+    g = min(g, MAX_LEVELS, math.floor(math.sqrt(0.5 * MAX_TRIALS / (m * per))))
+    for _ in range(64):
+        if g < 1:
+            break
+        p = ref if g == REFERENCE_LEVELS else at(g)
+        if wrap_probability(p) <= budget:
+            return p
+        g = min(g - 1, math.floor(0.95 * g))
+    raise ValueError(f"bits: {base['bits']} bits cannot hold the binomial sum of {m} silos")
+
+
+def central_variance(dimension: int, clip: float, epsilon: float, delta: float, rounds: int = 1) -> float:
+    """Central DP's per-coordinate variance for the same transcript: the analytic Gaussian (Balle &
+    Wang 2018) on ``rounds`` releases of the sum, replace-one sensitivity 2 ``clip`` (R Gaussian
+    releases at sigma are one at sigma / sqrt(R))."""
+    from silodp.accounting import gaussian
+
+    sigma = gaussian.sigma_for_budget(epsilon, delta, sensitivity=2.0 * clip * math.sqrt(check_count("rounds", rounds)))
+    return sigma * sigma
+
+
+def availability_floor(num_silos: int, mean_silos: int, draws: int, tail: float) -> tuple[int, float]:
+    """Random availability (paper Assumption 6: M_r = max(1, Bin(N, M/N)) silos per draw): the
+    largest floor k whose lower tail over ``draws`` independent draws, draws P[M_r < k] (union
+    bound), is at most ``tail``; returns (k, that charge). A declaration at k certifies every
+    draw of at least k silos; the charge goes to delta (the ledger refuses a sum of fewer)."""
+    from silodp.accounting import _binomial
+
+    n, m = check_count("num_silos", num_silos), check_count("mean_silos", mean_silos)
+    if m > n:
+        raise ValueError(f"mean_silos: at most num_silos={n}, got {m}")
+    draws, tail = check_count("draws", draws), check_probability("tail", tail)
+    best, charge = 1, 0.0
+    for k in range(2, n + 1):
+        c = draws * float(_binomial.cdf(k - 1, n, m / n))
+        if c > tail:
+            break
+        best, charge = k, c
+    return best, charge
+
+
+#: The JSON name of each mechanism's noise parameter.
+NOISE_NAMES = {"binomial": "trials", "skellam": "local_variance", "discrete-gaussian": "local_sigma"}
+
+
+def summary(p: DistributedParams, epsilon: float, delta: float) -> dict:
+    """What ``silodp distributed`` prints for ``p`` at the target (``epsilon``, ``delta``)."""
+    var = p.variance()
+    central = central_variance(p.dimension, p.clip, epsilon, delta, p.rounds)
+    out = {"mechanism": p.mechanism, "noise_parameter": p.noise, "noise_parameter_name": NOISE_NAMES[p.mechanism],
+           "scale": p.scale}
+    if p.mechanism == "binomial":
+        out["levels"] = p.levels
+    out.update(bits=int(p.bits), modulus=p.modulus, wrap_probability=wrap_probability(p), variance=var,
+               central_variance=central, ratio=var / central, epsilon=certified_epsilon(p, delta),
+               delta=delta, silos=p.silos, summed=p.summed, rounds=p.rounds)
+    return out

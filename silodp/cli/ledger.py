@@ -1,0 +1,33 @@
+"""``silodp ledger``: print a silo's persistent ledger (silodp.integrations.flower_silo).
+
+    silodp ledger PATH [--json]
+
+The budget the silo's operator declared, the epsilon certified for everything the silo ever
+released (all runs composed), each run's releases and epsilon, and how many messages the silo
+refused. Reads the file only (no Flower, no torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("ledger", help="print a Flower silo's persistent privacy ledger",
+                              description="A silo's budget, epsilon spent (all runs), runs and refusals.")
+    p.add_argument("path", help="the ledger file (the SuperNode's node-config silodp-ledger)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from silodp.cli import emit
+    from silodp.integrations.flower_silo import SiloLedgerDB
+
+    out = SiloLedgerDB(args.path).summary()
+    lines = [f"budget: epsilon {out['budget_epsilon']:g} at delta {out['budget_delta']:g}",
+             f"spent:  epsilon {out['epsilon_spent']:.6g} (every release, all runs composed)"]
+    lines += [f"run {r['run_id']}: {r['releases']} releases, epsilon {r['epsilon']:.6g}" for r in out["runs"]]
+    lines.append(f"refused: {out['refused']} messages")
+    emit(out, args.json, "\n".join(lines))
+    return 0

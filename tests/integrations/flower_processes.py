@@ -1,0 +1,136 @@
+"""Processes of the Flower tests: every descendant a test starts is watched, and stopped by PID
+if it outlives the test; a free localhost port; a command run in its own process group."""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+
+class Descendants:
+    """Every process that descends from this one while it watches (polled every 0.1 s), with its
+    latest command line (a child seen between fork and exec still shows its parent's)."""
+
+    #: Python's own helper of this process (multiprocessing's semaphore tracker, started by any
+    #: earlier use of multiprocessing in the worker): it lives as long as the test process.
+    OWN_HELPERS = ("multiprocessing.resource_tracker",)
+
+    def __init__(self) -> None:
+        self.seen: dict[psutil.Process, str] = {}  # a Process is its (pid, creation time)
+        self._before = set(psutil.Process().children(recursive=True))  # not the test's to stop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _poll(self) -> None:
+        for proc in psutil.Process().children(recursive=True):
+            if proc in self._before:
+                continue
+            with contextlib.suppress(psutil.Error):
+                if any(helper in " ".join(proc.cmdline()) for helper in self.OWN_HELPERS):
+                    continue
+                if cmd := " ".join(proc.cmdline()):  # a zombie's is empty: keep the last one
+                    self.seen[proc] = cmd
+                else:
+                    self.seen.setdefault(proc, proc.name())
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            self._poll()
+
+    def __enter__(self) -> "Descendants":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._poll()
+
+    def started(self, *programs: str) -> bool:
+        """Whether each of ``programs`` appeared in the command line of a process seen."""
+        return all(any(program in cmd for cmd in list(self.seen.values())) for program in programs)
+
+    def running(self, program: str = "") -> list[psutil.Process]:
+        """The processes seen (whose command line contains ``program``) still running, zombies aside."""
+        alive = []
+        for proc, cmd in list(self.seen.items()):  # the watch may be adding to it
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if program in cmd and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+        return alive
+
+    def wait(self, program: str = "", timeout: float = 30.0) -> list[psutil.Process]:
+        """Wait up to ``timeout`` seconds for the processes seen (``program``'s) to end; those left."""
+        deadline = time.monotonic() + timeout
+        while (alive := self.running(program)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return alive
+
+    def assert_none_left(self, timeout: float = 30.0) -> None:
+        """Every process seen has ended within ``timeout`` seconds; kills (by PID) any that has not."""
+        alive = self.wait(timeout=timeout)
+        for proc in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        assert not alive, f"left running: {[(p.pid, self.seen[p][:100]) for p in alive]}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_in_own_group(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``cmd`` in its own process group; on timeout that group (and only it) is killed."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+        pytest.fail(f"{cmd[:2]} ran past {timeout} s:\n{stdout[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout)
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def started(cmd: list[str], env: dict, log: Path):
+    """``cmd`` in its own process group (its children with it); stopped by its PID on exit."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    """Wait until ``proc`` answers on ``port``'s /health (it must not exit meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not healthy(port):
+        assert proc.poll() is None and time.monotonic() < deadline, f"{proc.args[0]} did not start:\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
