@@ -228,6 +228,9 @@ def _bases(store: str, out: str) -> dict:
         "rates": ["--vary", "eps", "--quick"],
         "reproduce": ["wbcd", "--quick", "--store", out + ".db"],
         "plot": ["--store", store, "--out", out + ".png"],
+        "distributed": ["--mechanism", "skellam", "--dimension", "10", "--clip", "1", "--silos", "3", "--bits", "16",
+                        "--epsilon", "1", "--delta", "1e-5"],
+        "ledger": [store],  # its one value is the positional path (no generated cases)
     }
 
 
