@@ -10,7 +10,7 @@ refused. Reads the file only (no Flower, no torch).
 from __future__ import annotations
 
 from silodp._validation import round_up
-from silodp.cli.domains import PathArg
+from silodp.cli.domains import text
 
 import argparse
 
@@ -18,7 +18,7 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ledger", help="print a Flower silo's persistent privacy ledger",
                               description="A silo's budget, epsilon spent (all runs), runs and refusals.")
-    p.add_argument("path", type=PathArg("in"), help="the ledger file (the SuperNode's node-config silodp-ledger)")
+    p.add_argument("path", type=text("the ledger file"), help="the ledger file (the SuperNode's node-config silodp-ledger)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
 
