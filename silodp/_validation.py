@@ -68,3 +68,46 @@ def check_count(name: str, value: object, minimum: int = 1) -> int:
         raise ValueError(f"{name}: must be an integer >= {minimum}, got {value}")
     return int(value)
 
+
+
+def check_index(name: str, value: object, size: int) -> int:
+    """An integer index in [0, size) (a silo id); anything else names the argument."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or not 0 <= value < size:
+        raise ValueError(f"{name}: must be an integer in [0, {size}), got {value!r}")
+    return int(value)
+
+
+def check_noise_map(name: str, value: object) -> dict:
+    """A mapping of names to noise values: real numbers >= 0 (inf allowed: that message is never
+    informative), none NaN or missing."""
+    from collections.abc import Mapping
+
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name}: must be a mapping of names to numbers, got {type(value).__name__}")
+    out = {}
+    for key, x in value.items():
+        if isinstance(x, bool) or not isinstance(x, Real) or math.isnan(float(x)) or float(x) < 0:
+            raise ValueError(f"{name}: {key!r} must be a number >= 0, got {x!r}")
+        out[key] = float(x)
+    return out
+
+
+def batch_from_rate(name: str, q: object, n: object) -> int:
+    """The batch of a sampling ratio: ceil(q n) records (rounded UP, toward more privacy loss; a
+    product within 1e-12 relative of an integer is that integer), at least 1 and at most n."""
+    n = check_count("dataset_size", n)
+    x = check_probability(name, q) * n
+    return min(n, max(1, math.ceil(x * (1.0 - 1e-12))))
+
+
+def round_up(value: float, digits: int = 6) -> str:
+    """``value`` printed to ``digits`` significant digits, rounded toward +inf (a printed noise
+    scale or epsilon is never below the certified one: noise up, epsilon up)."""
+    x = float(value)
+    if not math.isfinite(x) or x == 0:
+        return f"{x:g}"
+    text = f"{x:.{digits - 1}e}"
+    if float(text) < x:
+        mantissa, exp = text.split("e")
+        text = f"{float(mantissa) + 10.0 ** -(digits - 1):.{digits - 1}f}e{exp}"
+    return f"{float(text):.{digits}g}"

@@ -213,10 +213,13 @@ class PldAccountant(Accountant):
     def _check(self, block: Block) -> None:
         if block.kind in mechanisms.KINDS:
             mechanisms.check(block, self.neighbouring, self.value_discretization_interval)
-        if block.kind == Mechanism.EPSILON_DELTA and 2.0 * block.epsilon / self.value_discretization_interval \
-                > pld_lib.MAX_POINTS:
-            raise UnsupportedEventError(f"epsilon={block.epsilon:g} spans too many grid points for the pld "
-                                        f"accountant at discretization {self.value_discretization_interval:g}")
+        if block.kind == Mechanism.EPSILON_DELTA and (
+                block.epsilon > pld_lib.MAX_LOSS
+                or 2 * block.epsilon / self.value_discretization_interval > pld_lib.MAX_POINTS):
+            raise UnsupportedEventError(
+                f"epsilon: {block.epsilon:g} of an (epsilon, delta) event is beyond the pld grid (losses up to "
+                f"{pld_lib.MAX_LOSS:g}, {pld_lib.MAX_POINTS} points at discretization "
+                f"{self.value_discretization_interval:g}); use 'advanced' or 'rdp'")
         if block.kind == Mechanism.GAUSSIAN:
             z = self._unit_z(block)
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included

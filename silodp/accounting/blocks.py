@@ -44,6 +44,14 @@ class Sampling(enum.Enum):
     WITH_REPLACEMENT = "with-replacement"
 
 
+#: Gaussian steps with more noise than this are certified as if they had this much: sound (less
+#: noise certifies a larger epsilon), and their epsilon is at every accountant's floor anyway,
+#: while the accountants' arithmetic (z^2, and the subsampled RDP series) breaks down beyond.
+NOISE_CAP = 1e6
+#: Gaussian steps with less noise than this are refused (epsilon > 1e8; 1/z^2 overflows).
+NOISE_FLOOR = 1e-4
+
+
 @dataclasses.dataclass(frozen=True)
 class Block:
     """``count`` steps of one primitive mechanism.
@@ -66,6 +74,13 @@ class Block:
     #: sensitivity) of a discrete Gaussian, (p, k) of randomized response (:mod:`silodp.accounting.mechanisms`)
     params: tuple = ()
 
+    def __post_init__(self) -> None:
+        if self.kind == Mechanism.GAUSSIAN:
+            if not self.noise_multiplier >= NOISE_FLOOR:
+                raise UnsupportedEventError(f"noise_multiplier: must be >= {NOISE_FLOOR:g} (epsilon would exceed "
+                                            f"1e8), got {self.noise_multiplier:g}")
+            object.__setattr__(self, "noise_multiplier", min(float(self.noise_multiplier), NOISE_CAP))
+
     @property
     def subsampled(self) -> bool:
         """Whether amplification by subsampling applies (a proper subsample, or with replacement)."""
@@ -74,8 +89,10 @@ class Block:
 
 def _effective_noise_multiplier(event: ev.DpEvent) -> float:
     """A release of several Gaussians at once equals one Gaussian with z = (sum z_i^-2)^-1/2."""
-    if type(event) is ev.GaussianDpEvent:
-        return float(event.noise_multiplier)
+    if type(event) is ev.GaussianDpEvent:  # within [1e-150, NOISE_CAP]: z^-2 stays finite (the cap is sound)
+        if event.noise_multiplier < 1e-150:
+            raise UnsupportedEventError(f"noise_multiplier: must be >= {NOISE_FLOOR:g}, got {event.noise_multiplier:g}")
+        return min(float(event.noise_multiplier), NOISE_CAP)
     if type(event) is ev.SelfComposedDpEvent:
         return _effective_noise_multiplier(event.event) / math.sqrt(event.count)
     if type(event) is ev.ComposedDpEvent and event.events:
@@ -105,6 +122,7 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
             event = ev.from_dp_accounting(event)
         except ValueError as exc:
             raise UnsupportedEventError(f"unsupported event: {event} ({exc})") from None
+    ev.revalidate(event)
     kind = type(event)
     if kind is ev.NoOpDpEvent:
         return []

@@ -86,11 +86,24 @@ def _log_delta_rr(epsilon: float, steps: int, total_epsilon: np.ndarray | float)
     return out
 
 
+#: The exact optimal composition sums over every step count: O(steps) memory and time. Beyond this
+#: many steps it is refused before allocating (Dwork-Roth's bound has no such cost).
+KOV_MAX_STEPS = 10_000_000
+
+
+def _kov_steps(steps: int) -> int:
+    k = check_count("steps", steps)
+    if k > KOV_MAX_STEPS:
+        raise ValueError(f"steps: the exact optimal composition (KOV) allocates O(steps); at most {KOV_MAX_STEPS}, "
+                         f"got {k} (use the 'dwork-roth' accountant)")
+    return k
+
+
 def kov_delta(epsilon: float, delta: float, steps: int, total_epsilon: float) -> float:
     """Exact optimal total delta of ``steps`` adaptive (epsilon, delta) mechanisms at ``total_epsilon``."""
     eps = check_nonnegative("epsilon", epsilon)
     dl = check_nonnegative("delta", delta)
-    k = check_count("steps", steps)
+    k = _kov_steps(steps)
     eg = check_nonnegative("total_epsilon", total_epsilon)
     d_rr = float(np.exp(_log_delta_rr(eps, k, eg)[0]))
     if d_rr >= 1.0 or dl >= 1.0:
@@ -102,7 +115,7 @@ def kov(epsilon: float, delta: float, steps: int, total_delta: float) -> float:
     """Smallest total epsilon (rounded up) at ``total_delta`` for ``steps`` (epsilon, delta) mechanisms."""
     eps = check_nonnegative("epsilon", epsilon)
     dl = check_nonnegative("delta", delta)
-    k = check_count("steps", steps)
+    k = _kov_steps(steps)
     td = check_delta("total_delta", total_delta)
     floor = -math.expm1(k * math.log1p(-dl)) if dl > 0 else 0.0
     if floor >= td:

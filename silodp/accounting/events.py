@@ -106,6 +106,16 @@ class DpEvent:
     """Base class of every event."""
 
 
+def revalidate(event: object) -> None:
+    """Re-run ``event``'s own field checks (not its children's). Events are frozen, but
+    ``object.__setattr__`` can still change a field after construction; accountants call this
+    for every event they compose (:func:`silodp.accounting.blocks.flatten`), so a mutated event is
+    refused (ValueError naming the field), never certified."""
+    check = getattr(type(event), "__post_init__", None)
+    if isinstance(event, DpEvent) and check is not None:
+        check(event)
+
+
 @_event
 class NoOpDpEvent(DpEvent):
     """Nothing is released."""

@@ -16,7 +16,7 @@ import math
 from collections import defaultdict
 
 from silodp.accounting import events as ev
-from silodp._validation import check_count, check_delta, check_nonnegative
+from silodp._validation import check_count, check_delta, check_index, check_nonnegative
 from silodp.accounting.accountants import get_accountant
 
 
@@ -45,12 +45,15 @@ class IsrlLedger:
 
     def record(self, silo: int, event: ev.DpEvent, count: int = 1) -> None:
         """Silo ``silo`` released ``count`` more copies of ``event``."""
-        if not 0 <= int(silo) < self.num_silos:
-            raise ValueError(f"silo: must lie in [0, {self.num_silos}), got {silo}")
-        self._events[int(silo)].append(ev.SelfComposedDpEvent(event, check_count("count", count)))
+        silo = check_index("silo", silo, self.num_silos)
+        self._events[silo].append(ev.SelfComposedDpEvent(event, check_count("count", count)))
 
     def silo_epsilon(self, silo: int, delta: float) -> float:
-        events = self._events.get(int(silo), [])
+        """Certified epsilon at ``delta`` of silo ``silo`` (0 for a silo that released nothing; an
+        unknown silo or a delta outside (0, 1) is a ValueError)."""
+        silo = check_index("silo", silo, self.num_silos)
+        delta = check_delta("delta", delta)
+        events = self._events.get(silo, [])
         if not events:
             return 0.0
         acc = get_accountant(self.accountant, ev.REPLACE_ONE)

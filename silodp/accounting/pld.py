@@ -218,6 +218,8 @@ class LossPmf:
 
     def delta(self, epsilon: float) -> float:
         """delta(eps) = infinity_mass + sum_i masses_i (1 - e^{eps - l_i})_+."""
+        if not epsilon < self.losses[-1]:  # beyond every finite loss (e.g. 1e308): the infinite mass
+            return float(min(1.0, self.charged_infinity))
         lo = max(0, math.floor(epsilon / self.interval) - self.offset)
         l, m = self.losses[lo:], self.masses[lo:]
         keep = l > epsilon
@@ -666,9 +668,9 @@ def from_privacy_parameters(epsilon: float, delta: float, value_discretization_i
     if not 0.0 <= delta < 1.0:
         raise ValueError(f"delta: must lie in [0, 1), got {delta}")
     h = check_positive("value_discretization_interval", value_discretization_interval)
-    if 2.0 * eps / h > MAX_POINTS:  # refused before any allocation (EpsilonDeltaDpEvent(1e6, 0))
-        raise ValueError(f"epsilon: {eps:g} spans more than {MAX_POINTS:g} grid points at "
-                         f"value_discretization_interval={h:g}; use a coarser grid or another accountant")
+    if eps > MAX_LOSS or 2 * eps / h > MAX_POINTS:
+        raise ValueError(f"epsilon: the pld grid holds losses up to {MAX_LOSS:g} in at most {MAX_POINTS} points; "
+                         f"epsilon={eps:g} at discretization {h:g} is beyond it (use 'rdp' or a coarser grid)")
     top, bottom = math.ceil(eps / h), math.ceil(-eps / h)
     masses = np.zeros(top - bottom + 1)
     masses[-1] += (1.0 - delta) / (1.0 + math.exp(-eps))

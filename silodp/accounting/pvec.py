@@ -178,6 +178,14 @@ class PvecGroup:
     #: only the per-coordinate certificate applies
     l2: float | None = None
 
+    def __post_init__(self) -> None:
+        """Fail closed: counts are integers (uses >= 0, the rest >= 1), the l2 bound > 0 and finite."""
+        object.__setattr__(self, "uses", check_count("uses", self.uses, minimum=0))
+        for name in ("g", "b", "messages", "dimension", "batch_size", "dataset_size"):
+            object.__setattr__(self, name, check_count(name, getattr(self, name)))
+        if self.l2 is not None:
+            object.__setattr__(self, "l2", check_positive("l2", self.l2))
+
 
 def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.LOG_TAIL_MASS)
               ) -> pld_lib.PrivacyLossDistribution:
@@ -232,6 +240,10 @@ def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: fl
     from silodp.accounting import pvec_l2
 
     dl = check_delta("delta", delta)
+    for grp in groups:  # re-validated: a frozen group can still be changed through object.__setattr__
+        if not isinstance(grp, PvecGroup):
+            raise ValueError(f"groups: must hold PvecGroups, got {type(grp).__name__}")
+        grp.__post_init__()
     l2 = pvec_l2.certificate(groups, dl)
     if (math.isfinite(l2.epsilon) and not l2.capped and l2.epsilon >= L2_PREFERRED * l2.floor
             and all(g.l2 is not None and L2_PREFERRED * g.l2 ** 2 <= g.dimension * g.g ** 2 for g in groups)):
@@ -244,6 +256,8 @@ def invocation_epsilon(g: int, b: int, messages: int, dimension: int, rotate: bo
     messages' own; the better of the two certificates, :func:`transcript_epsilon`)."""
     from silodp.accounting import pvec_l2
 
+    g, b, messages = check_count("g", g), check_count("b", b), check_count("messages", messages)
+    dimension = check_count("dimension", dimension)
     grp = PvecGroup(1, g, b, messages, certified_dimension(dimension, rotate), l2=pvec_l2.shift_l2(g, dimension, rotate))
     return transcript_epsilon((grp,), delta, default_interval(1.0))
 

@@ -43,7 +43,7 @@ from typing import Sequence
 
 from silodp.accounting import _binomial
 from silodp.accounting import events as ev
-from silodp._validation import check_count, check_positive, check_probability
+from silodp._validation import batch_from_rate, check_count, check_positive, check_probability
 from silodp.accounting.blocks import Sampling
 
 
@@ -163,8 +163,9 @@ def delta_weight(r: ShuffleRelease) -> float:
 def sampled_steps(steps: int, noise_multiplier: float, sampling: Sampling | str = Sampling.NONE,
                   q: float | None = None, dataset_size: int | None = None) -> ev.DpEvent:
     """``steps`` Gaussian steps (noise multiplier sigma / C) on records drawn by ``sampling``: none
-    (every record), Poisson with probability ``q``, or a batch of round(q n) of ``dataset_size``
-    records without or with replacement (fresh each step). A parameter the sampling does not use is
+    (every record), Poisson with probability ``q``, or a batch of ceil(q n) of ``dataset_size``
+    records without or with replacement (fresh each step; rounded up, toward more privacy loss:
+    :func:`silodp._validation.batch_from_rate`). A parameter the sampling does not use is
     an error, not ignored (the library side of ``silodp epsilon|noise``)."""
     how = Sampling(sampling)
     steps = check_count("steps", steps)
@@ -182,10 +183,10 @@ def sampled_steps(steps: int, noise_multiplier: float, sampling: Sampling | str 
             raise ValueError("dataset_size: does not apply to Poisson sampling (only q does)")
         return ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(noise_multiplier)), steps)
     if dataset_size is None:
-        raise ValueError(f"dataset_size: required with sampling {how.value} (batch = round(q n))")
+        raise ValueError(f"dataset_size: required with sampling {how.value} (batch = ceil(q n))")
     n = check_count("dataset_size", dataset_size)
     batch = BatchSampling.SUBSET if how == Sampling.WITHOUT_REPLACEMENT else BatchSampling.WITH_REPLACEMENT
-    return gaussian_steps(steps, noise_multiplier, batch, max(1, round(q * n)), n)
+    return gaussian_steps(steps, noise_multiplier, batch, batch_from_rate("q", q, n), n)
 
 
 def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:

@@ -5,7 +5,7 @@ Data*, arXiv:2111.09278, Algorithm 1 and Theorem 4.1. (``sigma_g`` is the paper'
 std over the replace-one sensitivity 2C/m; silodp's event noise multiplier, sigma / (C/m), is
 2 sigma_g.) Each round every one of the M users is
 sampled independently with probability ``l`` (Poisson user sampling); a sampled user takes K local
-steps, each on a fresh uniform subset of ``m = round(s n)`` of its ``n`` records drawn without
+steps, each on a fresh uniform subset of ``m = ceil(s n)`` of its ``n`` records drawn without
 replacement, and each step's released gradient is the mean of the per-record gradients clipped to
 norm C plus N(0, (sigma_g 2C/m)^2 I). Under replace-one (record level, ISRL-DP) that mean has
 sensitivity 2C/m, so ``sigma_g`` is the noise relative to the replace-one shift. Control variates, local
@@ -65,7 +65,7 @@ import numpy as np
 from silodp.accounting import events as ev
 from silodp.accounting import pld as pld_lib
 from silodp.accounting import _binomial
-from silodp._validation import check_count, check_delta, check_positive, check_probability
+from silodp._validation import batch_from_rate, check_count, check_delta, check_positive, check_probability
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import get_accountant
 from silodp.accounting.calibration import calibrate, pld_discretization
@@ -94,7 +94,7 @@ ASSUMPTION = ("exact for K = 1 without control variates (DP-FedSGD); for K > 1 o
 @dataclasses.dataclass(frozen=True)
 class ScaffoldConfig:
     """What determines a user's releases: M users with n records each, T rounds of K local steps,
-    user sampling l, data sampling s (batch m = round(s n)), clip C, warm-start steps."""
+    user sampling l, data sampling s (batch m = ceil(s n)), clip C, warm-start steps."""
 
     num_users: int
     records_per_user: int
@@ -115,8 +115,8 @@ class ScaffoldConfig:
 
     @property
     def batch_size(self) -> int:
-        """m = round(s n), at least 1."""
-        return min(self.records_per_user, max(1, round(self.data_sampling * self.records_per_user)))
+        """m = ceil(s n) (rounded up, toward more privacy loss), in [1, n]."""
+        return batch_from_rate("data_sampling", self.data_sampling, self.records_per_user)
 
     @property
     def steps(self) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from silodp._validation import check_count, check_delta, check_positive
+from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod as Calibration
 from silodp.accounting import get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
@@ -96,13 +96,18 @@ def algorithm_class(algorithm) -> type:
         if algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
         return ALGORITHMS[algorithm]
-    return algorithm if isinstance(algorithm, type) else type(algorithm)
+    from silodp.algorithms.base import FederatedAlgorithm
+
+    cls = algorithm if isinstance(algorithm, type) else type(algorithm)
+    if not issubclass(cls, FederatedAlgorithm):
+        raise ValueError(f"algorithm: must be a registered name or a FederatedAlgorithm, got {cls.__name__}")
+    return cls
 
 
 def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
-    return releases_event(algorithm_class(algorithm).releases(cfg, sigmas))
+    return releases_event(algorithm_class(algorithm).releases(cfg, check_noise_map("sigmas", sigmas)))
 
 
 def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,

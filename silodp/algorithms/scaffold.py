@@ -3,7 +3,7 @@ arXiv:2111.09278, Algorithm 1), with every user's noise drawn independently.
 
 Each round every user is sampled independently with probability ``user_sampling`` (l). A sampled
 user i starts from the server model x and takes K local steps; step k draws a fresh uniform subset
-of m = round(s n) of its records without replacement, releases the mean of the per-record
+of m = ceil(s n) of its records without replacement, releases the mean of the per-record
 gradients clipped to C plus N(0, sigma^2 I) with sigma = sigma_g 2C/m (one ``randn`` for all
 users, from the run's generator: no shared seeds), and moves
 
@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import torch
 
-from silodp._validation import check_count
+from silodp._validation import batch_from_rate, check_count
 from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
 from silodp.accounting.scaffold import PARTICIPATION
@@ -62,7 +62,7 @@ class DpScaffold(FederatedAlgorithm):
     """DP-SCAFFOLD (Noble et al. 2022, Alg. 1).
 
     Parameters (besides :class:`FederatedAlgorithm`'s; ``step_size`` is the local step eta_l):
-    ``local_steps`` (K), ``user_sampling`` (l), ``data_sampling`` (s; batch m = round(s n), else
+    ``local_steps`` (K), ``user_sampling`` (l), ``data_sampling`` (s; batch m = ceil(s n), else
     ``batch_size``), ``global_step_size`` (eta_g), ``privacy_against`` ("server" | "third-party" | "both": which
     guarantee a target ``epsilon`` calibrates), ``participation`` ("worst-case" | "expected", the
     server's count of rounds, see :mod:`silodp.accounting.scaffold`), ``warm_steps`` (warm start;
@@ -95,11 +95,10 @@ class DpScaffold(FederatedAlgorithm):
 
     # -- configuration -------------------------------------------------------------------------
     def batch(self, federation) -> int:
-        """m: round(s n_min) with ``data_sampling`` s, else ``batch_size``."""
-        n = federation.min_size
+        """m: ceil(s n_min) with ``data_sampling`` s (rounded up, as the accounting), else ``batch_size``."""
         if self.data_sampling is None:
             return int(self.batch_size)
-        return min(n, max(1, round(float(self.data_sampling) * n)))
+        return batch_from_rate("data_sampling", float(self.data_sampling), federation.min_size)
 
     def n_warm(self) -> int:
         if not self.warm_start:

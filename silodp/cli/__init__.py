@@ -13,8 +13,9 @@ import argparse
 import importlib
 import json
 import math
-import os
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -44,15 +45,25 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split()) or type(exc).__name__
 
 
-def _flag_names(message: str, parser: argparse.ArgumentParser | None) -> str:
+def _flag_names(message: str, parser: argparse.ArgumentParser | None, aliases: dict | None = None) -> str:
     """``dataset_size: must ...`` from the library as ``--dataset-size: must ...`` when the command
-    has that flag, so the one line names what the user typed."""
-    head, sep, rest = message.partition(":")
-    if not sep or parser is None or " " in head.strip():
+    has that flag (or ``aliases`` maps the library's name to the flag the user typed, e.g.
+    ``q`` -> ``--spider-q``), so the one line names what the user typed; the library's keyword
+    spelling ``method='tight'`` reads as the flag, ``--method tight``."""
+    if parser is None:
         return message
-    flag = "--" + head.strip().replace("_", "-")
     known = {opt for action in parser._actions for opt in action.option_strings}
-    return f"{flag}:{rest}" if flag in known else message
+
+    def flag_of(name: str) -> str | None:
+        flag = (aliases or {}).get(name) or "--" + name.replace("_", "-")
+        return flag if flag in known else None
+
+    message = re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flag_of(m[1])} {m[2]}" if flag_of(m[1]) else m[0], message)
+    head, sep, rest = message.partition(":")
+    if not sep or " " in head.strip():
+        return message
+    flag = flag_of(head.strip())
+    return f"{flag}:{rest}" if flag else message
 
 
 def given(args, *flags: str) -> list[str]:
@@ -83,15 +94,14 @@ def _typed_flags(argv: Sequence[str], parser: argparse.ArgumentParser) -> set[st
 
 
 def check_writable(path: str, flag: str) -> None:
-    """Fail before any work when ``path`` cannot be written (missing directory, not writable)."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise ValueError(f"{flag}: {path!r} is a directory")
-    if not folder.is_dir():
-        raise ValueError(f"{flag}: the directory {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise ValueError(f"{flag}: {path!r} is not writable")
+    """Fail before any work when ``path`` cannot be written (missing directory, not writable:
+    tried, see :func:`silodp.cli.domains.check_writable`)."""
+    from silodp.cli.domains import check_writable as writable
+
+    try:
+        writable(path)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,11 +153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command = args.subparsers.choices.get(args.command)
     args.given = _typed_flags(argv, command) if command is not None else set()
-    try:
-        return int(args.handler(args) or 0)
-    except Exception as exc:  # the contract: one line, exit 2, whatever failed
-        print(f"silodp {args.command}: error: {_flag_names(one_line(exc), command)}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings(record=True) as caught:  # no warning before an error line
+        warnings.simplefilter("always")
+        try:
+            code = int(args.handler(args) or 0)
+        except Exception as exc:  # the contract: one line, exit 2, whatever failed
+            message = _flag_names(one_line(exc), command, getattr(args, "flag_aliases", None))
+            print(f"silodp {args.command}: error: {message}", file=sys.stderr)
+            return 2
+    for text in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):  # a success: its warnings, once each
+        print(f"silodp {args.command}: warning: {text}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 
+from silodp._validation import round_up
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.cli import emit, refuse
+from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, Real
 
 #: flags of `noise`'s algorithm mode, and of the generic mechanism mode
 ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2", "--clip", "--spider-q",
@@ -15,33 +17,48 @@ ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2
 MECHANISM_FLAGS = ("--steps", "--sampling", "--q", "--dataset-size", "--relation", "--value-discretization-interval",
                    "--log-mass-truncation-bound")
 
+PLD_FLAGS = ("--value-discretization-interval", "--log-mass-truncation-bound")
+#: `noise --algorithm` flag -> the TranscriptConfig field it sets (a flag applies to an algorithm
+#: when the field changes its transcript or noise: :func:`_transcript_flags`)
+TRANSCRIPT_FLAGS = {"--rounds": ("rounds", 7), "--batch-size": ("batch_size", 50), "--batch-size2": ("batch_size2", 30),
+                    "--clip": ("clip", 2.0), "--spider-q": ("q", 3), "--inner-steps": ("inner_steps", 3),
+                    "--restarts": ("restarts", 2), "--local-steps": ("local_steps", 3), "--beta": ("beta", 5.0),
+                    "--silos": ("num_silos", 5), "--silos-per-round": ("silos_per_round", 2),
+                    "--dimension": ("dimension", 7), "--without-replacement": ("replacement", False)}
+#: flags of the DP-SCAFFOLD family only, and the transcript flags that family reads
+SCAFFOLD_FLAGS = ("--user-sampling", "--data-sampling", "--warm-steps")
+SCAFFOLD_READS = ("--n", "--rounds", "--clip", "--local-steps", "--silos", *SCAFFOLD_FLAGS)
+
 ACCOUNTANT_CHOICES = (*ACCOUNTANTS, "all")
 SAMPLING_CHOICES = tuple(s.value for s in Sampling)
 METHOD_CHOICES = (*(m.value for m in CalibrationMethod), "both")
 
 
 def _mechanism_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--steps", type=int, default=1, help="number of composed steps (default 1)")
-    p.add_argument("--delta", type=float, required=True, help="target delta in (0, 1)")
+    p.add_argument("--steps", type=COUNT, default=1, help="number of composed steps (default 1)")
+    p.add_argument("--delta", type=DELTA, required=True, help="target delta in (0, 1)")
     p.add_argument("--sampling", choices=SAMPLING_CHOICES, default="none")
-    p.add_argument("--q", type=float, default=None, help="sampling ratio in (0, 1] (with --sampling)")
-    p.add_argument("--dataset-size", type=int, default=None,
-                   help="records n (needed for with/without-replacement sampling: batch = round(q n))")
+    p.add_argument("--q", type=PROBABILITY, default=None, help="sampling ratio in (0, 1] (with --sampling)")
+    p.add_argument("--dataset-size", type=COUNT, default=None,
+                   help="records n (needed for with/without-replacement sampling: batch = ceil(q n), rounded up)")
     p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
                    help="neighbouring relation (ISRL-DP is replace-one)")
     p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default=None,
                    help="default: the tightest certificate (gdp, exact, without subsampling; else the "
                         "better of pld and rdp, and advanced for sampling with replacement)")
-    p.add_argument("--value-discretization-interval", type=float, default=None,
+    p.add_argument("--value-discretization-interval", type=Real(1e-9, 1.0, closed="high"), default=None,
                    help="pld grid step in privacy loss (epsilon: default 1e-4; noise: chosen from the steps)")
-    p.add_argument("--log-mass-truncation-bound", type=float, default=None,
+    p.add_argument("--log-mass-truncation-bound", type=Real(-700.0, 0.0, closed="low"), default=None,
                    help="pld: ln of the tail mass cut per side and composition, charged to delta "
                         "(epsilon: default ln 1e-15; noise: chosen from delta)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _pld_settings(args) -> dict:
-    """The pld keyword arguments given on the command line (validated by the accountant)."""
+    """The pld keyword arguments given on the command line (validated by the accountant); with
+    an accountant other than pld (or all) they would be ignored, so they are refused."""
+    if args.accountant not in (None, "pld", "all"):
+        refuse(args, PLD_FLAGS, f"to --accountant {args.accountant} (pld settings)")
     names = ("value_discretization_interval", "log_mass_truncation_bound")
     return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
 
@@ -60,6 +77,17 @@ def _event_fn(args):
 
     make(1.0)  # validate the flags once, before any work
     return make
+
+
+def _batch(args, payload: dict) -> str:
+    """The batch ceil(q n) of with/without-replacement sampling, put in ``payload`` and as the
+    human line's suffix (rounded up, toward more privacy loss; empty for other samplings)."""
+    from silodp._validation import batch_from_rate
+
+    if args.sampling not in (Sampling.WITHOUT_REPLACEMENT.value, Sampling.WITH_REPLACEMENT.value):
+        return ""
+    payload["batch_size"] = batch_from_rate("q", args.q, args.dataset_size)
+    return f", batch {payload['batch_size']} of {args.dataset_size} records (ceil(q n))"
 
 
 def _relation(args):
@@ -104,21 +132,24 @@ def _epsilon(args) -> int:
 
     z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
+    _pld_settings(args)  # refuses pld settings another accountant would ignore
     event = _event_fn(args)(z)
     if args.accountant is None:  # the tightest certificate among the accountants that support it
         eps, name = tightest_epsilon(event, delta, _relation(args), _pld_settings(args))
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
         if name == "pld":
             payload["pld_settings"] = _settings_used(args)
-        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{name:>11}: {eps:.6g}")
+        batch = _batch(args, payload)
+        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{name:>11}: {round_up(eps)}")
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)))
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     if "pld" in _names(args):
         payload["pld_settings"] = _settings_used(args)
-    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else f'{v:.6g}'}" for k, v in results.items())
-    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation})\n{human}")
+    batch = _batch(args, payload)
+    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else round_up(v)}" for k, v in results.items())
+    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{human}")
     return 0
 
 
@@ -128,6 +159,7 @@ def _noise_generic(args) -> int:
 
     eps = check_positive("epsilon", args.epsilon)
     delta = check_delta("delta", args.delta)
+    _pld_settings(args)  # refuses pld settings another accountant would ignore
 
     def one(name: str | None) -> dict:
         cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args), _pld_settings(args))
@@ -140,23 +172,53 @@ def _noise_generic(args) -> int:
 
     if args.accountant is None:  # the smallest certified noise among the supporting accountants
         payload = {**one(None), "relation": args.relation}
-        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}): noise_multiplier="
-                                 f"{payload['noise_multiplier']:.6g} = sigma / C (certified eps={payload['epsilon']:.6g})")
+        batch = _batch(args, payload)
+        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}{batch}): noise_multiplier="
+                                 f"{round_up(payload['noise_multiplier'])} = sigma / C (certified eps="
+                                 f"{round_up(payload['epsilon'])})")
         return 0
     results = _for_each(args, one)
     payload = dict(results[_names(args)[0]]) if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
+    batch = _batch(args, payload)
     human = "\n".join(
-        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={v['noise_multiplier']:.6g} (certified eps={v['epsilon']:.6g})")
+        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={round_up(v['noise_multiplier'])} "
+                                                        f"(certified eps={round_up(v['epsilon'])})")
         for k, v in results.items())
-    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g})\n{human}")
+    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}{batch})\n{human}")
     return 0
+
+
+def _transcript_flags(cls) -> set[str]:
+    """The transcript flags that change ``cls``'s released messages or its reference noise: each
+    field moved alone from a fixed configuration (a flag that moves nothing does not apply)."""
+    import dataclasses
+
+    from silodp.algorithms.privacy import TranscriptConfig
+
+    def signature(cfg) -> str:
+        out = repr(cls.shuffle_releases(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
+                   else cls.releases(cfg, {k: 1.0 for k in cls.noise_keys}))
+        try:
+            return out + repr(cls.reference_sigmas(cfg, 1.0, 1e-5))
+        except ValueError as exc:
+            return out + str(exc)
+
+    base = TranscriptConfig(n=1000, rounds=10, batch_size=100, num_silos=4)
+    ref = signature(base)
+    return {flag for flag, (name, value) in TRANSCRIPT_FLAGS.items()
+            if signature(dataclasses.replace(base, **{name: value})) != ref}
 
 
 def _noise_scaffold(args, cls) -> int:
     """DP-SCAFFOLD family (Noble et al.): sigma_g toward the server and toward a third party."""
     from silodp.accounting.scaffold import noise_report
 
+    reads = set(SCAFFOLD_READS) - ({"--local-steps"} if cls.fixed_local_steps else set()) - (
+        set() if cls.warm_start else {"--warm-steps"})
+    refuse(args, [f for f in ALGORITHM_FLAGS if f not in reads], f"to {cls.name} (it is not in its transcript)")
+    if args.accountant not in (None, "pld"):  # the third-party guarantee is a sampling-pattern mixture
+        raise ValueError(f"--accountant: {cls.name}'s guarantees are accounted by pld only, got {args.accountant!r}")
     warm = args.warm_steps if cls.warm_start else 0
     payload = noise_report(
         args.epsilon, args.delta, num_users=args.silos, records_per_user=args.n, rounds=args.rounds,
@@ -174,6 +236,9 @@ def _noise_algorithm(args) -> int:
     cls = algorithm_class(args.algorithm)
     if cls.self_calibrating:  # the DP-SCAFFOLD family
         return _noise_scaffold(args, cls)
+    refuse(args, SCAFFOLD_FLAGS, f"to {cls.name} (DP-SCAFFOLD family only)")
+    unused = set(TRANSCRIPT_FLAGS) - _transcript_flags(cls)
+    refuse(args, sorted(unused), f"to {cls.name} (it changes neither its transcript nor its noise)")
 
     cfg = TranscriptConfig(
         n=args.n, rounds=args.rounds, batch_size=args.batch_size, clip=args.clip,
@@ -204,46 +269,46 @@ def _shuffle(args) -> int:
     from silodp.accounting import shuffle_bounds
 
     res = shuffle_bounds(args.eps0, args.n, args.delta)
-    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else f'{v:.6g}'}" for k, v in res.items())
+    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else round_up(v)}" for k, v in res.items())
     emit(res, args.json, f"shuffled epsilon for eps0={args.eps0:g}, n={args.n}, delta={args.delta:g}\n{human}")
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("epsilon", help="certified epsilon of a (subsampled) Gaussian mechanism")
-    p.add_argument("--noise-multiplier", type=float, required=True,
+    p.add_argument("--noise-multiplier", type=Real(1e-4, closed="low"), required=True,
                    help="sigma / C, C the per-record contribution bound (clip norm), under every relation")
     _mechanism_flags(p)
     p.set_defaults(handler=_epsilon)
 
     p = sub.add_parser("noise", help="noise multiplier for a budget, or noise of a paper's algorithm")
-    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--epsilon", type=EPSILON, required=True)
     _mechanism_flags(p)
     g = p.add_argument_group("algorithm mode (--algorithm NAME)")
     g.add_argument("--algorithm", default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
     g.add_argument("--method", choices=METHOD_CHOICES, default="both")
-    g.add_argument("--n", type=int, default=1000, help="records per silo")
-    g.add_argument("--rounds", type=int, default=10, help="R (epochs E for SVRG)")
-    g.add_argument("--batch-size", type=int, default=100, help="K (K1 for SPIDER)")
-    g.add_argument("--batch-size2", type=int, default=None, help="K2 (SPIDER, Alg 11)")
-    g.add_argument("--clip", type=float, default=1.0, help="per-sample clip norm L")
-    g.add_argument("--spider-q", type=int, default=1, help="SPIDER period q")
-    g.add_argument("--inner-steps", type=int, default=1, help="SVRG epoch length Q")
-    g.add_argument("--restarts", type=int, default=1, help="PL-SVRG restarts S")
-    g.add_argument("--local-steps", type=int, default=1, help="Local SGD steps per round")
-    g.add_argument("--beta", type=float, default=math.inf, help="smoothness (SPIDER)")
-    g.add_argument("--silos", type=int, default=1, help="N")
-    g.add_argument("--silos-per-round", type=int, default=None, help="M")
-    g.add_argument("--dimension", type=int, default=1, help="d (shuffle protocol)")
+    g.add_argument("--n", type=COUNT, default=1000, help="records per silo")
+    g.add_argument("--rounds", type=Int(1, 10 ** 7), default=10, help="R (epochs E for SVRG)")
+    g.add_argument("--batch-size", type=COUNT, default=100, help="K (K1 for SPIDER)")
+    g.add_argument("--batch-size2", type=COUNT, default=None, help="K2 (SPIDER, Alg 11)")
+    g.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample clip norm L")
+    g.add_argument("--spider-q", type=COUNT, default=1, help="SPIDER period q")
+    g.add_argument("--inner-steps", type=COUNT, default=1, help="SVRG epoch length Q")
+    g.add_argument("--restarts", type=COUNT, default=1, help="PL-SVRG restarts S")
+    g.add_argument("--local-steps", type=COUNT, default=1, help="Local SGD steps per round")
+    g.add_argument("--beta", type=Real(0.0, math.inf, closed="high"), default=math.inf, help="smoothness (SPIDER)")
+    g.add_argument("--silos", type=COUNT, default=1, help="N")
+    g.add_argument("--silos-per-round", type=COUNT, default=None, help="M")
+    g.add_argument("--dimension", type=Int(1, 10 ** 8), default=1, help="d (shuffle protocol)")
     g.add_argument("--without-replacement", action="store_true", help="minibatches without replacement")
-    g.add_argument("--user-sampling", type=float, default=1.0, help="DP-SCAFFOLD: user sampling ratio l")
-    g.add_argument("--data-sampling", type=float, default=0.1, help="DP-SCAFFOLD: data sampling ratio s")
-    g.add_argument("--warm-steps", type=int, default=1, help="DP-SCAFFOLD-warm: noisy initialisation steps")
+    g.add_argument("--user-sampling", type=PROBABILITY, default=1.0, help="DP-SCAFFOLD: user sampling ratio l")
+    g.add_argument("--data-sampling", type=PROBABILITY, default=0.1, help="DP-SCAFFOLD: data sampling ratio s")
+    g.add_argument("--warm-steps", type=Int(0), default=1, help="DP-SCAFFOLD-warm: noisy initialisation steps")
     p.set_defaults(handler=_noise)
 
     p = sub.add_parser("shuffle", help="amplification by shuffling of an eps0-LDP randomizer")
-    p.add_argument("--eps0", type=float, required=True)
-    p.add_argument("--n", type=int, required=True, help="number of parties")
-    p.add_argument("--delta", type=float, required=True)
+    p.add_argument("--eps0", type=EPSILON, required=True)
+    p.add_argument("--n", type=COUNT, required=True, help="number of parties")
+    p.add_argument("--delta", type=DELTA, required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_shuffle)

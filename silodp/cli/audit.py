@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from silodp.cli.domains import DELTA, POSITIVE, SEED, Int, Real
+
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
 
 
@@ -21,18 +23,19 @@ def register(subparsers) -> None:
                       help="audit one release: a Gaussian, or the shuffle protocol P_vec certified for --epsilon")
     what.add_argument("--papers", action="store_true", help="audit the papers' closed-form calibrations")
     p.add_argument("--mutation", default=None, help="deliberate privacy bug to inject (see docs/audit.md)")
-    p.add_argument("--epsilon", type=float, default=2.0, help="target epsilon the noise is calibrated to (default 2)")
-    p.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
-    p.add_argument("--noise-multiplier", type=float, default=None,
+    p.add_argument("--epsilon", type=Real(0.05, 100.0, closed="lowhigh"), default=2.0,
+                   help="target epsilon the noise is calibrated to, in [0.05, 100] (default 2; an audit resolves no less)")
+    p.add_argument("--delta", type=DELTA, default=1e-5, help="delta (default 1e-5)")
+    p.add_argument("--noise-multiplier", type=POSITIVE, default=None,
                    help="--mechanism gaussian: sigma / C for one release under add/remove (shift C)")
-    p.add_argument("--messages", type=int, default=100, help="--mechanism pvec: number of shuffled messages")
-    p.add_argument("--trials", type=int, default=None,
+    p.add_argument("--messages", type=Int(1, 10 ** 6), default=100, help="--mechanism pvec: number of shuffled messages")
+    p.add_argument("--trials", type=Int(2, 10 ** 7), default=None,
                    help="runs per neighbouring dataset (default 100000, or the mutation's budget)")
     p.add_argument("--estimator", choices=ESTIMATOR_CHOICES, default="clopper-pearson",
                    help="lower bound that decides 'violation' (both are always reported)")
-    p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the lower bound (default 0.05)")
-    p.add_argument("--repeats", type=int, default=None, help="with --mutation: repeat the audit, report the detection rate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--alpha", type=Real(0.0, 1.0), default=0.05, help="1 - confidence of the lower bound (default 0.05)")
+    p.add_argument("--repeats", type=Int(1, 10 ** 4), default=None, help="with --mutation: repeat the audit, report the detection rate")
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
 

@@ -55,7 +55,12 @@ def handle(args: argparse.Namespace) -> int:
 
     from silodp import bounds
 
+    from silodp.cli import refuse
+
     if args.list:
+        if args.id:
+            raise ValueError(f"--list: lists every bound; give it without a bound id (got {args.id!r})")
+        refuse(args, ("--param", "--latex"), "with --list")
         rows = [
             {"id": b.id, "title": b.title, "source": str(b.source), "kind": str(b.kind)}
             for b in bounds.list_bounds()
@@ -70,6 +75,7 @@ def handle(args: argparse.Namespace) -> int:
     bound = bounds.get_bound(args.id)
     params = parse_params(args.param)
     if args.latex:
+        refuse(args, ("--param",), "with --latex (the formula has no values)")
         emit({"id": bound.id, "latex": bound.latex()}, args.json, bound.latex())
         return 0
     if not params:

@@ -9,13 +9,16 @@ refused. Reads the file only (no Flower, no torch).
 
 from __future__ import annotations
 
+from silodp._validation import round_up
+from silodp.cli.domains import text
+
 import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("ledger", help="print a Flower silo's persistent privacy ledger",
                               description="A silo's budget, epsilon spent (all runs), runs and refusals.")
-    p.add_argument("path", help="the ledger file (the SuperNode's node-config silodp-ledger)")
+    p.add_argument("path", type=text("the ledger file"), help="the ledger file (the SuperNode's node-config silodp-ledger)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
 
@@ -26,8 +29,8 @@ def handle(args: argparse.Namespace) -> int:
 
     out = SiloLedgerDB(args.path).summary()
     lines = [f"budget: epsilon {out['budget_epsilon']:g} at delta {out['budget_delta']:g}",
-             f"spent:  epsilon {out['epsilon_spent']:.6g} (every release, all runs composed)"]
-    lines += [f"run {r['run_id']}: {r['releases']} releases, epsilon {r['epsilon']:.6g}" for r in out["runs"]]
+             f"spent:  epsilon {round_up(out['epsilon_spent'])} (every release, all runs composed)"]
+    lines += [f"run {r['run_id']}: {r['releases']} releases, epsilon {round_up(r['epsilon'])}" for r in out["runs"]]
     lines.append(f"refused: {out['refused']} messages")
     emit(out, args.json, "\n".join(lines))
     return 0

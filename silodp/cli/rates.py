@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from silodp.cli.domains import POSITIVE, SEED, Int, PathArg
+
 VARY = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
 
@@ -15,15 +17,15 @@ def register(subparsers) -> None:
     p.add_argument("--prescribed", action="store_true",
                    help="run at the theorem's own prescriptions (R, K, q, step size, noise) where the output "
                         "improves on w0: Prox-SGD varies n or eps, PL-SVRG kappa, SPIDER eps or n")
-    p.add_argument("--values", type=float, nargs="+", default=None, help="grid values (default: the preset's)")
-    p.add_argument("--trials", type=int, default=None, help="independent runs per grid value")
+    p.add_argument("--values", type=POSITIVE, nargs="+", default=None, help="grid values (default: the preset's)")
+    p.add_argument("--trials", type=Int(2, 10 ** 4), default=None, help="independent runs per grid value")
     p.add_argument("--noise", choices=NOISE, default=None,
                    help="calibration of the accounting layer (default: the preset's; paper for Prox-SGD)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--compare", default=None, metavar="ALGORITHM",
                    help="also run ALGORITHM on the same grid and fit the slope of the ratio (e.g. sdp-prox-sgd)")
-    p.add_argument("--plot", default=None, metavar="PNG", help="write the log-log figure here")
-    p.add_argument("--csv", default=None, metavar="CSV", help="write the per-point table here")
+    p.add_argument("--plot", type=PathArg("out", ("png", "pdf", "svg")), default=None, metavar="PNG", help="write the log-log figure here")
+    p.add_argument("--csv", type=PathArg("out", ("csv",)), default=None, metavar="CSV", help="write the per-point table here")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=handle)
 
@@ -60,6 +62,13 @@ def handle(args) -> int:
     for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
         if path:
             check_writable(path, flag)  # before the (long) computation
+    if args.compare:  # before the (long) first computation
+        from silodp.verify.rates.theorems import get_theorem
+
+        try:
+            get_theorem(args.compare)
+        except ValueError as exc:
+            raise ValueError(f"--compare: {str(exc).partition(': ')[2] or exc}") from None
     given = (("trials", args.trials), ("noise", args.noise), ("seed", args.seed))
     overrides = {k: v for k, v in given if v is not None}
     if args.values is not None:

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from silodp.cli.domains import Int, PathArg, text
+
+import sys
 from pathlib import Path
 
+FIGURE_SUFFIXES = ("png", "pdf", "svg")
 CALIBRATION_CHOICES = {"tight": ("tight",), "paper": ("paper",), "both": ("tight", "paper")}
 
 
@@ -13,20 +17,20 @@ def register(subparsers) -> None:
     p.add_argument("preset", metavar="PRESET",
                    help="wbcd | wbcd-sdp | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
     p.add_argument("--quick", action="store_true", help="the preset's small variant (seconds)")
-    p.add_argument("--store", default="results.db", help="SQLite results store (created; resumed if present)")
-    p.add_argument("--scheduler", default=None, metavar="ADDR", help="Dask scheduler address, e.g. tcp://host:8786")
-    p.add_argument("--workers", type=int, default=None, help="local worker processes (default: all CPUs; 1 = in-process)")
-    p.add_argument("--data-path", default=None, help="local MNIST IDX files or CIFAR-10 python batches")
+    p.add_argument("--store", type=text("a file path"), default="results.db", help="SQLite results store (created; resumed if present)")
+    p.add_argument("--scheduler", type=text("a Dask scheduler address such as tcp://host:8786"), default=None, metavar="ADDR", help="Dask scheduler address, e.g. tcp://host:8786")
+    p.add_argument("--workers", type=Int(1, 4096), default=None, help="local worker processes (default: all CPUs; 1 = in-process)")
+    p.add_argument("--data-path", type=PathArg("dir"), default=None, help="local MNIST IDX files or CIFAR-10 python batches")
     p.add_argument("--calibration", choices=sorted(CALIBRATION_CHOICES), default=None,
                    help="override the preset's calibrations (both: tight and the paper's closed form side by side)")
-    p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (resume later)")
+    p.add_argument("--max-runs", type=Int(0), default=None, help="stop after this many runs (resume later)")
     p.add_argument("--retry-failed", action="store_true", help="run failed and skipped runs again")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=handle_reproduce)
 
     q = subparsers.add_parser("plot", help="test error versus epsilon from a results store")
-    q.add_argument("--store", default="results.db", help="SQLite results store written by silodp reproduce")
-    q.add_argument("--out", required=True, help="image file to write (png, pdf, svg)")
+    q.add_argument("--store", type=PathArg("in"), default="results.db", help="SQLite results store written by silodp reproduce")
+    q.add_argument("--out", type=PathArg("out", FIGURE_SUFFIXES), required=True, help="image file to write (png, pdf, svg)")
     q.add_argument("--calibration", choices=sorted(CALIBRATION_CHOICES), default=None,
                    help="panels to draw (default: every calibration in the store)")
     q.add_argument("--output", choices=("algorithm", "last"), default="algorithm",
@@ -43,11 +47,20 @@ def handle_reproduce(args) -> int:
         raise ValueError(f"--workers: must be >= 1, got {args.workers}")
     if args.max_runs is not None and args.max_runs < 0:
         raise ValueError(f"--max-runs: must be >= 0, got {args.max_runs}")
+    if args.scheduler is not None and "://" not in args.scheduler:
+        raise ValueError(f"--scheduler: must be an address such as tcp://host:8786, got {args.scheduler!r}")
+    if args.scheduler is not None and args.workers is not None:
+        raise ValueError("--workers: does not apply with --scheduler (the cluster's workers run the sweep)")
+    if args.data_path is not None and args.preset not in ("mnist", "cifar10"):
+        raise ValueError(f"--data-path: only the mnist and cifar10 presets read local files, not {args.preset!r}")
     payload = reproduce(args.preset, quick=args.quick, store=args.store, workers=args.workers,
                         scheduler=args.scheduler, data_path=args.data_path,
                         calibrations=CALIBRATION_CHOICES.get(args.calibration), max_runs=args.max_runs,
                         retry_failed=args.retry_failed)
     runs = payload["runs"]
+    if runs.get("recalibrated"):  # cached calibrations that did not re-certify (tampered, or another version)
+        print(f"silodp reproduce: note: {runs['recalibrated']} cached calibrations did not re-certify and were redone",
+              file=sys.stderr)
     human = (f"{payload['grid']}: {runs['total']} runs, {runs['already_done']} already in {payload['store']}, "
              f"ran {runs['ran']} ({runs['failed']} failed, {runs['skipped']} skipped) in {runs['wall_s']:.1f} s\n"
              + format_summary(payload["summary"], payload["claims"]))

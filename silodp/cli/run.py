@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from silodp.cli.domains import COUNT, DELTA, EPSILON, Int, POSITIVE, PROBABILITY, Real, SEED
+
 import math
 
 DATASETS = ("wbcd", "mnist", "synthetic")
@@ -13,35 +15,35 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("run", help="run one federated algorithm on a dataset")
     p.add_argument("--algorithm", required=True, help="algorithm name, e.g. isrl-spider (see docs/algorithms.md)")
     p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--epsilon", type=float, required=True, help="per-silo ISRL-DP/SDP epsilon (ignored by non-private baselines)")
-    p.add_argument("--delta", type=float, default=None, help="delta (default 1/n^2, n = smallest silo's training size)")
-    p.add_argument("--rounds", type=int, default=25)
-    p.add_argument("--silos-per-round", type=int, default=None, help="M (default: all silos)")
-    p.add_argument("--batch-size", type=int, default=None, help="K (default: n / 4)")
-    p.add_argument("--step-size", type=float, default=0.1)
-    p.add_argument("--clip", type=float, default=1.0, help="per-sample gradient clip L")
-    p.add_argument("--hidden", type=int, nargs="*", default=None, help="MLP hidden sizes (default: paper's model)")
+    p.add_argument("--epsilon", type=EPSILON, required=True, help="per-silo ISRL-DP/SDP epsilon (ignored by non-private baselines)")
+    p.add_argument("--delta", type=DELTA, default=None, help="delta (default 1/n^2, n = smallest silo's training size)")
+    p.add_argument("--rounds", type=Int(1, 10 ** 6), default=25)
+    p.add_argument("--silos-per-round", type=COUNT, default=None, help="M (default: all silos)")
+    p.add_argument("--batch-size", type=COUNT, default=None, help="K (default: n / 4)")
+    p.add_argument("--step-size", type=POSITIVE, default=0.1)
+    p.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample gradient clip L")
+    p.add_argument("--hidden", type=Int(1, 10 ** 5), nargs="*", default=None, help="MLP hidden sizes (default: paper's model)")
     p.add_argument("--calibration", choices=("tight", "paper"), default="tight")
     p.add_argument("--output", choices=OUTPUT_RULES, default="random",
                    help="which iterate test_error scores: random = the algorithm's own rule (Alg 1, 2, 3, 11: "
                         "a uniformly random iterate; MB-SGD, Local SGD: the last one), last = the last iterate "
                         "(post-processing, no privacy cost); both errors are reported")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true")
     g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
-    g.add_argument("--local-steps", type=int, default=None, help="K local steps per round (default: the algorithm's)")
-    g.add_argument("--user-sampling", type=float, default=None, help="l: each user takes part w.p. l per round")
-    g.add_argument("--data-sampling", type=float, default=None, help="s: each local step uses round(s n) records")
-    g.add_argument("--global-step-size", type=float, default=None, help="eta_g (server step)")
+    g.add_argument("--local-steps", type=Int(1, 10 ** 5), default=None, help="K local steps per round (default: the algorithm's)")
+    g.add_argument("--user-sampling", type=PROBABILITY, default=None, help="l: each user takes part w.p. l per round")
+    g.add_argument("--data-sampling", type=PROBABILITY, default=None, help="s: each local step uses ceil(s n) records")
+    g.add_argument("--global-step-size", type=POSITIVE, default=None, help="eta_g (server step)")
     g.add_argument("--privacy-against", choices=("server", "third-party", "both"), default=None,
                    help="which guarantee --epsilon calibrates (default: server)")
     g.add_argument("--participation", choices=("worst-case", "expected"), default=None,
                    help="rounds charged toward the server (default: worst-case, all rounds)")
-    g.add_argument("--alpha", type=float, default=None, help="synthetic: FedProx Synthetic(alpha, beta) model heterogeneity")
-    g.add_argument("--beta", type=float, default=None, help="synthetic: FedProx Synthetic(alpha, beta) input heterogeneity")
+    g.add_argument("--alpha", type=Real(0.0, 1e3, closed="lowhigh"), default=None, help="synthetic: FedProx Synthetic(alpha, beta) model heterogeneity")
+    g.add_argument("--beta", type=Real(0.0, 1e3, closed="lowhigh"), default=None, help="synthetic: FedProx Synthetic(alpha, beta) input heterogeneity")
     g.add_argument("--iid", action="store_true", help="synthetic: FedProx's i.i.d. variant")
-    g.add_argument("--similarity", type=float, default=None, help="mnist: label-skew partition, fraction of i.i.d. data")
-    g.add_argument("--users", type=int, default=None, help="number of users for --alpha/--beta/--iid/--similarity data")
+    g.add_argument("--similarity", type=Real(0.0, 1.0, closed="lowhigh"), default=None, help="mnist: label-skew partition, fraction of i.i.d. data")
+    g.add_argument("--users", type=Int(1, 10 ** 5), default=None, help="number of users for --alpha/--beta/--iid/--similarity data")
     p.set_defaults(handler=handle)
 
 #: run.py flag -> constructor parameter of the DP-SCAFFOLD family
@@ -97,6 +99,10 @@ def handle(args) -> int:
 
     if args.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm: must be one of {sorted(ALGORITHMS)}, got {args.algorithm!r}")
+    if not ALGORITHMS[args.algorithm].private:
+        from silodp.cli import refuse
+
+        refuse(args, ("--delta", "--calibration"), f"to the non-private baseline {args.algorithm}")
     if not args.epsilon > 0:
         raise ValueError(f"--epsilon: must be > 0, got {args.epsilon}")
     if args.rounds < 1:

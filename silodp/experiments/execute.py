@@ -8,6 +8,10 @@ multiplied by the run's clip. This is exact, not an approximation: every sensiti
 paper's ISRL-DP messages is proportional to L (2L/K, 4L/K, 2L/n), so the event of a run with clip
 L and noise L * sigma is *the same event* as the one calibrated (tested). Runs of algorithms the
 accounting layer does not know (e.g. ``dp-scaffold``) calibrate inside the algorithm.
+
+A request carries the accounting version (:data:`silodp.accounting.version.ACCOUNTING_VERSION`)
+it was made under; a stored calibration is used only under the same version and after
+:func:`recertify` has evaluated what its noise certifies (one epsilon evaluation).
 """
 
 from __future__ import annotations
@@ -100,11 +104,16 @@ def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | 
         return None
     algo = prep.algorithm_class(**prep.params)
     tc = dataclasses.replace(algo.transcript_config(prep.problem, prep.train), clip=1.0)
+    from silodp.accounting.version import ACCOUNTING_VERSION
+
     return {"algorithm": cfg.algorithm, "method": cfg.calibration, "epsilon": cfg.epsilon, "delta": prep.delta,
-            "transcript": dataclasses.asdict(tc)}
+            "transcript": dataclasses.asdict(tc), "accounting_version": ACCOUNTING_VERSION}
 
 
 def request_key(request: dict) -> str:
+    """The store key of a request: everything but the accounting version, which the stored
+    request keeps, so that a calibration from another version is found, refused and redone."""
+    request = {k: v for k, v in request.items() if k != "accounting_version"}
     text = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -126,6 +135,63 @@ def calibrate_request(request: dict) -> dict:
                 "delta": float(cal.delta), "accountant": cal.accountant}
     except Exception as exc:  # recorded; the runs that need it fail with this message
         return {"status": "failed", "error": f"calibration: {type(exc).__name__}: {exc}"}
+
+
+#: Relative slack of a re-certification (floating-point noise of one epsilon evaluation).
+RECERTIFY_RTOL = 1e-9
+
+
+def _certified(request: dict, result: dict) -> float:
+    """What the stored noise of ``result`` certifies for ``request`` (clip 1), with the stored
+    accountant: the Gaussian transcript's certificate (:func:`silodp.algorithms.privacy.certify`),
+    or the P_vec certificate of the stored (g, b, p, rotate) per message group."""
+    from silodp.algorithms import privacy
+
+    tc = privacy.TranscriptConfig(**request["transcript"])
+    cls, delta = privacy.algorithm_class(request["algorithm"]), request["delta"]
+    if not cls.shuffled:
+        return privacy.certify(cls, tc, result["sigmas"], delta, result["accountant"])[0]
+    from silodp.accounting import pvec
+    from silodp.accounting.releases import pvec_groups
+
+    budgets = {"epsilon": request["epsilon"], "delta": delta}
+    params = {grp: (v["g"], v["b"], v["p"], v["rotate"]) for grp, v in result["shuffle"].items()}
+    groups = pvec_groups(cls.shuffle_releases(tc, budgets, params))
+    if result["accountant"] == privacy.PVEC_PER_COORDINATE:
+        groups = tuple(dataclasses.replace(g, l2=None) for g in groups)
+    return pvec.transcript_epsilon(tuple(groups), delta, pvec.default_interval(request["epsilon"]))
+
+
+def recertify(request: dict, result: dict, stored_request: dict | None = None) -> str | None:
+    """None when a stored calibration (``result`` of ``stored_request``, by default ``request``)
+    certifies what it says for ``request``, else why not. Checked: the accounting version it was
+    made under; its noise re-certified (one epsilon evaluation) at no
+    more than its stored epsilon, which for ``tight`` is at most the target; for ``paper``, the
+    noise is the paper's closed form. A skipped calibration (no closed form) needs no check."""
+    from silodp.accounting.version import ACCOUNTING_VERSION
+
+    made = (request if stored_request is None else stored_request).get("accounting_version")
+    if made != ACCOUNTING_VERSION:
+        return f"made under accounting version {made!r}, now {ACCOUNTING_VERSION}"
+    if result.get("status") == "skipped":
+        return None
+    try:
+        stored = float(result["epsilon"])
+        if request["method"] == "tight" and not stored <= request["epsilon"] * (1 + RECERTIFY_RTOL):
+            return f"stored epsilon {stored} above the target {request['epsilon']}"
+        if request["method"] == "paper" and result.get("sigmas"):
+            from silodp.algorithms import privacy
+
+            tc = privacy.TranscriptConfig(**request["transcript"])
+            paper = privacy.algorithm_class(request["algorithm"]).paper_sigmas(tc, request["epsilon"], request["delta"])
+            if any(not math.isclose(result["sigmas"].get(k, math.nan), v, rel_tol=RECERTIFY_RTOL) for k, v in paper.items()):
+                return "noise differs from the paper's closed form"
+        certified = _certified(request, result)
+    except Exception as exc:  # a malformed row certifies nothing
+        return f"cannot re-certify: {type(exc).__name__}: {exc}"
+    if not certified <= stored * (1 + RECERTIFY_RTOL):
+        return f"its noise certifies epsilon {certified:.6g}, not the stored {stored:.6g}"
+    return None
 
 
 def evaluate(problem, w, federation) -> tuple[float | None, float | None]:

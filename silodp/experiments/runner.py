@@ -11,8 +11,12 @@ chunks on
 
 Results come back to this process, which writes each run in its own transaction, so killing the
 sweep at any point loses at most the runs in flight, never a recorded one, and never writes a run
-twice. A failing run is recorded with its error and the grid goes on. A tqdm bar shows runs done,
-the ETA and the failures.
+twice. A failing run is recorded with its error and the grid goes on; a run whose worker died
+(``worker: BrokenProcessPool ...``) is retried by the next call, failures or not. A sweep holds the
+store's lock (:meth:`.store.Store.sweep_lock`): a second sweep on the same store is refused. A
+cached calibration is re-certified before use (:func:`.execute.recertify`); one that does not
+certify what it says (tampered, or made by another accounting version) is recalibrated, counted
+in ``recalibrated`` and logged. A tqdm bar shows runs done, the ETA and the failures.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import logging
 import multiprocessing
 import os
 import subprocess
@@ -32,7 +37,9 @@ from typing import Iterable
 
 from . import execute as ex
 from .grid import RunConfig
-from .store import Store
+from .store import WORKER_ERROR, Store
+
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,6 +70,7 @@ class SweepReport:
     failed: int = 0
     skipped: int = 0
     calibrations: int = 0
+    recalibrated: int = 0
     stopped: bool = False
     wall_s: float = 0.0
 
@@ -245,15 +253,39 @@ def run_grid(configs: Iterable[RunConfig], store: Store, *, workers: int | None 
     ``progress``: True / False / None (a bar when stderr is a terminal). ``max_runs``: stop after
     executing that many runs (the rest stay pending; a later call resumes).
     """
-    start = time.perf_counter()
     configs = list(dict.fromkeys(configs))
     if max_runs is not None and int(max_runs) < 0:
         raise ValueError(f"max_runs: must be >= 0, got {max_runs}")
+    with store.sweep_lock():
+        return _run_grid(configs, store, workers, scheduler, progress, max_runs, retry_failed, chunk_size, desc)
+
+
+def _cached_calibrations(store: Store, keyed: dict, report: SweepReport) -> dict:
+    """The store's calibrations of ``keyed`` requests that re-certify (see the module docstring)."""
+    cached = {}
+    stored = store.calibration_rows()
+    for key, request in keyed.items():
+        made, result = stored.get(key, ({}, {}))
+        if result.get("status") not in ("ok", "skipped"):
+            continue
+        problem = ex.recertify(request, result, made)
+        if problem is None:
+            cached[key] = result
+        else:
+            report.recalibrated += 1
+            log.warning("store: the cached calibration %s for %s does not re-certify (%s); recalibrating",
+                        key, request["algorithm"], problem)
+    return cached
+
+
+def _run_grid(configs, store, workers, scheduler, progress, max_runs, retry_failed, chunk_size, desc) -> SweepReport:
+    start = time.perf_counter()
     statuses = store.statuses()
     final = ("ok",) if retry_failed else ("ok", "failed", "skipped")
     registered = _registered()
     unregistered = {h for h in store.unregistered_skips()} if not retry_failed else set()
-    pending = [c for c in configs if statuses.get(c.config_hash) not in final
+    lost = store.worker_failures()
+    pending = [c for c in configs if statuses.get(c.config_hash) not in final or c.config_hash in lost
                or (c.config_hash in unregistered and c.algorithm in registered)]
     report = SweepReport(total=len(configs), already_done=len(configs) - len(pending))
     if not pending:
@@ -276,8 +308,8 @@ def run_grid(configs: Iterable[RunConfig], store: Store, *, workers: int | None 
         requests, outcomes = _plan(pending)
         for cfg, outcome in outcomes.items():
             record(cfg, outcome)
-        cached = {k: v for k, v in store.calibrations().items() if v.get("status") in ("ok", "skipped")}
         keyed = {ex.request_key(r): r for r in requests.values()}
+        cached = _cached_calibrations(store, keyed, report)
         missing = [(k, r) for k, r in keyed.items() if k not in cached]
 
         def calibrated(context, result, exc):
@@ -305,7 +337,7 @@ def run_grid(configs: Iterable[RunConfig], store: Store, *, workers: int | None 
 
         def finished(chunk, results, exc):
             if exc is not None:
-                results = [{"status": "failed", "error": f"worker: {type(exc).__name__}: {exc}"}] * len(chunk)
+                results = [{"status": "failed", "error": f"{WORKER_ERROR}{type(exc).__name__}: {exc}"}] * len(chunk)
             for (cfg, _), outcome in zip(chunk, results):
                 record(cfg, outcome)
                 report.ran += 1

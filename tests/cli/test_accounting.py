@@ -65,7 +65,8 @@ def test_noise_json(capsys):
     code, out, _ = run(capsys, "noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100", "--sampling",
                        "without-replacement", "--q", "0.1", "--dataset-size", "1000", "--accountant", "rdp", "--json")
     data = json.loads(out)
-    assert code == 0 and set(data) == {"noise_multiplier", "epsilon", "accountant", "relation"} and data["epsilon"] <= 1.0
+    assert code == 0 and set(data) == {"noise_multiplier", "epsilon", "accountant", "relation", "batch_size"}
+    assert data["epsilon"] <= 1.0 and data["batch_size"] == 100
 
 
 def test_noise_algorithm_json(capsys):

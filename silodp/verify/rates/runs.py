@@ -504,6 +504,8 @@ def _preset(algorithm: str, vary: str, full: bool, overrides: dict) -> RateSetup
         if vary not in grid:
             raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(grid)}, got {vary!r}")
         params.update(values=grid[vary], trials=params["trials"] * (2 if full else 1))
+    elif vary not in (_FULL if full else _QUICK):
+        raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(_FULL if full else _QUICK)}, got {vary!r}")
     elif full:
         params = {**_FULL[vary], "trials": 192, "fit_privacy_only": True, "baseline": not algorithm.startswith("sdp")}
     else:
