@@ -94,3 +94,20 @@ def test_audit_refuses_bad_input(wbcd_loader):
         audit_opacus(mlp(), wbcd_loader, canaries=4, mutation="replace-one-shift-c")
     with pytest.raises(ValueError, match="canaries"):
         audit_opacus(mlp(), wbcd_loader, canaries=100_000)
+
+
+def test_cli_one_run_audit(capsys):
+    """`silodp audit --shipped --mutation NAME --json`: the issue's keys; flags of other modes refused."""
+    import json
+
+    from silodp.cli import main
+
+    assert main(["audit", "--opacus", "--mutation", "public-seed-noise", "--canaries", "300", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "violated" and out["canaries"] == 300 and out["confidence"] == 0.95
+    assert out["epsilon_lower"]["steinke"] > out["claimed_epsilon"]
+    assert main(["audit", "--opacus", "--trials", "5"]) == 2
+    assert "--trials: does not apply" in capsys.readouterr().err
+    assert main(["audit", "--opacus", "--mutation", "halve-noise"]) == 2
+    assert main(["audit", "--mechanism", "gaussian", "--noise-multiplier", "1", "--estimator", "steinke"]) == 2
+    assert main(["audit", "--opacus", "--counterpart"]) == 2

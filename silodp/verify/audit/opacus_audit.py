@@ -38,6 +38,7 @@ import copy
 import dataclasses
 import math
 import time
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -359,8 +360,11 @@ def audit_opacus(model: nn.Module, data_loader, loss_fn: Callable | None = None,
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small per-step tensors: one thread is fastest, and leaves the other cores free
     try:
-        return _audit(model, data_loader, loss_fn, canaries, runs, config, mutation, estimator, alpha, rng, seed,
-                      replace, started)
+        with warnings.catch_warnings():  # Opacus' advice on secure_mode, empty batches, hooks: not ours to print
+            for text in ("Secure RNG", "secure_mode", "empty", "Full backward hook", "Optimal order"):
+                warnings.filterwarnings("ignore", message=f".*{text}.*")
+            return _audit(model, data_loader, loss_fn, canaries, runs, config, mutation, estimator, alpha, rng,
+                          seed, replace, started)
     finally:
         torch.set_num_threads(threads)
 
