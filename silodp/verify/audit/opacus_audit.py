@@ -182,7 +182,7 @@ class CanaryHook:
         for gs, coords in zip(grads, self.coords):
             if gs is None:
                 continue
-            flat = gs.view(gs.shape[0], -1)
+            flat = gs.view(gs.shape[0], math.prod(gs.shape[1:]))  # rows may be 0 (empty Poisson batch)
             if rows.numel():
                 flat[rows] = 0.0
                 if coords is not None:
@@ -206,7 +206,7 @@ class CanaryHook:
         out = np.zeros(len(self.signs))
         if any(g is None for g in grads) or not real.any():
             return out
-        flat = [g.reshape(g.shape[0], -1)[real].double() for g in grads]
+        flat = [g.reshape(g.shape[0], math.prod(g.shape[1:]))[real].double() for g in grads]
         norms = torch.stack([f.norm(dim=1) for f in flat], dim=1)
         per_layer = hasattr(optimizer, "max_grad_norms")
         if per_layer:
