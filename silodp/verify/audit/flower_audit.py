@@ -35,7 +35,7 @@ import time
 import numpy as np
 import torch
 
-from silodp.verify.audit.onerun import CanaryScores, estimate_all
+from silodp.verify.audit.onerun import CanaryScores, RunAudit, judge_run
 
 #: the canary's free-coordinate value A (logistic loss: the clipped gradient keeps norm L while
 #: |w_{d+j}| stays below about log(A - 1) / A)
@@ -146,19 +146,12 @@ def _import_app(path: str):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowerAudit:
-    claimed_epsilon: float
-    epsilon_lower: dict
-    confidence: float
-    canaries: int
-    verdict: str
-    estimator: str
+class FlowerAudit(RunAudit):
+    """Result of :func:`audit_flower_app` (the issue's JSON keys, then the run's)."""
+
     algorithm: str
     rounds: int
     wall_s: float
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def audit_flower_app(path: str = "examples/flower", canaries: int = 500, estimator: str = "steinke",
@@ -190,11 +183,9 @@ def audit_flower_app(path: str = "examples/flower", canaries: int = 500, estimat
         for reply in replies:
             if int(reply.content["metrics"][PARTITION_KEY]) == 0:
                 scores -= reply.content["arrays"]["message"].numpy()[d:d + canaries]
-    lower = estimate_all(CanaryScores(scores, inclusion(canaries, seed)), run.delta, alpha)
-    claimed = float(out["worst_silo_epsilon"])
-    return FlowerAudit(claimed, lower, 1 - alpha, int(canaries),
-                       "violated" if lower.get(estimator, 0.0) > claimed else "consistent", estimator, run.algorithm,
-                       int(out["rounds"]), time.perf_counter() - started)
+    canary = CanaryScores(scores, inclusion(canaries, seed))
+    return FlowerAudit(**judge_run(canary, float(out["worst_silo_epsilon"]), run.delta, alpha, estimator),
+                       algorithm=run.algorithm, rounds=int(out["rounds"]), wall_s=time.perf_counter() - started)
 
 
 __all__ = ["FlowerAudit", "RecordingGrid", "audit_flower_app", "canaried_federation", "dataset_name", "register"]

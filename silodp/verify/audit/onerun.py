@@ -263,6 +263,31 @@ def two_world_scores(canary: CanaryScores) -> Scores:
     return Scores(canary.scores[~canary.included], canary.scores[canary.included])
 
 
+@dataclasses.dataclass(frozen=True)
+class RunAudit:
+    """The verdict on one audited claim: the issue's JSON keys (``as_dict``)."""
+
+    claimed_epsilon: float
+    epsilon_lower: dict
+    confidence: float
+    canaries: int
+    verdict: str
+    estimator: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def judge_run(canary: CanaryScores, claimed_epsilon: float, delta: float, alpha: float = 0.05,
+              estimator: str = "steinke") -> dict:
+    """Every estimator's bound on ``canary`` and the verdict by ``estimator``: the fields of
+    :class:`RunAudit` (``violated`` when that (1 - alpha) lower bound exceeds the claim)."""
+    lower = estimate_all(canary, delta, alpha)
+    verdict = "violated" if lower.get(estimator, 0.0) > claimed_epsilon else "consistent"
+    return dict(claimed_epsilon=float(claimed_epsilon), epsilon_lower=lower, confidence=1 - alpha,
+                canaries=canary.canaries, verdict=verdict, estimator=estimator)
+
+
 #: One-run estimators by name (each ``f(canary, delta, alpha=..., guesses=...)``).
 ONE_RUN_ESTIMATORS = {"steinke": steinke_epsilon, "fdp": fdp_epsilon}
 
@@ -280,5 +305,5 @@ def estimate_all(canary: CanaryScores, delta: float, alpha: float = 0.05, guesse
     return out
 
 
-__all__ = ["CanaryScores", "ONE_RUN_ESTIMATORS", "OneRunBound", "correct_guesses", "default_plans", "estimate_all",
-           "fdp_epsilon", "steinke_epsilon", "steinke_p_value", "two_world_scores"]
+__all__ = ["CanaryScores", "ONE_RUN_ESTIMATORS", "OneRunBound", "RunAudit", "correct_guesses", "default_plans",
+           "estimate_all", "fdp_epsilon", "judge_run", "steinke_epsilon", "steinke_p_value", "two_world_scores"]

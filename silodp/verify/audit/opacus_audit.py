@@ -47,7 +47,7 @@ from torch import nn
 
 from silodp.accounting import events as ev
 from silodp.integrations import opacus as silodp_opacus
-from silodp.verify.audit.onerun import CanaryScores, ONE_RUN_ESTIMATORS, estimate_all
+from silodp.verify.audit.onerun import CanaryScores, ONE_RUN_ESTIMATORS, RunAudit, judge_run
 
 OPACUS_MUTATIONS = ("replace-one-shift-c", "expected-batch-normalization", "per-layer-clipping",
                     "shuffled-accounted-as-poisson", "public-seed-noise")
@@ -106,24 +106,15 @@ class OpacusRunConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OpacusAudit:
-    """Result of :func:`audit_opacus` (``as_dict`` gives the issue's JSON keys)."""
+class OpacusAudit(RunAudit):
+    """Result of :func:`audit_opacus` (``as_dict`` gives the issue's JSON keys, then the run's)."""
 
-    claimed_epsilon: float
-    epsilon_lower: dict
-    confidence: float
-    canaries: int
     runs: int
-    verdict: str
-    estimator: str
     mutation: str | None
     accountant: str
     noise_multiplier: float
     steps: int
     wall_s: float
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 class _Canaried(torch.utils.data.Dataset):
@@ -386,10 +377,9 @@ def _audit(model, data_loader, loss_fn, canaries, runs, config, mutation, estima
         raise RuntimeError(f"runs: the runs were accounted differently ({sorted(histories)})")
     claimed = float(ledger.get_epsilon(config.delta))
     canary = CanaryScores(np.concatenate(all_scores), np.concatenate(all_inc))
-    lower = estimate_all(canary, config.delta, alpha)
-    return OpacusAudit(claimed, lower, 1 - alpha, canaries * runs, runs,
-                       "violated" if lower.get(estimator, 0.0) > claimed else "consistent", estimator, mutation,
-                       accountant, config.noise_multiplier, steps, time.perf_counter() - started)
+    return OpacusAudit(**judge_run(canary, claimed, config.delta, alpha, estimator), runs=runs, mutation=mutation,
+                       accountant=accountant, noise_multiplier=config.noise_multiplier, steps=steps,
+                       wall_s=time.perf_counter() - started)
 
 
 __all__ = ["CanaryHook", "OPACUS_MUTATIONS", "OpacusAudit", "OpacusRunConfig", "ShiftCAccountant", "audit_opacus"]
