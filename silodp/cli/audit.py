@@ -188,7 +188,7 @@ def _one_run(args) -> int:
     if args.flower_app is not None:
         from silodp.verify.audit.flower_audit import audit_flower_app
 
-        res = audit_flower_app(args.flower_app, canaries=args.canaries or 500, estimator=estimator,
+        res = audit_flower_app(args.flower_app, canaries=args.canaries or 500, estimator=estimator or "steinke",
                                alpha=args.alpha, seed=args.seed)
     elif args.mutation is not None:
         res = shipped.audit_shipped(args.mutation, not args.counterpart, args.canaries, args.runs, estimator,

@@ -282,6 +282,8 @@ def judge_run(canary: CanaryScores, claimed_epsilon: float, delta: float, alpha:
               estimator: str = "steinke") -> dict:
     """Every estimator's bound on ``canary`` and the verdict by ``estimator``: the fields of
     :class:`RunAudit` (``violated`` when that (1 - alpha) lower bound exceeds the claim)."""
+    if estimator not in ("steinke", "fdp", "clopper-pearson", "gdp"):
+        raise ValueError(f"estimator: must be steinke, fdp, clopper-pearson or gdp, got {estimator!r}")
     lower = estimate_all(canary, delta, alpha)
     verdict = "violated" if lower.get(estimator, 0.0) > claimed_epsilon else "consistent"
     return dict(claimed_epsilon=float(claimed_epsilon), epsilon_lower=lower, confidence=1 - alpha,
