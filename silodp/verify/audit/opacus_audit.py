@@ -1,15 +1,16 @@
 """One-run audits of a real Opacus training loop: gradient canaries through ``make_private``.
 
 ``audit_opacus(model, data_loader, ...)`` trains the user's model once with Opacus
-(``PrivacyEngine.make_private`` on the user's model, optimizer and loader) after inserting m
-canary records into the loader's dataset, each with probability 1/2 (add/remove: the record is
-present or absent; replace-one: the record's sign is + or -, dataset size fixed). The canaries are
-white-box *gradient* canaries (Nasr et al. 2021, Sec. 4; Steinke, Nasr & Jagielski 2023, Sec. 6):
-whatever their input, Opacus' per-sample gradient of a canary row is replaced, between
-``backward`` and ``step``, by a huge Dirac vector on coordinates that canary owns (one per
-parameter tensor large enough), so clipping turns it into a contribution of norm exactly C. The
-adversary of the DP-SGD claim sees every noisy gradient; a canary's score is the sum over steps of
-its coordinates of the released gradient (times its sign), or, for shuffled batches, the per-epoch
+(``PrivacyEngine.make_private`` on a copy of the user's model, an SGD optimizer at ``config.lr``
+and the loader's dataset) after inserting m canary records, each with probability 1/2
+(add/remove: the record is present or absent; replace-one: the record's sign is + or -, dataset
+size fixed). The canaries are white-box *gradient* canaries (Nasr et al. 2021, Sec. 4; Steinke,
+Nasr & Jagielski 2023, Sec. 6): whatever their input, Opacus' per-sample gradient of a canary row
+is replaced, between ``backward`` and ``step``, by a huge Dirac vector on coordinates that canary
+owns (one per parameter tensor large enough), so Opacus' clipping turns it into a contribution of
+norm exactly C. The adversary of the DP-SGD claim sees every noisy gradient and knows the other
+records: a canary's score is the sum over steps of the released gradient on its coordinates, less
+the other records' clipped contribution there, or, for shuffled batches, the per-epoch
 log-likelihood ratio of "one batch per epoch holds it". The run's scores are judged by every
 estimator of :mod:`.onerun` against the claim of the Opacus accountant the run used.
 
