@@ -71,7 +71,7 @@ def test_bound_inverts_the_p_value():
 
 
 def test_randomized_response_coverage_is_sharp():
-    """Pure eps: Proposition 5 is tight for randomized response, so the bound exceeds eps in close
+    """Pure eps: the delta = 0 bound (a binomial tail) is tight for randomized response, so the bound exceeds eps in close
     to (but at most about) alpha of the runs."""
     eps, runs = 1.0, 4000
     b = steinke_epsilon(randomized_response(eps, runs, 200, seed=1), 0.0, ALPHA, guesses=(100, 100))

@@ -7,13 +7,13 @@ counts the correct guesses. Each estimator is a separate function of those score
 (:class:`CanaryScores`: collect once, estimate many).
 
 * :func:`steinke_epsilon` -- Steinke, Nasr & Jagielski (2023, arXiv:2305.08846), Theorem 3
-  (delta = 0: Proposition 5's exact binomial tail). If the run is (eps, delta)-DP in each canary
+  (with delta = 0 the bound is the exact binomial tail alone). If the run is (eps, delta)-DP in each canary
   and W counts the correct guesses among r, then for every v
   ``P[W >= v] <= f(v) + 2 m delta max_{1<=i<=v} (f(v - i) - f(v)) / i``,
   ``f(v) = P[Binomial(r, e^eps / (1 + e^eps)) >= v]``. The lower bound is the largest eps whose
   right-hand side at the observed v is at most ``alpha``. Valid for every mechanism.
 * :func:`fdp_epsilon` -- Mahloujifar, Melis & Chaudhuri (2024, arXiv:2410.22235), the f-DP
-  refinement (their Algorithm 2, "numerical bound on the tail of correct guesses"): for a
+  refinement (their numerical bound on the tail of the number of correct guesses): for a
   mu-GDP run the same guessing game is bounded through the trade-off curve G_mu, not through one
   (eps, delta) pair, which is much tighter for Gaussian mechanisms. The lower bound is on mu,
   converted to (eps, delta) by the exact mu-GDP curve (Balle & Wang 2018); it assumes the
@@ -180,7 +180,7 @@ def _bisect_largest(rejects, upper: float, shape, iterations: int = 40) -> np.nd
 def _setup(canary: CanaryScores, delta: float, alpha: float, guesses):
     if not isinstance(canary, CanaryScores):
         raise ValueError("canary: expected a silodp.verify.audit.onerun.CanaryScores")
-    dl = 0.0 if delta == 0 else check_delta("delta", delta)  # delta = 0: pure DP (Proposition 5)
+    dl = 0.0 if delta == 0 else check_delta("delta", delta)  # delta = 0: pure DP (the binomial tail alone)
     a = _check_alpha(alpha)
     plans = _plans(canary.canaries, guesses)
     r = np.array([kp + km for kp, km in plans])
@@ -201,7 +201,7 @@ def _out(canary: CanaryScores, x):
 def steinke_epsilon(canary: CanaryScores, delta: float, alpha: float = 0.05, guesses=None) -> OneRunBound:
     """(1 - alpha) lower bound on epsilon from one run (Steinke, Nasr & Jagielski 2023, Thm 3).
 
-    The plan is chosen by the delta = 0 bound (Proposition 5), then its bound is recomputed with
+    The plan is chosen by the delta = 0 bound (the binomial tail alone), then its bound is recomputed with
     Theorem 3's delta term; all plans are tested at ``alpha / P``, so the choice is free.
     """
     dl, a, plans, r, v = _setup(canary, delta, alpha, guesses)
@@ -216,7 +216,7 @@ def steinke_epsilon(canary: CanaryScores, delta: float, alpha: float = 0.05, gue
 
 def _gdp_tail_rejects(mu, m: int, r, v, tau: float) -> np.ndarray:
     """Whether ``P[W >= v] >= tau`` is impossible for a mu-GDP run (Mahloujifar et al. 2024,
-    Algorithm 2, with the Gaussian trade-off): starting from the mass tau v / m of correct and
+    numerical tail bound, with the Gaussian trade-off): starting from the mass tau v / m of correct and
     tau (r - v) / m of wrong guesses at level v, walk down the levels i = v - 1, ..., 0; each
     level's wrong-guess mass must be at least G_mu's image Phi(Phi^-1(correct) - mu) of the
     correct-guess mass, which in turn grows by i / (r - i) of the added wrong mass. If the masses
