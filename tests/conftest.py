@@ -7,3 +7,8 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true", default=False,
+                     help="also run the larger audits of real runs (docs/audit.md: the shipped-bug table, Flower)")

@@ -6,13 +6,21 @@
     silodp audit --mechanism pvec --epsilon E --delta D --messages N --json
     silodp audit --papers [--epsilon E] [--trials T] --json
     silodp audit --algorithm NAME --mutation NAME --repeats R --json      (detection rate)
+    silodp audit --opacus [--mutation NAME [--counterpart]] [--canaries M] [--runs R] --json
+    silodp audit --shipped [--mutation NAME] [--json]          (the shipped bugs' table, docs/audit.md)
+    silodp audit --flower-app PATH --canaries M --json         (a Flower app on the simulation engine)
+
+The last three are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
+print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``canaries`` and
+``verdict`` (``consistent`` / ``violated``).
 """
 
 from __future__ import annotations
 
-from silodp.cli.domains import DELTA, POSITIVE, SEED, Int, Real
+from silodp.cli.domains import DELTA, POSITIVE, SEED, Int, PathArg, Real
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
+ONE_RUN_CHOICES = ("steinke", "fdp", "clopper-pearson", "gdp")
 
 
 def register(subparsers) -> None:
@@ -22,6 +30,14 @@ def register(subparsers) -> None:
     what.add_argument("--mechanism", choices=("gaussian", "pvec"),
                       help="audit one release: a Gaussian, or the shuffle protocol P_vec certified for --epsilon")
     what.add_argument("--papers", action="store_true", help="audit the papers' closed-form calibrations")
+    what.add_argument("--opacus", action="store_true",
+                      help="one-run audit of a real Opacus run (an MLP on breast cancer; --mutation: a shipped bug's run)")
+    what.add_argument("--shipped", action="store_true", help="the shipped privacy bugs, each audited with and without it")
+    what.add_argument("--flower-app", type=PathArg("dir"), default=None, metavar="PATH",
+                      help="one-run audit of a Flower app (e.g. examples/flower) on the simulation engine")
+    p.add_argument("--canaries", type=Int(1, 10 ** 6), default=None, help="one-run audits: canaries per run")
+    p.add_argument("--runs", type=Int(1, 10 ** 4), default=None, help="one-run audits: independent runs pooled (few-run audit)")
+    p.add_argument("--counterpart", action="store_true", help="--opacus --mutation: run the correct counterpart")
     p.add_argument("--mutation", default=None, help="deliberate privacy bug to inject (see docs/audit.md)")
     p.add_argument("--epsilon", type=Real(0.05, 100.0, closed="lowhigh"), default=2.0,
                    help="target epsilon the noise is calibrated to, in [0.05, 100] (default 2; an audit resolves no less)")
@@ -31,8 +47,9 @@ def register(subparsers) -> None:
     p.add_argument("--messages", type=Int(1, 10 ** 6), default=100, help="--mechanism pvec: number of shuffled messages")
     p.add_argument("--trials", type=Int(2, 10 ** 7), default=None,
                    help="runs per neighbouring dataset (default 100000, or the mutation's budget)")
-    p.add_argument("--estimator", choices=ESTIMATOR_CHOICES, default="clopper-pearson",
-                   help="lower bound that decides 'violation' (both are always reported)")
+    p.add_argument("--estimator", choices=ONE_RUN_CHOICES, default=None,
+                   help="lower bound that decides 'violation' (all are always reported); default clopper-pearson, "
+                        "steinke for one-run audits")
     p.add_argument("--alpha", type=Real(0.0, 1.0), default=0.05, help="1 - confidence of the lower bound (default 0.05)")
     p.add_argument("--repeats", type=Int(1, 10 ** 4), default=None, help="with --mutation: repeat the audit, report the detection rate")
     p.add_argument("--seed", type=SEED, default=0)
@@ -48,6 +65,17 @@ def _check_applicable(args) -> None:
     """Flags that the chosen mode does not read are errors, not silently ignored."""
     from silodp.cli import refuse
 
+    one_run = ("--canaries", "--runs", "--counterpart")
+    if args.opacus or args.shipped or args.flower_app is not None:
+        refuse(args, ("--noise-multiplier", "--messages", "--repeats", "--trials", "--epsilon"), "to one-run audits")
+        if args.shipped:
+            refuse(args, one_run, "to --shipped")
+        if args.flower_app is not None:
+            refuse(args, ("--counterpart", "--runs"), "to --flower-app")
+        return
+    refuse(args, one_run, "outside one-run audits (--opacus, --flower-app)")
+    if args.estimator in ("steinke", "fdp"):
+        raise ValueError(f"--estimator: {args.estimator} is a one-run estimator (--opacus, --shipped, --flower-app)")
     if args.mechanism == "gaussian":
         refuse(args, ("--epsilon", "--messages", "--mutation", "--repeats"), "to --mechanism gaussian")
     elif args.mechanism == "pvec":
@@ -63,8 +91,13 @@ def _check_args(args) -> None:
         raise ValueError(f"--trials: must be >= 2, got {args.trials}")
     if args.repeats is not None and (args.repeats < 1 or args.mutation is None):
         raise ValueError("--repeats: needs --mutation and a count >= 1")
-    if args.mutation is not None and args.algorithm is None:
-        raise ValueError("--mutation: needs --algorithm")
+    if args.mutation is not None and args.algorithm is None and not (args.opacus or args.shipped):
+        raise ValueError("--mutation: needs --algorithm, --opacus or --shipped")
+    if args.counterpart and args.mutation is None:
+        raise ValueError("--counterpart: needs --mutation")
+    for flag, value in (("--canaries", args.canaries), ("--runs", args.runs)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag}: must be >= 1, got {value}")
     if not 0 < args.alpha < 1:
         raise ValueError(f"--alpha: must lie in (0, 1), got {args.alpha}")
 
@@ -75,6 +108,9 @@ def handle(args) -> int:
 
     _check_args(args)
     _check_applicable(args)
+    if args.opacus or args.shipped or args.flower_app is not None:
+        return _one_run(args)
+    args.estimator = args.estimator or "clopper-pearson"
     if args.mechanism == "gaussian":
         if args.noise_multiplier is None:
             raise ValueError("--noise-multiplier: required with --mechanism gaussian")
@@ -135,3 +171,33 @@ def _check_names(args, audit) -> None:
         raise ValueError(f"--algorithm: must be one of {sorted(audit.SCENARIOS)}, got {args.algorithm!r}")
     if args.mutation is not None and args.mutation not in MUTATIONS:
         raise ValueError(f"--mutation: must be one of {sorted(MUTATIONS)}, got {args.mutation!r}")
+
+
+def _one_run(args) -> int:
+    """``--opacus``, ``--shipped``, ``--flower-app``: audits of real runs, one (or a few) each."""
+    import warnings
+
+    from silodp.cli import emit, strict_json
+    from silodp.verify.audit import shipped
+
+    warnings.filterwarnings("ignore", message=".*(secure_mode|empty).*")
+    estimator = args.estimator  # None: each scenario's own (steinke unless the run is a Gaussian mechanism)
+    if args.mutation is not None and args.mutation not in shipped.SHIPPED:
+        raise ValueError(f"--mutation: must be one of {sorted(shipped.SHIPPED)}, got {args.mutation!r}")
+    if args.shipped:
+        rows = shipped.shipped_table([args.mutation] if args.mutation else None, estimator, args.alpha, args.seed)
+        emit({"shipped": rows}, args.json, shipped.markdown(rows))
+        return 0
+    if args.flower_app is not None:
+        from silodp.verify.audit.flower_audit import audit_flower_app
+
+        res = audit_flower_app(args.flower_app, canaries=args.canaries or 500, estimator=estimator or "steinke",
+                               alpha=args.alpha, seed=args.seed)
+    elif args.mutation is not None:
+        res = shipped.audit_shipped(args.mutation, not args.counterpart, args.canaries, args.runs, estimator,
+                                    args.alpha, args.seed)
+    else:
+        res = shipped.audit_default_opacus(args.canaries or 1000, args.runs or 1, estimator, args.alpha, args.seed)
+    payload = strict_json(res.as_dict())
+    emit(payload, args.json, _human(payload))
+    return 0

@@ -5,7 +5,8 @@
 * :mod:`.game` -- the vectorized ISRL-DP distinguishing game and its end-to-end reference;
 * :mod:`.sdp` -- whole-transcript audits of the shuffle-DP algorithms;
 * :mod:`.canaries` -- the neighbouring datasets; :mod:`.mutations` -- deliberate privacy bugs;
-* :mod:`.estimators` -- epsilon lower bounds from scores; :mod:`.testing` -- ``assert_dp``;
+* :mod:`.estimators` -- epsilon lower bounds from scores; :mod:`.onerun` -- from one run's canaries;
+* :mod:`.testing` -- ``assert_dp``;
 * :mod:`.plots` -- figures.
 """
 
