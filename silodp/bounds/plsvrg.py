@@ -3,7 +3,8 @@
 Theorem 2.2 (M = N) and its complete statement Theorem E.2 (M <= N, heterogeneity term) of
 Lowy, Ghafelebashi & Razaviyayn (2023).  Rate forms: hidden constants 1; the O-tilde logs
 (e.g. ln^2(d kappa/delta) of eq. 43) are dropped, ln(1/delta) is kept.  Prescriptions follow
-Thm E.2: sigma_1, sigma_2, K, R = 12 kappa, S, eta (proof of E.2 part 1), and E = R/Q, Q = n/K.
+Thm E.2: sigma_1, sigma_2, K, R = 12 kappa, S, eta (proof of E.2 part 1), and E = R/Q, Q = n/K;
+variant "halving": R = 48 kappa and sigma_2 over the E Q messages sent (docs/paper-notes.md, 29-30).
 """
 
 from __future__ import annotations
@@ -37,17 +38,22 @@ SDP_AVAILABILITY = Condition(
 
 
 
-def _prescription(silos: sp.Expr, restarts_scale: sp.Expr, sigma2_const: int, sigma2_log: sp.Expr):
-    """Thm E.2's parameter choices; ``silos`` is M (or N when M = N)."""
+def _prescription(silos: sp.Expr, restarts_scale: sp.Expr, sigma2_const: int, sigma2_log: sp.Expr,
+                  rounds: sp.Expr = 12 * kappa, sent: bool = False):
+    """Thm E.2's parameter choices; ``silos`` is M (or N when M = N). ``rounds``: R (12 kappa as
+    printed); ``sent``: sigma_2 counts the E Q = E floor(n/K) >= R messages really sent (Alg 1 runs
+    E = ceil(R/Q) whole epochs) instead of R (docs/paper-notes.md, notes 29-30)."""
+    messages = E * sp.floor(n / K) if sent else R
     return {
-        "R": 12 * kappa,
+        "R": rounds,
         "S": sp.Max(1, sp.ceiling(sp.log(restarts_scale, 2))),
         "K": sp.ceiling(sp.Max((n**2 / silos) ** sp.Rational(1, 3),
                                eps * n / (4 * sp.sqrt(2 * S * R * LN_2_DELTA)))),
         "E": sp.Max(1, sp.ceiling(R / sp.floor(n / K))),
         "eta": sp.Min(1, K ** sp.Rational(3, 2) * sp.sqrt(silos) / n) / (8 * beta),
         **dict(zip(("sigma1", "sigma2"), map(sp.sqrt, papers.e2_variances(
-            eps, delta, L, n, E, R, S, log=sp.log, sigma2_constant=sigma2_const, sigma2_log_argument=sigma2_log)))),
+            eps, delta, L, n, E, messages, S, log=sp.log, sigma2_constant=sigma2_const,
+            sigma2_log_argument=sigma2_log.subs(R, messages))))),
     }
 
 
@@ -58,6 +64,10 @@ _HALF = sp.Rational(5, 2)
 ISRL_PAPER = _prescription(M, _ISRL_SCALE, 1024, _HALF * R)
 # Corrected: ln(5R/delta) as in the proof, and 4096 = 2 (4L)^2 * 128 for sensitivity 4L/K.
 ISRL_CORRECTED = _prescription(M, _ISRL_SCALE, 4096, 5 * R)
+# Halving: eq. (38) with the 8 of eta = min(1, K^(3/2) sqrt(M)/n)/(8 beta) kept gives 24 Delta kappa / R
+# per restart (K >= (n^2/M)^(1/3) makes the min 1), so R = 48 kappa halves the gap; sigma_2 over the
+# E Q messages really sent (the corrected constants).
+ISRL_HALVING = _prescription(M, _ISRL_SCALE, 4096, 5 * R, rounds=48 * kappa, sent=True)
 SDP_PAPER = {k: v for k, v in _prescription(M, _SDP_SCALE, 1024, _HALF * R).items()
              if k in ("R", "S", "K", "E", "eta")}
 
@@ -77,7 +87,8 @@ THM22_ISRL = Bound(
     kind=Kind("upper", "ISRL-DP", **_RATE),
     terms=(Term("privacy", _PRIVACY_ISRL.expr.subs(M, N)),),
     conditions=(EPS_RANGE, DELTA_RANGE),
-    prescriptions={"paper": _at_m_equals_n(ISRL_PAPER), "corrected": _at_m_equals_n(ISRL_CORRECTED)},
+    prescriptions={"paper": _at_m_equals_n(ISRL_PAPER), "corrected": _at_m_equals_n(ISRL_CORRECTED),
+                   "halving": _at_m_equals_n(ISRL_HALVING)},
     quantity=QUANTITY_ERM,
     notes="O-tilde logs dropped except ln(1/delta); O-tilde(kappa) = S R rounds.",
 )
@@ -101,7 +112,7 @@ THME2_ISRL = Bound(
     kind=Kind("upper", "ISRL-DP", **_RATE),
     terms=(_PRIVACY_ISRL, Term("heterogeneity", SILO_SAMPLING * upsilon**2)),
     conditions=(EPS_RANGE, DELTA_RANGE),
-    prescriptions={"paper": ISRL_PAPER, "corrected": ISRL_CORRECTED},
+    prescriptions={"paper": ISRL_PAPER, "corrected": ISRL_CORRECTED, "halving": ISRL_HALVING},
     quantity=QUANTITY_ERM,
     notes="As printed the heterogeneity term has no 1/mu, unlike eq. (40): see thmE.2-isrl-corrected.",
 )

@@ -83,3 +83,22 @@ def test_kappa_setups_validate():
         rates.prescribed_setup("sdp-prox-sgd", "n")
     assert math.isclose(rates.term_exponents("thm2.2-isrl", dict(n=100, N=4, M=4, d=3, eps=1, delta=1e-5, L=1,
                                                                   beta=1, mu=0.25), "kappa")["privacy"], 2.0, abs_tol=1e-6)
+
+
+def test_thm22_halving_prescription_keeps_eqs_8_and_counts_messages_sent():
+    """docs/paper-notes.md notes 29-30: R = 48 kappa (24 kappa / R = 1/2 with the 8 of eta kept) and
+    sigma_2 over the E floor(n/K) messages Alg 1 really sends (corrected constants 4096, ln(5R/delta))."""
+    from silodp.accounting import papers
+
+    p = dict(n=1000, N=4, M=4, d=3, eps=15.0, delta=1e-5, L=1.414, beta=0.5, mu=0.25, Delta=0.05, kappa=2.0)
+    bound = get_bound("thm2.2-isrl")
+    fixed = bound.prescribe(bound.split_params(p)[0], variant="halving")
+    printed = bound.prescribe(bound.split_params(p)[0])
+    assert fixed["R"] == 48 * p["kappa"] and printed["R"] == 12 * p["kappa"]
+    k, e = int(fixed["K"]), int(fixed["E"])
+    sent = e * (p["n"] // k)
+    assert sent > fixed["R"] and fixed["eta"] == pytest.approx(1 / (8 * p["beta"]))  # min(1, .) = 1 at this K
+    _, s2 = papers.e2_variances(p["eps"], p["delta"], p["L"], p["n"], e, sent, int(fixed["S"]),
+                                sigma2_constant=4096, sigma2_log_argument=5 * sent)
+    assert fixed["sigma2"] == pytest.approx(math.sqrt(s2), rel=1e-9)
+    assert 24 * p["kappa"] / fixed["R"] == 0.5
