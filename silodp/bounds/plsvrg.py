@@ -15,8 +15,8 @@ from silodp.accounting import papers
 from silodp.bounds.core import LOWY_2023, Bound, Condition, Kind, Source, Term
 from silodp.bounds.registry import register
 from silodp.bounds.symbols import (
-    LN_INV_DELTA, SILO_SAMPLING, Delta, E, K, L, M, N, R, S, beta, d, delta, eps, kappa, mu, n,
-    upsilon,
+    LN_INV_DELTA, SILO_SAMPLING, Delta, E, K, L, M, N, R, S, beta, d, delta, eps, eta, kappa, mu, n,
+    sigma1, sigma2, upsilon,
 )
 
 QUANTITY_ERM = r"\mathbb{E}\widehat{F}_{\mathbf{X}}(w_{\mathrm{priv}})-\widehat{F}_{\mathbf{X}}^{*}"
@@ -139,4 +139,27 @@ THME2_SDP = Bound(
     quantity=QUANTITY_ERM,
 )
 
-register(THM22_ISRL, THM22_SDP, THME2_ISRL, THME2_ISRL_CORRECTED, THME2_SDP)
+# ---------------------------------------------------------------- eq. (38) with the 8 kept, restarted
+#: the per-restart contraction 3/(eta mu R) of the summed recursion of Thm E.2's proof (R = E Q inner
+#: steps); 24 kappa/R at eta = 1/(8 beta) (docs/paper-notes.md, note 29)
+RHO = 3 / (eta * mu * R)
+EQ40_RESTARTS = Bound(
+    id="eq40-restarts",
+    title="ISRL-DP FedProx-PL-SVRG after S restarts: rho^S Delta + C/(1 - rho), rho = 3/(eta mu R)",
+    source=Source(LOWY_2023, "Proof of Theorem E.2 part 1", "eqs. (37)-(38), 8 of eta kept"),
+    kind=Kind("upper", "ISRL-DP", "ERM", "excess empirical risk", "explicit"),
+    terms=(
+        Term("optimization", RHO**S * Delta),
+        Term("heterogeneity", 3 * SILO_SAMPLING * upsilon**2 / (mu * (1 - RHO))),
+        Term("privacy", 3 * d * (sigma1**2 + sigma2**2) / (2 * mu * M * (1 - RHO))),
+    ),
+    conditions=(Condition("contracts", eta * mu * R >= 6, "rho = 3/(eta mu R) <= 1/2 (R >= 48 kappa at eta = 1/(8 beta))"),
+                Condition("eta_small", eta * beta <= sp.Rational(1, 8) + sp.Rational(1, 10**9), "eta <= 1/(8 beta)")),
+    prescriptions={"paper": ISRL_HALVING},
+    quantity=QUANTITY_ERM,
+    notes="Averaging the summed recursion over the R = E Q inner iterates of each restart (the uniform "
+          "output of Alg 1) gives E[F(w_s) - F*] <= rho E[F(w_{s-1}) - F*] + C, C the last two terms x (1 - rho); "
+          "sigma_1, sigma_2 are the declared noise of the run.",
+)
+
+register(THM22_ISRL, THM22_SDP, THME2_ISRL, THME2_ISRL_CORRECTED, THME2_SDP, EQ40_RESTARTS)

@@ -59,6 +59,25 @@ def test_spider_at_prescriptions_over_eps():
     assert r.fit.slope_ci[1] < 0  # more budget, smaller gradient mapping
     assert r.explicit_bound_holds is True and r.explicit_conditions_hold is True
     assert r.rows[-1]["plan"]["rounds"] > 5 * r.rows[0]["plan"]["rounds"]  # R grows like (eps n)^(4/3)
+    # the proof's setting (issue 25): the full batch, the expectation over the uniform output exact
+    assert all(row["plan"]["replacement"] is False for row in r.rows) and "full batch" in r.theorem.theorem
+    assert r.theorem.exact_uniform
+    lo, hi = r.fit.slope_ci
+    assert lo < -4 / 3 < hi
+
+
+def test_spider_with_replacement_variant_is_kept_and_labelled():
+    from types import SimpleNamespace
+
+    from silodp.verify.rates.theorems import get_theorem
+
+    t, full = get_theorem("isrl-spider-replacement"), get_theorem("isrl-spider")
+    assert t.algorithm == "isrl-spider" and "with replacement" in t.theorem and "not the proof" in t.theorem
+    point = dict(n=1000, N=4, M=4, d=11, eps=2.0, delta=1e-5)
+    constants, ref = SimpleNamespace(L=0.21, beta=0.16, mu=None), SimpleNamespace(Delta=1e-3, upsilon2_max=0.0)
+    wr, fb = t.plan(point, None, constants, ref), full.plan(point, None, constants, ref)
+    assert wr.pop("replacement") is True and fb.pop("replacement") is False and wr == fb
+    assert rates.prescribed_setup("isrl-spider-replacement", "eps", quick=True).algorithm == "isrl-spider-replacement"
 
 
 def test_noise_floor_shows_fixed_rounds_output_is_accumulated_noise():
