@@ -3,7 +3,8 @@
 Thm 2.1: Prox-SGD with Thm E.1's R, K and noise over n at eps = 8, where the rate bound's
 statistical term dominates: the excess risk falls like 1/n (not the privacy term's 1/n^2) and stays
 within a factor 2 of the non-private floor of the same R, K. Thm 2.2: PL-SVRG with Thm E.2's
-R = 12 kappa, S, K, E and eta over kappa. Thm 3.1: SPIDER with Thm F.1's corrected q, R and
+prescription corrected for the halving (R = 48 kappa, sigma_2 over the messages sent; paper-notes
+29-30), S, K, E and eta over kappa. Thm 3.1: SPIDER with Thm F.1's corrected q, R and
 eta = 1/(2 beta) over eps, where the rate bound's optimization term (exponent -4/3) dominates, and
 eq. (45)'s hypothesis q eta^2 tau_2^2 <= 1/4 holds. The slopes of Thm 2.2 and 3.1 are reported in
 docs/rates.md (they disagree with the theorems); here only their robust parts are asserted.
@@ -43,12 +44,12 @@ def test_prox_sgd_plan_is_thm_e1s_prescription(prox_sgd_n):
 
 def test_pl_svrg_at_prescriptions_over_kappa():
     r = rates.run_rates(rates.prescribed_setup("isrl-pl-svrg", "kappa", quick=True))
-    assert r.improves_on_start
+    assert r.improves_on_start and r.explicit_bound_holds is True and r.explicit_conditions_hold is True
     assert r.theory_exponent == pytest.approx(2.0, abs=1e-6)  # kappa L^2/mu = kappa^2 L^2/beta at fixed beta
     for row in r.rows:
         assert row["kappa"] == pytest.approx(row["value"])
         plan = row["plan"]
-        assert plan["rounds"] * plan["inner_steps"] >= 12 * row["kappa"] - 1e-9  # R = 12 kappa inner steps
+        assert plan["rounds"] * plan["inner_steps"] >= 48 * row["kappa"] - 1e-9  # R = 48 kappa inner steps
         assert row["mean"] > 100 * row["bound"]  # the rate form with constants 1 is far below (docs/rates.md)
 
 
