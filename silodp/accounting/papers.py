@@ -14,7 +14,8 @@ Lowy, Ghafelebashi & Razaviyayn (2023):
 * Appendix H.2: the experiments' SPIDER (sigma_2 = inf) and Fed-SPIDER (Alg 11):
   sigma_1^2 = 32 L^2 ln(2/delta) R / (n^2 eps^2), sigma_2^2 = 8 L^2 ln(2/delta) R / (n^2 eps^2),
   K_1 = K_2 = n sqrt(eps) / (2 sqrt(R)).
-* Alg 7, 8, 10: the (eps~, delta~) each P_vec invocation is run at.
+* Alg 7, 8, 10: the (eps~, delta~) each P_vec invocation is run at (Alg 10: as printed, or the
+  split Thm F.2's proof needs, ``split="proof"``).
 """
 
 from __future__ import annotations
@@ -117,15 +118,41 @@ def alg8_pvec(epsilon: float, delta: float, num_silos: int, silos_per_round: int
             "delta": dl / (2.0 * E * Q)}
 
 
+#: Budget splits of Alg 10 between its two invocation kinds (docs/paper-notes.md, accounting note 8):
+#: "printed" (line 8 as printed) and "proof" (Thm F.2's proof: anchor = difference budget x sqrt(q)).
+ALG10_SPLITS = ("printed", "proof")
+
+
 def alg10_pvec(epsilon: float, delta: float, num_silos: int, silos_per_round: int, n: int, batch_size: int,
-               batch_size2: int, rounds: int, q: int) -> dict[str, float]:
-    """Alg 10 lines 8 and 12: the budgets of the full-gradient and the difference invocations."""
+               batch_size2: int, rounds: int, q: int, split: str = "printed") -> dict[str, float]:
+    """Alg 10 lines 8 and 12: the budgets of the full-gradient and the difference invocations.
+
+    Line 12 (difference): eps~_2 = eps N n / (4 M K_2 sqrt(2 R ln(1/delta))), delta~_2 = delta / (2R).
+    Line 8 (anchor), ``split``:
+
+    * ``"printed"``: eps~_1 = eps n N / (4 K_1 M sqrt(2 ln(1/delta)) max(1, sqrt(q/R))),
+      delta~_1 = delta q / (2R), as Alg 10 prints it;
+    * ``"proof"``: what the privacy proof of Thm F.2 needs for its ceil(R/q) anchors to spend what the
+      R differences spend, eps'' = eps' sqrt(q) (eps' the difference budget with K_1 for K_2):
+      eps~_1 = eps n N sqrt(min(q, R)) / (4 K_1 M sqrt(2 R ln(1/delta))), delta~_1 =
+      delta min(q, R) / (2R) (q > R: a single anchor, given the R differences' whole share; the
+      proof's "delta'' = delta' sqrt(q)" contradicts its own delta q / (2R) and is not used).
+
+    For q <= R the printed anchor budget is sqrt(R/q) times the proof's (2.24x at R = 20, q = 4).
+    """
     eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
     N, M, n, K1, K2, R, q = (check_count(k, v) for k, v in (
         ("num_silos", num_silos), ("silos_per_round", silos_per_round), ("n", n), ("batch_size", batch_size),
         ("batch_size2", batch_size2), ("rounds", rounds), ("q", q)))
+    if split not in ALG10_SPLITS:
+        raise ValueError(f"split: must be one of {ALG10_SPLITS}, got {split!r}")
     li = math.log(1.0 / dl)
-    return {"epsilon1": eps * n * N / (4.0 * K1 * M * math.sqrt(2.0 * li) * max(1.0, math.sqrt(q / R))),
-            "delta1": dl * q / (2.0 * R),
+    if split == "printed":
+        eps1 = eps * n * N / (4.0 * K1 * M * math.sqrt(2.0 * li) * max(1.0, math.sqrt(q / R)))
+        delta1 = dl * q / (2.0 * R)
+    else:
+        eps1 = eps * n * N * math.sqrt(min(q, R)) / (4.0 * K1 * M * math.sqrt(2.0 * R * li))
+        delta1 = dl * min(q, R) / (2.0 * R)
+    return {"epsilon1": eps1, "delta1": delta1,
             "epsilon2": eps * N * n / (4.0 * M * K2 * math.sqrt(2.0 * R * li)),
             "delta2": dl / (2.0 * R)}

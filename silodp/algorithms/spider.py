@@ -122,6 +122,19 @@ class SdpSpider(IsrlSpider):
     name = "sdp-spider"
     shuffled = True
     noise_keys = ()
+    #: the budget split of lines 8 and 12 (:data:`silodp.accounting.papers.ALG10_SPLITS`): "printed"
+    #: (Alg 10 as printed, the default) or "proof" (Thm F.2's proof; docs/paper-notes.md)
+    alg10_split = "printed"
+
+    @classmethod
+    def with_split(cls, split: str) -> type:
+        """This class with the Alg 10 budget split ``split`` ("printed" | "proof"); the same class
+        for the current split, else a subclass (one per split, cached)."""
+        if split not in papers.ALG10_SPLITS:
+            raise ValueError(f"split: must be one of {papers.ALG10_SPLITS}, got {split!r}")
+        if split == cls.alg10_split:
+            return cls
+        return _SPLITS.setdefault((cls, split), type(f"{cls.__name__}_{split}", (cls,), {"alg10_split": split}))
 
     @classmethod
     def shuffle_plan(cls, cfg, epsilon, delta):
@@ -130,11 +143,15 @@ class SdpSpider(IsrlSpider):
         a, k1, k2 = anchors(cfg), cfg.batch_size, cfg.k2
         b = {"epsilon1": math.inf, "delta1": 0.0, "epsilon2": math.inf, "delta2": 0.0}
         if epsilon:
-            b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.q)
+            b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.q,
+                                  cls.alg10_split)
         how = cls.sampling(cfg)
         return [ShuffleRelease("grad", a, b["epsilon1"], b["delta1"], how, k1, cfg.n, cfg.m * k1, cfg.clip),
                 ShuffleRelease("diff", cfg.rounds - a, b["epsilon2"], b["delta2"], how, k2, cfg.n, cfg.m * k2,
                                2 * cfg.clip)]
+
+
+_SPLITS: dict = {}
 
 
 class IsrlFedSpider(FederatedAlgorithm):

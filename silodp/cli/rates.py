@@ -11,9 +11,17 @@ NOISE = ("paper", "tight")
 def register(subparsers) -> None:
     p = subparsers.add_parser("rates", help="measured rate of an algorithm vs its theorem (log-log slope, bounds)")
     p.add_argument("--algorithm", default="isrl-prox-sgd",
-                   help="isrl-prox-sgd (Thm 2.1), sdp-prox-sgd, isrl-pl-svrg (Thm 2.2) or isrl-spider (Thm 3.1)")
-    p.add_argument("--vary", required=True, choices=VARY, help="the parameter varied (the rest fixed)")
+                   help="isrl-prox-sgd (Thm 2.1), sdp-prox-sgd, isrl-pl-svrg (Thm 2.2), isrl-spider (Thm 3.1, full "
+                        "batch) or isrl-spider-replacement (Thm 3.1's algorithm with K1 = K2 = n drawn with "
+                        "replacement)")
+    p.add_argument("--vary", default=None, choices=VARY, help="the parameter varied (the rest fixed; required "
+                                                             "unless --mutations)")
     p.add_argument("--quick", action="store_true", help="small grid and fewer trials (seconds)")
+    p.add_argument("--mutations", action="store_true",
+                   help="run every rates preset correct and under every utility mutation (step x3, x0.1, prox "
+                        "dropped, noise x10, x0.1, wrong output, wrong snapshot) and print which presets catch "
+                        "each: {\"mutations\": {NAME: [presets]}, \"correct_pass\": bool} (--quick: the "
+                        "Prox-SGD preset only)")
     p.add_argument("--prescribed", action="store_true",
                    help="run at the theorem's own prescriptions (R, K, q, step size, noise) where the output "
                         "improves on w0: Prox-SGD varies n or eps, PL-SVRG kappa, SPIDER eps or n")
@@ -57,6 +65,14 @@ def handle(args) -> int:
     from silodp.cli import check_writable, emit
     from silodp.verify import rates
 
+    if args.mutations:
+        from silodp.verify.rates import mutations
+
+        table = mutations.run_suite(quick=args.quick)
+        emit(table, args.json, mutations.human(table))
+        return 0
+    if args.vary is None:
+        raise ValueError("--vary: required (one of " + ", ".join(VARY) + ") unless --mutations")
     if args.trials is not None and args.trials < 2:
         raise ValueError(f"--trials: must be >= 2, got {args.trials}")
     for flag, path in (("--csv", args.csv), ("--plot", args.plot)):

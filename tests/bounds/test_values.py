@@ -109,6 +109,12 @@ def eq45_corrected(p):
     return 20 * (p["Delta"] / (p["eta"] * p["R"]) + _tau1_sq(p))
 
 
+def eq40_restarts(p):  # Thm E.2's summed recursion (37) with the 8 of eta kept, restarted S times
+    rho = 3 / (p["eta"] * p["mu"] * p["R"])
+    c = 3 * _het(p) / p["mu"] + 3 * p["d"] * (p["sigma1"] ** 2 + p["sigma2"] ** 2) / (2 * p["mu"] * p["M"])
+    return rho ** p["S"] * p["Delta"] + c / (1 - rho)
+
+
 def _lower(p, silos):
     return p["L"] ** 2 * min(1.0, p["d"] * log(1 / p["delta"]) / (p["eps"] ** 2 * p["n"] ** 2 * silos))
 
@@ -152,6 +158,7 @@ HAND = {
     "thmF.2": thmf2,
     "eq45": eq45,
     "eq45-corrected": eq45_corrected,
+    "eq40-restarts": eq40_restarts,
     "thm3.3-isrl": lambda p: _lower(p, p["N"]),
     "thm3.3-sdp": lambda p: _lower(p, p["N"] ** 2),
     "wang2019": lambda p: sqrt(p["d"]) / (p["eps"] * p["n"] * p["N"]),

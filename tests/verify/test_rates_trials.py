@@ -159,3 +159,20 @@ def test_noisy_prox_sgd_matches_the_exact_linear_gaussian_expectation():
     se = excess.std(ddof=1) / math.sqrt(trials)
     assert abs(excess.mean() - exact) < 4 * se, (excess.mean(), exact, se)
     assert se < 0.05 * exact  # the check is sharp: a 20% error in the noise would fail it
+
+
+def test_uniform_output_returns_the_iterates_it_picks_from(family):
+    """Alg 3's output is uniform over w_1..w_R: the outcome carries all R iterates per trial (so the
+    rates take the exact expectation, issue 25) and each trial's w_priv is one of its own."""
+    n, trials = 24, 4
+    x, y = family.sample(n, trials, torch.Generator().manual_seed(7))
+    algo = get_algorithm("isrl-spider", rounds=5, batch_size=n, q=2, sigmas={k: 0.2 for k in ("sigma1", "sigma2", "sigma2_hat")},
+                         metrics_every=0, step_size=0.5)
+    out = run_trials(algo, family.problem, lambda t, g: (x[:t], y[:t]), trials, seed=1)
+    assert out.iterates.shape == (5, trials, family.dim)
+    assert torch.equal(out.iterates[-1], out.w_last)
+    for t in range(trials):
+        assert any(torch.equal(out.w_priv[t], out.iterates[i, t]) for i in range(5))
+    sgd = run_trials(get_algorithm("isrl-prox-sgd", rounds=3, batch_size=6, sigmas={"sigma": 0.1}, metrics_every=0),
+                     family.problem, lambda t, g: (x[:t], y[:t]), trials, seed=1)
+    assert sgd.iterates is None  # last-iterate output

@@ -42,7 +42,7 @@ from silodp.bounds import get_bound
 from silodp.verify.rates import families as fam_mod
 from silodp.verify.rates import stats
 from silodp.verify.rates.theorems import Theorem, for_bound, get_theorem, problem_params
-from silodp.verify.rates.trials import run_trials
+from silodp.verify.rates.trials import TrialContext, run_trials
 
 VARIABLES = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
@@ -62,6 +62,9 @@ class RateSetup:
     condition number of ``logistic-ridge`` (None: its default ridge, kappa = 3). ``noise_floor``:
     also run from the optimum w* (``noise_only_mean``). ``output``: the output rule
     (:data:`silodp.algorithms.base.OUTPUTS`; None: the algorithm's own, e.g. Alg 3's random iterate).
+    ``mutation``: a deliberately broken variant applied to the private runs (an object with
+    ``algorithm(algo) -> algo`` and ``context(base) -> TrialContext subclass``, e.g.
+    :class:`silodp.verify.rates.mutations.Mutation`; None: the algorithm as it is).
     """
 
     algorithm: str = "isrl-prox-sgd"
@@ -86,6 +89,7 @@ class RateSetup:
     kappa: float | None = None
     noise_floor: bool = False
     output: str | None = None
+    mutation: object | None = None
 
     def __post_init__(self):
         if self.vary not in VARIABLES:
@@ -327,19 +331,28 @@ def _run_point(theorem: Theorem, setup: RateSetup, index: int, value: float, cac
     plan = theorem.plan(point, setup.rounds, family.constants, ref)
     eta = plan.get("step_size", 1.0 / (2.0 * family.constants.beta))
     seed = setup.seed * 1000 + index
-    out = run_trials(_algorithm(theorem, setup, plan, point, True), family.problem, data, setup.trials,
-                     point["M"], seed=seed)
+    algo, hook = _algorithm(theorem, setup, plan, point, True), {}
+    if setup.mutation is not None:
+        algo, hook = setup.mutation.algorithm(algo), {"context": setup.mutation.context(TrialContext)}
+    out = run_trials(algo, family.problem, data, setup.trials, point["M"], seed=seed, **hook)
     floor = noise_only = None
+    def output_metric(outcome) -> np.ndarray:
+        """Per trial: the metric of the output, or (``exact_uniform``) its exact expectation over
+        the uniform output's iterates."""
+        if theorem.exact_uniform and outcome.iterates is not None:
+            return np.mean([_metric(theorem, family, fed, ref, w, eta) for w in outcome.iterates], axis=0)
+        return _metric(theorem, family, fed, ref, outcome.w_priv, eta)
+
     if setup.baseline:
         base = run_trials(_algorithm(theorem, setup, plan, point, False), family.problem, data, setup.trials,
                           point["M"], seed=seed)
-        floor = float(_metric(theorem, family, fed, ref, base.w_priv, eta).mean())
+        floor = float(output_metric(base).mean())
     if setup.noise_floor:
         at_opt = run_trials(_algorithm(theorem, setup, plan, point, True, w0=ref.w_star.to(fed.x.dtype)),
                             family.problem, data, setup.trials, point["M"], seed=seed)
-        noise_only = float(_metric(theorem, family, fed, ref, at_opt.w_priv, eta).mean())
+        noise_only = float(output_metric(at_opt).mean())
     start = float(_metric(theorem, family, fed, ref, torch.zeros(1, family.dim, dtype=fed.x.dtype), eta)[0])
-    samples = _metric(theorem, family, fed, ref, out.w_priv, eta)
+    samples = output_metric(out)
     return _Measured(point, family, ref, plan, out, samples, start, floor, noise_only)
 
 
@@ -445,6 +458,7 @@ _OTHER = {
     "isrl-spider": dict(n=250, eps=1.0, rounds=None, noise="tight", trials=16,
                         values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (125, 250, 500, 1000)}),
 }
+_OTHER["isrl-spider-replacement"] = _OTHER["isrl-spider"]
 
 
 #: Every theorem at its own prescriptions (issue 14), in regimes where the output improves on w0 = 0:
@@ -463,6 +477,7 @@ _PRESCRIBED = {
                         values={"eps": (1.0, 2.0, 4.0, 8.0), "n": (250, 500, 1000, 2000)},
                         quick_values={"eps": (1.0, 4.0), "n": (500, 2000)}),
 }
+_PRESCRIBED["isrl-spider-replacement"] = _PRESCRIBED["isrl-spider"]
 
 
 def prescribed_setup(algorithm: str = "isrl-prox-sgd", vary: str = "n", quick: bool = False,

@@ -38,6 +38,9 @@ class Theorem:
     metric: str
     plan_fn: Callable
     explicit_fn: Callable | None = None
+    #: the metric of a uniform output is its exact expectation over the iterates (the theorem bounds
+    #: that expectation), not one draw per trial
+    exact_uniform: bool = False
 
     def plan(self, point: dict, rounds: int | None, constants, ref) -> dict:
         """Algorithm keyword arguments (rounds, batch sizes, step size, ...) at ``point``."""
@@ -96,21 +99,39 @@ def _prox_sgd_explicit(point, plan, constants, ref, sigmas) -> dict:
 
 # ------------------------------------------------------------------- Thm 2.2: PL-SVRG
 def _pl_svrg_plan(point, rounds, constants, ref) -> dict:
-    """Thm E.2's prescription (R = 12 kappa, S, K, E, eta) as printed, M = N."""
-    p = get_bound("thm2.2-isrl").prescribe(for_bound("thm2.2-isrl", problem_params(point, constants, ref)))
+    """Thm E.2's prescription corrected for the halving (variant "halving": R = 48 kappa with the 8
+    of eta kept, sigma_2 over the E Q messages sent; docs/paper-notes.md notes 29-30): S, K, E, eta,
+    Q = floor(n/K), M = N. ``rounds`` given: the epochs E per restart."""
+    p = get_bound("thm2.2-isrl").prescribe(for_bound("thm2.2-isrl", problem_params(point, constants, ref)),
+                                           variant="halving")
     k = min(int(point["n"]), int(p["K"]))
     return {"rounds": int(p["E"]) if rounds is None else int(rounds), "batch_size": k,
             "inner_steps": max(1, int(point["n"]) // k), "restarts": int(p["S"]), "step_size": float(p["eta"])}
 
 
+def _pl_svrg_explicit(point, plan, constants, ref, sigmas) -> dict:
+    """``eq40-restarts`` (the restarted recursion of Thm E.2's proof) at the declared sigma_1,
+    sigma_2, with R = E Q inner steps per restart and S restarts of the plan."""
+    return {"Delta": ref.Delta, "eta": plan["step_size"], "mu": constants.mu, "beta": constants.beta,
+            "R": plan["rounds"] * plan["inner_steps"], "S": plan["restarts"], "d": point["d"], "M": point["M"],
+            "N": point["N"], "sigma1": sigmas["sigma1"], "sigma2": sigmas["sigma2"],
+            "upsilon": math.sqrt(max(ref.upsilon2_max, 1e-300))}
+
+
 # -------------------------------------------------------------------- Thm 3.1: SPIDER
-def _spider_plan(point, rounds, constants, ref) -> dict:
+def _spider_plan(point, rounds, constants, ref, replacement: bool = False) -> dict:
     """Thm F.1's corrected prescription (q with q eta^2 tau_2^2 <= 1/4, R, eta = 1/(2 beta),
-    K1 = K2 = n; docs/paper-notes.md notes 16-18), M = N."""
+    K1 = K2 = n; docs/paper-notes.md notes 16-18), M = N, at the proof's full batch (every record
+    once per round); ``replacement``: K1 = K2 = n draws with replacement (Alg 3 as printed, not the
+    proof's setting: a sampling floor the theorem does not have)."""
     p = get_bound("thm3.1").prescribe(for_bound("thm3.1", problem_params(point, constants, ref)), variant="corrected")
     n = int(point["n"])
     return {"rounds": max(1, math.ceil(p["R"])) if rounds is None else int(rounds), "batch_size": n,
-            "batch_size2": n, "q": int(p["q"]), "step_size": float(p["eta"])}
+            "batch_size2": n, "q": int(p["q"]), "step_size": float(p["eta"]), "replacement": bool(replacement)}
+
+
+def _spider_plan_replacement(point, rounds, constants, ref) -> dict:
+    return _spider_plan(point, rounds, constants, ref, replacement=True)
 
 
 def _spider_explicit(point, plan, constants, ref, sigmas) -> dict:
@@ -121,17 +142,19 @@ def _spider_explicit(point, plan, constants, ref, sigmas) -> dict:
 
 
 THEOREMS: dict[str, Theorem] = {
-    t.algorithm: t
-    for t in (
-        Theorem("isrl-prox-sgd", "Thm 2.1 (ISRL-DP)", "thm2.1-isrl", "eq20-sampling", "eq20", "logistic-ridge",
-                "SO", "excess risk", _prox_sgd_plan, _prox_sgd_explicit),
-        Theorem("sdp-prox-sgd", "Thm 2.1 (SDP)", "thm2.1-sdp", None, None, "logistic-ridge",
-                "SO", "excess risk", _prox_sgd_plan),
-        Theorem("isrl-pl-svrg", "Thm 2.2 (ISRL-DP)", "thm2.2-isrl", None, None, "logistic-ridge",
-                "ERM", "excess empirical risk", _pl_svrg_plan),
-        Theorem("isrl-spider", "Thm 3.1 (ISRL-DP)", "thm3.1", "eq45-corrected", "eq45", "sigmoid-l1",
-                "ERM", "squared gradient mapping norm", _spider_plan, _spider_explicit),
-    )
+    "isrl-prox-sgd": Theorem("isrl-prox-sgd", "Thm 2.1 (ISRL-DP)", "thm2.1-isrl", "eq20-sampling", "eq20",
+                             "logistic-ridge", "SO", "excess risk", _prox_sgd_plan, _prox_sgd_explicit),
+    "sdp-prox-sgd": Theorem("sdp-prox-sgd", "Thm 2.1 (SDP)", "thm2.1-sdp", None, None, "logistic-ridge",
+                            "SO", "excess risk", _prox_sgd_plan),
+    "isrl-pl-svrg": Theorem("isrl-pl-svrg", "Thm 2.2 (ISRL-DP)", "thm2.2-isrl", "eq40-restarts", None,
+                            "logistic-ridge", "ERM", "excess empirical risk", _pl_svrg_plan, _pl_svrg_explicit),
+    "isrl-spider": Theorem("isrl-spider", "Thm 3.1 (ISRL-DP), full batch", "thm3.1", "eq45-corrected", "eq45",
+                           "sigmoid-l1", "ERM", "squared gradient mapping norm", _spider_plan, _spider_explicit,
+                           exact_uniform=True),
+    "isrl-spider-replacement": Theorem(
+        "isrl-spider", "Thm 3.1 (ISRL-DP), K1 = K2 = n drawn with replacement (not the proof's setting)", "thm3.1",
+        "eq45-corrected", "eq45", "sigmoid-l1", "ERM", "squared gradient mapping norm", _spider_plan_replacement,
+        _spider_explicit, exact_uniform=True),
 }
 
 

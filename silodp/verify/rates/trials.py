@@ -124,7 +124,9 @@ class TrialContext(Context):
 
 @dataclass(frozen=True)
 class TrialOutcome:
-    """``w_priv`` and ``w_last`` ``[T, d]`` of T independent runs, and the noise they used."""
+    """``w_priv`` and ``w_last`` ``[T, d]`` of T independent runs, and the noise they used;
+    ``iterates`` ``[I, T, d]``: the iterates the uniform output picks from (None: not a uniform output),
+    so an expectation over the output rule can be computed exactly."""
 
     w_priv: torch.Tensor
     w_last: torch.Tensor
@@ -133,6 +135,7 @@ class TrialOutcome:
     delta: float | None
     shuffle: dict | None
     chunk: int
+    iterates: torch.Tensor | None = None
 
 
 def _template(x: torch.Tensor, y: torch.Tensor, silos_per_round: int) -> Federation:
@@ -165,7 +168,7 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
     per_trial = max(1, x[0].numel())
     chunk = max(1, min(int(trials), max_elements // per_trial))
     seeds = np.random.SeedSequence(int(seed)).generate_state((int(trials) + chunk - 1) // chunk)
-    w_priv, w_last = [], []
+    w_priv, w_last, pool = [], [], []
     for i, start in enumerate(range(0, int(trials), chunk)):
         size = min(chunk, int(trials) - start)
         xs, ys = data(size, gen)
@@ -175,6 +178,9 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
         w0 = problem.model.init(ctx.gen, dtype=fed.x.dtype) if algorithm.w0 is None else algorithm.w0
         last = algorithm._run(ctx, w0.to(fed.x.dtype).expand(size, -1).clone())
         w_last.append(last)
-        w_priv.append(_pick_uniform(ctx.iterates, ctx.gen) if algorithm.picks_uniform and ctx.iterates else last)
+        uniform = algorithm.picks_uniform and bool(ctx.iterates)
+        w_priv.append(_pick_uniform(ctx.iterates, ctx.gen) if uniform else last)
+        pool.append(torch.stack(list(ctx.iterates)) if uniform else None)
     shuffle_out = None if shuffle is None else {g: vars(p) for g, p in shuffle.items()}
-    return TrialOutcome(torch.cat(w_priv), torch.cat(w_last), sigmas, epsilon, delta, shuffle_out, chunk)
+    iterates = torch.cat(pool, dim=1) if pool and all(p is not None for p in pool) else None
+    return TrialOutcome(torch.cat(w_priv), torch.cat(w_last), sigmas, epsilon, delta, shuffle_out, chunk, iterates)
