@@ -30,7 +30,9 @@ import dataclasses
 import importlib
 import os
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -154,6 +156,26 @@ class FlowerAudit(RunAudit):
     wall_s: float
 
 
+@contextmanager
+def _silo_budgets(ledgers: str, epsilon: float, delta: float):
+    """The simulation's silos have no node config: as their one operator, declare each silo's
+    budget (the run's own epsilon and delta) and a fresh ledger directory through the host's
+    environment (:meth:`silodp.integrations.flower_silo.SiloPolicy.for_node`), for this call only."""
+    from silodp.integrations.flower_silo import ENV_BUDGET_DELTA, ENV_BUDGET_EPSILON, ENV_LEDGER_DIR
+
+    declared = {ENV_LEDGER_DIR: ledgers, ENV_BUDGET_EPSILON: repr(float(epsilon)), ENV_BUDGET_DELTA: repr(float(delta))}
+    saved = {key: os.environ.get(key) for key in declared}
+    os.environ.update(declared)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def audit_flower_app(path: str = "examples/flower", canaries: int = 500, estimator: str = "steinke",
                      alpha: float = 0.05, seed: int = 0, **settings) -> FlowerAudit:
     """Run the Flower app at ``path`` once with ``canaries`` canaries in silo 0 and audit it
@@ -171,8 +193,9 @@ def audit_flower_app(path: str = "examples/flower", canaries: int = 500, estimat
     started = time.perf_counter()
     results: list = []
     server, client = _apps(run, results)
-    run_simulation(server_app=server, client_app=client, num_supernodes=task.setup(run).data.train.num_silos,
-                   backend_config={"client_resources": {"num_cpus": 1}})
+    with tempfile.TemporaryDirectory() as ledgers, _silo_budgets(ledgers, run.epsilon, run.delta):
+        run_simulation(server_app=server, client_app=client, num_supernodes=task.setup(run).data.train.num_silos,
+                       backend_config={"client_resources": {"num_cpus": 1}})
     if not results:
         raise RuntimeError("the Flower simulation ended without a result (see Flower's log)")
     out, recording = results[0]
