@@ -251,14 +251,15 @@ def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.Neighbori
     """The smallest certified epsilon of ``event`` at ``delta`` among
     :func:`candidate_accountants` (``pld`` with ``pld_settings``, its keyword arguments), and the
     accountant that certifies it. A candidate that cannot certify at this delta (``pld`` below its
-    floating-point charge) is skipped; if none can, the last one's error is raised."""
+    floating-point charge, or its grid too large at a huge epsilon: tiny explicit noise) is
+    skipped; if none can, the last one's error is raised."""
     dl = check_delta("delta", delta)
     results, error = [], None
     for name in candidate_accountants(event, neighbouring):
         try:
             results.append((get_accountant(name, neighbouring, **_pld_kwargs(name, pld_settings))
                             .compose(event).get_epsilon(dl), name))
-        except UncertifiableDeltaError as exc:
+        except (UncertifiableDeltaError, ValueError) as exc:
             error = exc
     if not results:
         raise error

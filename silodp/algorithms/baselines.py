@@ -51,13 +51,13 @@ class IsrlLocalSGD(FederatedAlgorithm):
         steps = check_count("local_steps", self.local_steps)
         sampler = ctx.sampler(int(self.batch_size))
         std = ctx.sigmas.get("sigma", 0.0)
-        n = ctx.fed.num_silos
+        n = ctx.num_silos
         for _ in range(int(self.rounds)):
             avail = ctx.available()
             local = w.expand(n, -1).clone()
             for _ in range(steps):
                 data = ctx.batch(sampler)
-                _, released = ctx.send("grad", ctx.term(data, local), data, avail, std=std)
+                _, released = ctx.send("grad", ctx.term(data, local), avail, std=std)
                 local = local - ctx.eta * released
             a = avail.to(w.dtype)
             w = ctx.prox((local * a[:, None]).sum(0) / a.sum())

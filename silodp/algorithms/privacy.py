@@ -16,6 +16,7 @@ transcript (:mod:`silodp.accounting.pvec` and :mod:`silodp.accounting.pvec_l2`; 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from silodp._validation import check_count, check_delta, check_positive
@@ -102,12 +103,50 @@ def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
 
 def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
             accountant: str | None = None) -> tuple[float, str]:
-    """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``."""
-    event = privacy_event(algorithm, cfg, sigmas)
-    dl = check_delta("delta", delta)
+    """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
+    (cached: a run's certificate is computed once per configuration)."""
+    key = tuple(sorted((k, float(v)) for k, v in sigmas.items()))
+    return _certify(algorithm_class(algorithm), cfg, key, check_delta("delta", delta), accountant)
+
+
+@functools.lru_cache(maxsize=256)
+def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
+    event = releases_event(cls.releases(cfg, dict(sigmas)))
     if accountant is None:
-        return tightest_epsilon(event, dl)
-    return get_accountant(accountant).compose(event).get_epsilon(dl), accountant
+        return tightest_epsilon(event, delta)
+    return get_accountant(accountant).compose(event).get_epsilon(delta), accountant
+
+
+def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
+                    accountant: str | None = None, target: float | None = None) -> tuple[float, str]:
+    """Certified epsilon (and the accountant) of a shuffle-DP transcript run with the protocol
+    parameters ``params`` (per message group (g, b, p, rotate)): the exact P_vec certificates of
+    the whole transcript (:func:`silodp.accounting.pvec.transcript_epsilon`), ``inf`` where some
+    group is not the binomial protocol at p = 1/2 (the certificate covers no other). ``target``:
+    the requested epsilon, which sets the certificate's grid (as the calibration does)."""
+    from silodp.accounting import pvec
+
+    cls, dl = algorithm_class(algorithm), check_delta("delta", delta)
+    l2 = _pvec_l2(accountant)
+    releases = [r for r in cls.shuffle_releases(cfg, None, params) if r.count]
+    if any(len(r.params) < 3 or float(r.params[2]) != 0.5 for r in releases):
+        return math.inf, accountant or PVEC_ACCOUNTANT
+    groups = _pvec_groups(releases, l2)
+    return pvec.transcript_epsilon(groups, dl, pvec.default_interval(target or 1.0)), accountant or PVEC_ACCOUNTANT
+
+
+def _pvec_l2(accountant: str | None) -> bool:
+    if accountant not in (None, PVEC_ACCOUNTANT, PVEC_PER_COORDINATE):
+        raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
+                         f"(the exact P_vec certificates) or {PVEC_PER_COORDINATE!r}, got {accountant!r}")
+    return accountant != PVEC_PER_COORDINATE
+
+
+def _pvec_groups(releases, l2: bool) -> tuple:
+    """The P_vec groups of ``releases``; without ``l2``, the per-coordinate PLD alone."""
+    from silodp.accounting.releases import pvec_groups
+
+    return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
 
 
 def _method(method: str) -> Calibration:
@@ -164,15 +203,11 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
     certificates), or "pvec-pld" (the per-coordinate PLD alone, for comparison).
     """
     from silodp.accounting import pvec
-    from silodp.accounting.releases import pvec_groups
 
-    if accountant not in (None, PVEC_ACCOUNTANT, PVEC_PER_COORDINATE):
-        raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
-                         f"(the exact P_vec certificates) or {PVEC_PER_COORDINATE!r}, got {accountant!r}")
-    l2 = accountant != PVEC_PER_COORDINATE
+    l2 = _pvec_l2(accountant)
 
     def groups(releases) -> tuple:
-        return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
+        return _pvec_groups(releases, l2)
 
     plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
     rotate = how == Calibration.TIGHT

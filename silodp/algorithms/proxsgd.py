@@ -43,7 +43,7 @@ class IsrlProxSGD(FederatedAlgorithm):
         for _ in range(int(self.rounds)):
             avail = ctx.available()
             data = ctx.batch(sampler)
-            g, _ = ctx.send("grad", ctx.term(data, w), data, avail, std=std, bound=ctx.problem.clip)
+            g, _ = ctx.send("grad", ctx.term(data, w), avail, std=std)
             w = ctx.prox(w - ctx.eta * g)
             ctx.end_round(w)
         return w

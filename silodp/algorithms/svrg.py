@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from silodp._validation import check_count
 from silodp.accounting import papers
 from silodp.accounting.releases import BatchSampling, ShuffleRelease
@@ -50,6 +48,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
         self.restarts = restarts
 
     def _q(self, federation) -> int:
+        """Q: ``inner_steps``, default floor(n / K) (``federation``: anything with ``min_size``)."""
         if self.inner_steps is None:
             return max(1, federation.min_size // int(self.batch_size))
         return check_count("inner_steps", self.inner_steps)
@@ -60,9 +59,8 @@ class IsrlProxSVRG(FederatedAlgorithm):
 
     def _run(self, ctx, w):
         restarts = check_count("restarts", self.restarts)
-        q = self._q(ctx.fed)
+        q = self._q(ctx)
         sampler = ctx.sampler(int(self.batch_size))
-        clip = ctx.problem.clip
         s1, s2 = ctx.sigmas.get("sigma1", 0.0), ctx.sigmas.get("sigma2", 0.0)
         for s in range(restarts):
             ctx.iterates.clear()
@@ -70,26 +68,21 @@ class IsrlProxSVRG(FederatedAlgorithm):
             for _ in range(int(self.rounds)):
                 avail = ctx.available()
                 full = ctx.full()
-                g_snap, released = ctx.send("full", ctx.term(full, wbar), full, avail, std=s1, bound=clip)
+                g_snap, released = ctx.send("full", ctx.term(full, wbar), avail, std=s1)
                 offset = released if released is not None else g_snap
                 for _ in range(q):
                     ctx.iterates.append(w.clone())
                     data = ctx.batch(sampler)
                     diff = ctx.term(data, w, w_old=wbar)
-                    v, _ = ctx.send("diff", diff, data, avail, std=s2,
-                                    bound=None if clip is None else 2 * clip, offset=offset)
+                    v, _ = ctx.send("diff", diff, avail, std=s2, offset=offset)
                     w = ctx.prox(w - ctx.eta * v)
                 wbar = w
                 ctx.end_round(w)
             if restarts > 1:
-                w = ctx.iterates[_pick(ctx)]
+                w = ctx.uniform_iterate()
         if restarts > 1:
             ctx.iterates.clear()  # Alg. 2 outputs w_S itself
         return w
-
-
-def _pick(ctx) -> int:
-    return int(torch.randint(len(ctx.iterates), (1,), generator=ctx.gen))
 
 
 class IsrlPLSVRG(IsrlProxSVRG):
