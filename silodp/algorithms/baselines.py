@@ -6,9 +6,11 @@ from __future__ import annotations
 from silodp._validation import check_count
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 from .proxsgd import IsrlProxSGD
 
 
+@register_algorithm
 class IsrlMBSGD(IsrlProxSGD):
     """ISRL-DP minibatch SGD: Algorithm 6's update with minibatches drawn *with* replacement
     (privacy by subsampled composition instead of disjoint batches). Prox step for f1."""
@@ -18,6 +20,7 @@ class IsrlMBSGD(IsrlProxSGD):
     paper_noise = None  # Thm E.1 is Alg 6's (disjoint batches)
 
 
+@register_algorithm
 class MBSGD(IsrlMBSGD):
     """Non-private minibatch SGD (clipping still applied when the problem sets ``clip``)."""
 
@@ -25,6 +28,7 @@ class MBSGD(IsrlMBSGD):
     private = False
 
 
+@register_algorithm
 class IsrlLocalSGD(FederatedAlgorithm):
     """ISRL-DP Local SGD / FedAvg: each round, every available silo starts from the server model
     and takes ``local_steps`` noisy clipped-gradient steps; each step's noisy gradient
@@ -65,6 +69,7 @@ class IsrlLocalSGD(FederatedAlgorithm):
         return w
 
 
+@register_algorithm
 class LocalSGD(IsrlLocalSGD):
     """Non-private Local SGD (FedAvg)."""
 

@@ -3,8 +3,9 @@
 Every algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`, next
 to the ``_run`` that sends those messages); this module only turns a declaration into a
 calibration or a certificate with the accounting layer's generic machinery
-(:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). It knows
-no algorithm names: the registry (:mod:`silodp.algorithms.registry`) maps names to classes.
+(:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). A name is
+resolved by the registry (:mod:`silodp.algorithms.registry`, a leaf module); the class hands itself
+to the calibration, which never looks names up itself.
 
 ``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
 what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
@@ -20,12 +21,14 @@ import functools
 import math
 
 from silodp._validation import check_count, check_delta, check_positive
-from silodp.accounting import CalibrationMethod as Calibration
-from silodp.accounting import get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import CalibrationMethod
+from silodp.accounting import candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
 
+from .registry import algorithm_class
 
-CALIBRATIONS = tuple(c.value for c in Calibration)
+
+CALIBRATIONS = tuple(c.value for c in CalibrationMethod)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,17 +87,6 @@ class NoiseCalibration:
     shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
-def algorithm_class(algorithm) -> type:
-    """The class of ``algorithm`` (a registry name, a class, or an instance)."""
-    from silodp.algorithms.registry import ALGORITHMS
-
-    if isinstance(algorithm, str):
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-        return ALGORITHMS[algorithm]
-    return algorithm if isinstance(algorithm, type) else type(algorithm)
-
-
 def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
@@ -112,9 +104,18 @@ def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: f
 @functools.lru_cache(maxsize=256)
 def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
     event = releases_event(cls.releases(cfg, dict(sigmas)))
-    if accountant is None:
+    if accountant is not None:
+        return get_accountant(accountant).compose(event).get_epsilon(delta), accountant
+    try:
         return tightest_epsilon(event, delta)
-    return get_accountant(accountant).compose(event).get_epsilon(delta), accountant
+    except ValueError:  # some candidate cannot reach a huge epsilon (tiny explicit noise): the others
+        results = []
+        for name in candidate_accountants(event):
+            try:
+                results.append((get_accountant(name).compose(event).get_epsilon(delta), name))
+            except ValueError:
+                continue
+        return min(results) if results else (math.inf, "none")
 
 
 def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
@@ -149,9 +150,9 @@ def _pvec_groups(releases, l2: bool) -> tuple:
     return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
 
 
-def _method(method: str) -> Calibration:
+def _method(method: str) -> CalibrationMethod:
     try:
-        return Calibration(method)
+        return CalibrationMethod(method)
     except ValueError:
         raise ValueError(f"method: must be one of {CALIBRATIONS}, got {method!r}") from None
 
@@ -166,7 +167,7 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
         return NoiseCalibration(cls.name, {}, math.inf, dl, "none", how.value)
     if cls.shuffled:
         return _calibrate_shuffle(cls, cfg, eps, dl, how, accountant)
-    if how == Calibration.PAPER:
+    if how == CalibrationMethod.PAPER:
         sig = cls.paper_sigmas(cfg, eps, dl)
         certified, acc = certify(cls, cfg, sig, dl, accountant)
         return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value)
@@ -186,7 +187,7 @@ PVEC_ACCOUNTANT = "pvec"
 PVEC_PER_COORDINATE = "pvec-pld"
 
 
-def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accountant: str | None) -> NoiseCalibration:
+def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, accountant: str | None) -> NoiseCalibration:
     """Shuffle-DP (paper Alg 7-10 on P_vec, Alg 4-5): the binomial protocol's trials b of every
     message group from the exact P_vec certificates of the whole transcript
     (:func:`silodp.accounting.pvec.transcript_epsilon`: the l2-aware Renyi moments and the
@@ -210,7 +211,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
         return _pvec_groups(releases, l2)
 
     plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
-    rotate = how == Calibration.TIGHT
+    rotate = how == CalibrationMethod.TIGHT
     h = pvec.default_interval(eps)
 
     def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:

@@ -8,8 +8,10 @@ from silodp.accounting import papers
 from silodp.accounting.releases import ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
+@register_algorithm
 class IsrlProxSGD(FederatedAlgorithm):
     """ISRL-DP Noisy Distributed Proximal Gradient Method, paper Algorithm 6 (Thm 2.1 / E.1).
 
@@ -49,6 +51,7 @@ class IsrlProxSGD(FederatedAlgorithm):
         return w
 
 
+@register_algorithm
 class SdpProxSGD(IsrlProxSGD):
     """SDP Noisy Distributed Proximal Gradient Method, paper Algorithm 7 (Thm 2.1 part 2).
 

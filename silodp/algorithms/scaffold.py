@@ -41,8 +41,10 @@ from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
 from silodp.accounting.scaffold import PARTICIPATION
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
+@register_algorithm
 class DpScaffold(FederatedAlgorithm):
     """DP-SCAFFOLD (Noble et al. 2022, Alg. 1).
 
@@ -198,6 +200,7 @@ class DpScaffold(FederatedAlgorithm):
         return x_new, ci + delta_c, c + delta_c.sum(0) / ctx.num_silos
 
 
+@register_algorithm
 class DpScaffoldWarm(DpScaffold):
     """DP-SCAFFOLD-warm: control variates initialised from ``warm_steps`` noisy gradients (accounted)."""
 
@@ -205,6 +208,7 @@ class DpScaffoldWarm(DpScaffold):
     warm_start = True
 
 
+@register_algorithm
 class DpFedAvg(DpScaffold):
     """DP-FedAvg: DP-SCAFFOLD without control variates (Noble et al. 2022, Appendix A)."""
 
@@ -212,6 +216,7 @@ class DpFedAvg(DpScaffold):
     control_variates = False
 
 
+@register_algorithm
 class DpFedSGD(DpFedAvg):
     """DP-FedSGD: DP-FedAvg with a single local step (K = 1)."""
 

@@ -12,6 +12,7 @@ from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
 def anchors(cfg) -> int:
@@ -29,6 +30,7 @@ def _smaller(a: float, b):
     return torch.clamp(b, max=a) if isinstance(b, torch.Tensor) else min(a, b)
 
 
+@register_algorithm
 class IsrlSpider(FederatedAlgorithm):
     """ISRL-DP FedProx-SPIDER, paper Algorithm 3 (Thm 3.1 / F.1).
 
@@ -109,6 +111,7 @@ class IsrlSpider(FederatedAlgorithm):
         return w
 
 
+@register_algorithm
 class SdpSpider(IsrlSpider):
     """SDP FedProx-SPIDER, paper Algorithm 10 (Thm 3.2 / F.2): Algorithm 3 with both message
     types summed by P_vec (bounds L and min(2L, beta ||w_r - w_{r-1}||))."""
@@ -131,6 +134,7 @@ class SdpSpider(IsrlSpider):
                                2 * cfg.clip)]
 
 
+@register_algorithm
 class IsrlFedSpider(FederatedAlgorithm):
     """ISRL-DP Fed-SPIDER, alternate implementation, paper Algorithm 11 (App. H.1).
 

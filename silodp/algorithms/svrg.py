@@ -10,8 +10,10 @@ from silodp.accounting import papers
 from silodp.accounting.releases import BatchSampling, ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
+@register_algorithm
 class IsrlProxSVRG(FederatedAlgorithm):
     """ISRL-DP FedProx-SVRG, paper Algorithm 1 (Thm 2.2 / E.2).
 
@@ -85,6 +87,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
         return w
 
 
+@register_algorithm
 class IsrlPLSVRG(IsrlProxSVRG):
     """ISRL-DP FedProx-PL-SVRG, paper Algorithm 2: Algorithm 1 restarted ``restarts`` = S times
     (default 3), each from the previous run's output; ``w_priv = w_S``."""
@@ -95,6 +98,7 @@ class IsrlPLSVRG(IsrlProxSVRG):
         super().__init__(restarts=restarts, **kwargs)
 
 
+@register_algorithm
 class SdpProxSVRG(IsrlProxSVRG):
     """SDP Prox-SVRG, paper Algorithm 8: the snapshot gradient (all n per-sample gradients, bound
     L) and each inner difference (K per-sample differences, bound 2L) go through P_vec. Alg. 8
@@ -120,6 +124,7 @@ class SdpProxSVRG(IsrlProxSVRG):
                                2 * cfg.clip)]
 
 
+@register_algorithm
 class SdpPLSVRG(SdpProxSVRG):
     """SDP Prox-PL-SVRG, paper Algorithm 9: Algorithm 8 restarted S times (default 3)."""
 
