@@ -15,7 +15,18 @@ ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2
 MECHANISM_FLAGS = ("--steps", "--sampling", "--q", "--dataset-size", "--relation", "--value-discretization-interval",
                    "--log-mass-truncation-bound")
 
-ACCOUNTANT_CHOICES = (*ACCOUNTANTS, "all")
+class _Registered:
+    """``--accountant`` choices read live from the registry (an accountant registered after this
+    import is a choice too)."""
+
+    def __contains__(self, name) -> bool:
+        return name in ACCOUNTANTS or name == "all"
+
+    def __iter__(self):
+        return iter((*ACCOUNTANTS, "all"))
+
+
+ACCOUNTANT_CHOICES = _Registered()
 SAMPLING_CHOICES = tuple(s.value for s in Sampling)
 METHOD_CHOICES = (*(m.value for m in CalibrationMethod), "both")
 
