@@ -61,6 +61,28 @@ RDP_ORDERS = tuple(sorted({round(1.0 + x / 10.0, 1) for x in range(1, 100)} | se
                           | {int(x) for x in np.unique(np.geomspace(12, 4096, 40).astype(int))}))
 
 
+#: every registered accountant class by its ``name`` (filled by :func:`register_accountant`)
+ACCOUNTANTS: dict[str, Callable[..., "Accountant"]] = {}
+
+
+def register_accountant(cls: type) -> type:
+    """Class decorator: register the accountant class ``cls`` under ``cls.name`` (a name taken by
+    another class is refused). Where it is defined is all it takes: ``--accountant`` of
+    ``silodp epsilon``, the calibration and the conformance suite read this registry."""
+    name = getattr(cls, "name", "")
+    if not name or not isinstance(name, str):
+        raise ValueError(f"{cls.__name__}: an accountant needs a non-empty string name to be registered")
+    if ACCOUNTANTS.get(name, cls) is not cls:
+        raise ValueError(f"accountant: the name {name!r} is taken by {ACCOUNTANTS[name]!r}")
+    ACCOUNTANTS[name] = cls
+    return cls
+
+
+def unregister_accountant(name: str) -> None:
+    """Remove ``name`` (tests' toy accountants)."""
+    ACCOUNTANTS.pop(name, None)
+
+
 class Accountant(abc.ABC):
     """Base class: collects blocks; subclasses turn them into (epsilon, delta)."""
 
@@ -185,6 +207,38 @@ def pld_discretization(epsilon: float, steps: int) -> float:
     return min(2e-3, max(1e-4, math.sqrt(0.002 * epsilon / (PLD_BIAS * steps))))
 
 
+@register_accountant
+class GdpAccountant(Accountant):
+    """Exact accountant for compositions of un-subsampled Gaussian steps (Gaussian DP).
+
+    A Gaussian step with unit multiplier r = z / sensitivity is exactly (1/r)-GDP (Dong, Roth &
+    Su 2022, arXiv:1905.02383, Thm 2.7); the composition is exactly mu-GDP with
+    mu = sqrt(sum_i count_i / r_i^2) (ibid., Cor 3.3); and mu-GDP is exactly the privacy profile
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (ibid., Cor 2.13), the Balle-Wang
+    curve of :mod:`silodp.accounting.gaussian` at sigma / sensitivity = 1/mu, inverted rounding up.
+    """
+
+    name = "gdp"
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.NON_PRIVATE: frozenset()}
+
+    def _check(self, block: Block) -> None:
+        if block.kind == Mechanism.GAUSSIAN and block.subsampled:
+            raise UnsupportedEventError(
+                f"gdp is exact only without subsampling ({block.sampling.value}); use 'pld' or 'rdp'")
+
+    def mu(self) -> float:
+        """mu of the composition (Cor 3.3)."""
+        return math.sqrt(sum(b.count / self._unit_z(b) ** 2 for b in self._blocks))
+
+    def _epsilon(self, delta: float) -> float:
+        return gaussian.epsilon_for_delta(1.0 / self.mu(), delta)
+
+    def _delta(self, epsilon: float) -> float:
+        # log_ndtr is accurate to a few ulps; 1e-12 relative rounds the closed form up
+        return min(1.0, float(np.exp(gaussian.analytic_log_delta(epsilon, 1.0 / self.mu()))) * (1.0 + 1e-12))
+
+
+@register_accountant
 class RdpAccountant(Accountant):
     """Renyi-DP accountant (:mod:`silodp.accounting.rdp`) under the dominating relation."""
 
@@ -219,6 +273,7 @@ class RdpAccountant(Accountant):
         return rdp_lib.delta_from_rdp(RDP_ORDERS, self._rdp(), epsilon)
 
 
+@register_accountant
 class PldAccountant(Accountant):
     """Privacy-loss-distribution accountant (:mod:`silodp.accounting.pld`, pessimistic)."""
 
@@ -330,36 +385,7 @@ class PldAccountant(Accountant):
         return float(min(1.0, self._pld().get_delta_for_epsilon(epsilon)))
 
 
-class GdpAccountant(Accountant):
-    """Exact accountant for compositions of un-subsampled Gaussian steps (Gaussian DP).
-
-    A Gaussian step with unit multiplier r = z / sensitivity is exactly (1/r)-GDP (Dong, Roth &
-    Su 2022, arXiv:1905.02383, Thm 2.7); the composition is exactly mu-GDP with
-    mu = sqrt(sum_i count_i / r_i^2) (ibid., Cor 3.3); and mu-GDP is exactly the privacy profile
-    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (ibid., Cor 2.13), the Balle-Wang
-    curve of :mod:`silodp.accounting.gaussian` at sigma / sensitivity = 1/mu, inverted rounding up.
-    """
-
-    name = "gdp"
-    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.NON_PRIVATE: frozenset()}
-
-    def _check(self, block: Block) -> None:
-        if block.kind == Mechanism.GAUSSIAN and block.subsampled:
-            raise UnsupportedEventError(
-                f"gdp is exact only without subsampling ({block.sampling.value}); use 'pld' or 'rdp'")
-
-    def mu(self) -> float:
-        """mu of the composition (Cor 3.3)."""
-        return math.sqrt(sum(b.count / self._unit_z(b) ** 2 for b in self._blocks))
-
-    def _epsilon(self, delta: float) -> float:
-        return gaussian.epsilon_for_delta(1.0 / self.mu(), delta)
-
-    def _delta(self, epsilon: float) -> float:
-        # log_ndtr is accurate to a few ulps; 1e-12 relative rounds the closed form up
-        return min(1.0, float(np.exp(gaussian.analytic_log_delta(epsilon, 1.0 / self.mu()))) * (1.0 + 1e-12))
-
-
+@register_accountant
 class ZcdpAccountant(Accountant):
     """zCDP accountant for un-sampled Gaussian steps (paper Prop D.2, Lemma D.1)."""
 
@@ -418,6 +444,7 @@ def step_epsilon(block: Block, delta: float, sensitivity: float) -> float:
     )
 
 
+@register_accountant
 class AdvancedAccountant(Accountant):
     """Per-step (eps, delta) composed by an advanced composition theorem.
 
@@ -464,6 +491,7 @@ class AdvancedAccountant(Accountant):
         return composition.heterogeneous_kov(eps, dls, counts, slack)[0]
 
 
+@register_accountant
 class DworkRothAccountant(AdvancedAccountant):
     """Advanced composition by Dwork-Roth Theorem 3.20 (paper Thm D.1); heterogeneous steps use
     the same form with sum eps_i^2 (Dwork, Rothblum & Vadhan 2010, Thm III.3)."""
@@ -475,32 +503,6 @@ class DworkRothAccountant(AdvancedAccountant):
         return composition.dwork_roth_epsilon(eps, counts, slack)
 
 
-ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
-    "gdp": GdpAccountant,
-    "rdp": RdpAccountant,
-    "pld": PldAccountant,
-    "zcdp": ZcdpAccountant,
-    "advanced": AdvancedAccountant,
-    "dwork-roth": DworkRothAccountant,
-}
-
-
-def register_accountant(cls: type) -> type:
-    """Class decorator: register the accountant class ``cls`` under ``cls.name`` (a name taken by
-    another class is refused). Where it is defined is all it takes: ``--accountant`` of
-    ``silodp epsilon``, the calibration and the conformance suite read this registry."""
-    name = getattr(cls, "name", "")
-    if not name or not isinstance(name, str):
-        raise ValueError(f"{cls.__name__}: an accountant needs a non-empty string name to be registered")
-    if ACCOUNTANTS.get(name, cls) is not cls:
-        raise ValueError(f"accountant: the name {name!r} is taken by {ACCOUNTANTS[name]!r}")
-    ACCOUNTANTS[name] = cls
-    return cls
-
-
-def unregister_accountant(name: str) -> None:
-    """Remove ``name`` (tests' toy accountants)."""
-    ACCOUNTANTS.pop(name, None)
 
 
 def get_accountant(name: str, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> Accountant:
