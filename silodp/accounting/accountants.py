@@ -47,6 +47,7 @@ import numpy as np
 
 from silodp.accounting import composition, gaussian, pld as pld_lib, rdp as rdp_lib, subsampling, zcdp
 from silodp.accounting import events as ev
+from silodp._registry import register
 from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
@@ -69,13 +70,7 @@ def register_accountant(cls: type) -> type:
     """Class decorator: register the accountant class ``cls`` under ``cls.name`` (a name taken by
     another class is refused). Where it is defined is all it takes: ``--accountant`` of
     ``silodp epsilon``, the calibration and the conformance suite read this registry."""
-    name = getattr(cls, "name", "")
-    if not name or not isinstance(name, str):
-        raise ValueError(f"{cls.__name__}: an accountant needs a non-empty string name to be registered")
-    if ACCOUNTANTS.get(name, cls) is not cls:
-        raise ValueError(f"accountant: the name {name!r} is taken by {ACCOUNTANTS[name]!r}")
-    ACCOUNTANTS[name] = cls
-    return cls
+    return register(ACCOUNTANTS, cls, "accountant")
 
 
 def unregister_accountant(name: str) -> None:

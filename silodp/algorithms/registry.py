@@ -5,19 +5,15 @@ base class, the calibration and the families never import each other in a circle
 
 from __future__ import annotations
 
+from silodp._registry import register
+
 #: every registered algorithm class by its ``name``
 ALGORITHMS: dict[str, type] = {}
 
 
 def register_algorithm(cls: type) -> type:
     """Class decorator: register ``cls`` under ``cls.name`` (a name taken by another class is refused)."""
-    name = getattr(cls, "name", "")
-    if not name or not isinstance(name, str):
-        raise ValueError(f"{cls.__name__}: an algorithm needs a non-empty string name to be registered")
-    if ALGORITHMS.get(name, cls) is not cls:
-        raise ValueError(f"algorithm: the name {name!r} is taken by {ALGORITHMS[name].__name__}")
-    ALGORITHMS[name] = cls
-    return cls
+    return register(ALGORITHMS, cls, "algorithm")
 
 
 def unregister_algorithm(name: str) -> None:
