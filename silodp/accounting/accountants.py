@@ -40,6 +40,7 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from typing import Callable
 
@@ -47,6 +48,7 @@ import numpy as np
 
 from silodp.accounting import composition, gaussian, mechanisms, pld as pld_lib, rdp as rdp_lib, subsampling, zcdp
 from silodp.accounting import events as ev
+from silodp._registry import register
 from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
@@ -59,6 +61,22 @@ _REPLACE_ONE_ONLY = (Sampling.WITH_REPLACEMENT, Sampling.WITHOUT_REPLACEMENT)
 RDP_ORDERS = tuple(sorted({round(1.0 + x / 10.0, 1) for x in range(1, 100)} | set(range(11, 64))
                           | {128, 256, 512, 1024}
                           | {int(x) for x in np.unique(np.geomspace(12, 4096, 40).astype(int))}))
+
+
+#: every registered accountant class by its ``name`` (filled by :func:`register_accountant`)
+ACCOUNTANTS: dict[str, Callable[..., "Accountant"]] = {}
+
+
+def register_accountant(cls: type) -> type:
+    """Class decorator: register the accountant class ``cls`` under ``cls.name`` (a name taken by
+    another class is refused). Where it is defined is all it takes: ``--accountant`` of
+    ``silodp epsilon``, the calibration and the conformance suite read this registry."""
+    return register(ACCOUNTANTS, cls, "accountant")
+
+
+def unregister_accountant(name: str) -> None:
+    """Remove ``name`` (tests' toy accountants)."""
+    ACCOUNTANTS.pop(name, None)
 
 
 class Accountant(abc.ABC):
@@ -120,6 +138,14 @@ class Accountant(abc.ABC):
     def _check(self, block: Block) -> None:
         """Raise UnsupportedEventError for an allowed ``block`` that is out of this accountant's range."""
 
+    @classmethod
+    def calibration_settings(cls, event: ev.DpEvent, epsilon: float, delta: float,
+                             settings: dict) -> "CalibrationSettings | None":
+        """The settings this accountant tunes to calibrate ``event`` to (``epsilon``, ``delta``)
+        given the caller's ``settings`` (its keyword arguments); None: use them as given. The hook
+        :func:`silodp.accounting.calibrate` asks instead of switching on names."""
+        return None
+
     @abc.abstractmethod
     def _epsilon(self, delta: float) -> float: ...
 
@@ -152,6 +178,63 @@ class Accountant(abc.ABC):
         return math.exp(-log_inv)
 
 
+@dataclasses.dataclass(frozen=True)
+class CalibrationSettings:
+    """An accountant's own settings for one calibration (:meth:`Accountant.calibration_settings`):
+    ``settings`` (keyword arguments), the ``label`` the calibration reports, the finest ``rtol``
+    they support, and optionally ``coarse`` settings for a cheaper pre-search whose certificate
+    over-estimates the fine one's by about ``coarse_gap``."""
+
+    settings: dict
+    label: str
+    rtol: float
+    coarse: dict | None = None
+    coarse_gap: float = 0.0
+
+
+#: Measured over-estimate of a pessimistic PLD after T compositions: about PLD_BIAS * T * disc^2.
+PLD_BIAS = 2.5
+
+
+def pld_discretization(epsilon: float, steps: int) -> float:
+    """The PLD grid for a target ``epsilon`` after ``steps`` compositions: a pessimistic PLD
+    over-estimates epsilon by about ``PLD_BIAS * steps * disc^2`` (measured), so this keeps that
+    below 0.2% of the target, within [1e-4, 2e-3]. Any grid certifies; this one is tight enough."""
+    return min(2e-3, max(1e-4, math.sqrt(0.002 * epsilon / (PLD_BIAS * steps))))
+
+
+@register_accountant
+class GdpAccountant(Accountant):
+    """Exact accountant for compositions of un-subsampled Gaussian steps (Gaussian DP).
+
+    A Gaussian step with unit multiplier r = z / sensitivity is exactly (1/r)-GDP (Dong, Roth &
+    Su 2022, arXiv:1905.02383, Thm 2.7); the composition is exactly mu-GDP with
+    mu = sqrt(sum_i count_i / r_i^2) (ibid., Cor 3.3); and mu-GDP is exactly the privacy profile
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (ibid., Cor 2.13), the Balle-Wang
+    curve of :mod:`silodp.accounting.gaussian` at sigma / sensitivity = 1/mu, inverted rounding up.
+    """
+
+    name = "gdp"
+    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.NON_PRIVATE: frozenset()}
+
+    def _check(self, block: Block) -> None:
+        if block.kind == Mechanism.GAUSSIAN and block.subsampled:
+            raise UnsupportedEventError(
+                f"gdp is exact only without subsampling ({block.sampling.value}); use 'pld' or 'rdp'")
+
+    def mu(self) -> float:
+        """mu of the composition (Cor 3.3)."""
+        return math.sqrt(sum(b.count / self._unit_z(b) ** 2 for b in self._blocks))
+
+    def _epsilon(self, delta: float) -> float:
+        return gaussian.epsilon_for_delta(1.0 / self.mu(), delta)
+
+    def _delta(self, epsilon: float) -> float:
+        # log_ndtr is accurate to a few ulps; 1e-12 relative rounds the closed form up
+        return min(1.0, float(np.exp(gaussian.analytic_log_delta(epsilon, 1.0 / self.mu()))) * (1.0 + 1e-12))
+
+
+@register_accountant
 class RdpAccountant(Accountant):
     """Renyi-DP accountant (:mod:`silodp.accounting.rdp`) under the dominating relation."""
 
@@ -190,10 +273,27 @@ class RdpAccountant(Accountant):
         return rdp_lib.delta_from_rdp(RDP_ORDERS, self._rdp(), epsilon)
 
 
+@register_accountant
 class PldAccountant(Accountant):
     """Privacy-loss-distribution accountant (:mod:`silodp.accounting.pld`, pessimistic)."""
 
     name = "pld"
+
+    @classmethod
+    def calibration_settings(cls, event, epsilon, delta, settings):
+        """The grid from the number of compositions (:func:`pld_discretization`: the pessimistic
+        PLD's over-estimate stays below 0.2% of the target, rtol 0.3%), the discarded tails below
+        1e-4 delta; a 4x coarser pre-search where the grid is fine (< 5e-4). None when the caller
+        chose the grid."""
+        if "value_discretization_interval" in settings:
+            return None
+        steps = sum(b.count for b in flatten(event))
+        disc = pld_discretization(epsilon, steps)
+        tuned = {"value_discretization_interval": disc,
+                 "log_mass_truncation_bound": min(-20.0, math.log(1e-4 * delta / steps))}
+        coarse = dict(tuned, value_discretization_interval=4 * disc) if disc < 5e-4 else None
+        return CalibrationSettings(tuned, f"pld(value_discretization_interval={disc:.2g})", 0.003, coarse,
+                                   PLD_BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
                  Mechanism.NON_PRIVATE: frozenset(), **{k: frozenset() for k in mechanisms.KINDS}}
 
@@ -303,36 +403,7 @@ class PldAccountant(Accountant):
         return float(min(1.0, self._pld().get_delta_for_epsilon(epsilon)))
 
 
-class GdpAccountant(Accountant):
-    """Exact accountant for compositions of un-subsampled Gaussian steps (Gaussian DP).
-
-    A Gaussian step with unit multiplier r = z / sensitivity is exactly (1/r)-GDP (Dong, Roth &
-    Su 2022, arXiv:1905.02383, Thm 2.7); the composition is exactly mu-GDP with
-    mu = sqrt(sum_i count_i / r_i^2) (ibid., Cor 3.3); and mu-GDP is exactly the privacy profile
-    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (ibid., Cor 2.13), the Balle-Wang
-    curve of :mod:`silodp.accounting.gaussian` at sigma / sensitivity = 1/mu, inverted rounding up.
-    """
-
-    name = "gdp"
-    CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.NON_PRIVATE: frozenset()}
-
-    def _check(self, block: Block) -> None:
-        if block.kind == Mechanism.GAUSSIAN and block.subsampled:
-            raise UnsupportedEventError(
-                f"gdp is exact only without subsampling ({block.sampling.value}); use 'pld' or 'rdp'")
-
-    def mu(self) -> float:
-        """mu of the composition (Cor 3.3)."""
-        return math.sqrt(sum(b.count / self._unit_z(b) ** 2 for b in self._blocks))
-
-    def _epsilon(self, delta: float) -> float:
-        return gaussian.epsilon_for_delta(1.0 / self.mu(), delta)
-
-    def _delta(self, epsilon: float) -> float:
-        # log_ndtr is accurate to a few ulps; 1e-12 relative rounds the closed form up
-        return min(1.0, float(np.exp(gaussian.analytic_log_delta(epsilon, 1.0 / self.mu()))) * (1.0 + 1e-12))
-
-
+@register_accountant
 class ZcdpAccountant(Accountant):
     """zCDP accountant for un-sampled Gaussian steps (paper Prop D.2, Lemma D.1)."""
 
@@ -391,6 +462,7 @@ def step_epsilon(block: Block, delta: float, sensitivity: float) -> float:
     )
 
 
+@register_accountant
 class AdvancedAccountant(Accountant):
     """Per-step (eps, delta) composed by an advanced composition theorem.
 
@@ -437,6 +509,7 @@ class AdvancedAccountant(Accountant):
         return composition.heterogeneous_kov(eps, dls, counts, slack)[0]
 
 
+@register_accountant
 class DworkRothAccountant(AdvancedAccountant):
     """Advanced composition by Dwork-Roth Theorem 3.20 (paper Thm D.1); heterogeneous steps use
     the same form with sum eps_i^2 (Dwork, Rothblum & Vadhan 2010, Thm III.3)."""
@@ -448,14 +521,6 @@ class DworkRothAccountant(AdvancedAccountant):
         return composition.dwork_roth_epsilon(eps, counts, slack)
 
 
-ACCOUNTANTS: dict[str, Callable[..., Accountant]] = {
-    "gdp": GdpAccountant,
-    "rdp": RdpAccountant,
-    "pld": PldAccountant,
-    "zcdp": ZcdpAccountant,
-    "advanced": AdvancedAccountant,
-    "dwork-roth": DworkRothAccountant,
-}
 
 
 def get_accountant(name: str, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> Accountant:

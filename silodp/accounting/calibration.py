@@ -9,9 +9,10 @@ construction, never past the target. When the certified epsilon jumps across the
 (a certificate need not be continuous in the noise), the best certified point is returned with a
 ``note`` saying so.
 
-For ``pld`` the discretization is chosen from the number of compositions so that its (pessimistic,
-hence still certified) over-estimate stays below 0.2% of the target, and ``rtol`` is tightened to
-0.3%; typically two or three PLD evaluations suffice.
+Each accountant may tune its own settings through its ``calibration_settings`` hook: the PLD's
+discretization is chosen from the number of compositions so that its (pessimistic, hence still
+certified) over-estimate stays below 0.2% of the target, and ``rtol`` is tightened to 0.3%;
+typically two or three PLD evaluations suffice.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Callable
 from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
-from silodp.accounting.accountants import get_accountant
+from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, pld_discretization  # noqa: F401 (re-export)
 from silodp.accounting.pld import UncertifiableDeltaError
 from silodp.accounting.blocks import Mechanism, Sampling, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
@@ -42,10 +43,6 @@ class CalibrationMethod(enum.Enum):
 
 #: Calibration searches noise multipliers up to this; a target that needs more is refused at once.
 MAX_NOISE_MULTIPLIER = 1e7
-#: Measured over-estimate of a pessimistic PLD after T compositions: about _BIAS * T * disc^2.
-_BIAS = 2.5
-
-
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """Result of :func:`calibrate`: ``noise_multiplier`` certified (``epsilon``, ``delta``)-DP."""
@@ -61,27 +58,35 @@ class Calibration:
     note: str = ""
 
 
-def pld_discretization(epsilon: float, steps: int) -> float:
-    """The PLD grid for a target ``epsilon`` after ``steps`` compositions: a pessimistic PLD
-    over-estimates epsilon by about ``_BIAS * steps * disc^2`` (measured), so this keeps that
-    below 0.2% of the target, within [1e-4, 2e-3]. Any grid certifies; this one is tight enough."""
-    return min(2e-3, max(1e-4, math.sqrt(0.002 * epsilon / (_BIAS * steps))))
-
-
-def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant: str, neighbouring,
+def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant, neighbouring,
                      kwargs: dict) -> None:
     """ValueError at once (not after a long search) when even the largest noise multiplier the
     search tries does not certify ``epsilon``."""
     floor = _certifier(event_fn, delta, accountant, neighbouring, **kwargs)(MAX_NOISE_MULTIPLIER)
     if floor > epsilon:
-        raise ValueError(f"epsilon: {epsilon:g} is unreachable with {accountant}: even noise_multiplier="
+        raise ValueError(f"epsilon: {epsilon:g} is unreachable with {_name(accountant)}: even noise_multiplier="
                          f"{MAX_NOISE_MULTIPLIER:g} certifies {floor:.3g} at delta={delta:g}")
 
 
-def _certifier(event_fn: EventFn, delta: float, accountant: str, neighbouring, **kwargs) -> Callable[[float], float]:
+def _certifier(event_fn: EventFn, delta: float, make_accountant, neighbouring, **kwargs) -> Callable[[float], float]:
     def eps_of(z: float) -> float:
-        return get_accountant(accountant, neighbouring, **kwargs).compose(event_fn(z)).get_epsilon(delta)
+        return make_accountant(neighbouring, **kwargs).compose(event_fn(z)).get_epsilon(delta)
     return eps_of
+
+
+def _maker(accountant) -> Callable[..., Accountant]:
+    """An accountant factory ``(neighbouring, **settings) -> Accountant``: itself, or by registry name."""
+    if isinstance(accountant, str):
+        if accountant not in ACCOUNTANTS:
+            raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {accountant!r}")
+        return ACCOUNTANTS[accountant]
+    if not callable(accountant):
+        raise ValueError(f"accountant: must be a registry name or an accountant factory, got {accountant!r}")
+    return accountant
+
+
+def _name(accountant) -> str:
+    return accountant if isinstance(accountant, str) else getattr(accountant, "name", "") or repr(accountant)
 
 
 def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float, neighbouring) -> tuple[float, float]:
@@ -171,12 +176,17 @@ def calibrate(
     event_fn: EventFn,
     epsilon: float,
     delta: float,
-    accountant: str = "pld",
+    accountant: str | Callable[..., Accountant] = "pld",
     neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
     rtol: float = 0.01,
     **accountant_kwargs,
 ) -> Calibration:
     """Smallest noise multiplier z (within ``rtol``) with certified epsilon(event_fn(z), delta) <= epsilon.
+
+    ``accountant``: a factory ``(neighbouring, **accountant_kwargs) -> Accountant`` (an accountant
+    class) or its registry name. No accountant is special-cased: the factory's
+    ``calibration_settings`` hook (:meth:`~silodp.accounting.accountants.Accountant.calibration_settings`)
+    may tune its settings (the PLD chooses its grid there).
 
     Raises ``ValueError`` naming the argument when the budget cannot be met (e.g. a delta that
     the (epsilon, delta) events alone already exceed, or a target needing z > 1e7).
@@ -185,39 +195,28 @@ def calibrate(
     dl = check_delta("delta", delta)
     if not 0 < rtol < 0.5:
         raise ValueError(f"rtol: must lie in (0, 0.5), got {rtol}")
-    reason = get_accountant(accountant, neighbouring, **accountant_kwargs).unsupported_reason(event_fn(1.0))
+    make = _maker(accountant)
+    reason = make(neighbouring, **accountant_kwargs).unsupported_reason(event_fn(1.0))
     if reason:
-        raise ValueError(f"accountant {accountant!r} cannot certify this mechanism: {reason}")
-    name = accountant
+        raise ValueError(f"accountant {_name(accountant)!r} cannot certify this mechanism: {reason}")
+    name = _name(accountant)
     start, slope = _gdp_guess(event_fn, eps, dl, neighbouring)
-    if accountant == "pld" and "value_discretization_interval" not in accountant_kwargs:
-        # A pessimistic PLD over-estimates epsilon by about _BIAS * T * disc^2 after T compositions
-        # (measured); choose disc so that this stays below 0.2% of the target. Any disc certifies.
-        steps = sum(b.count for b in flatten(event_fn(1.0)))
-        disc = pld_discretization(eps, steps)
-        # Discarded noise tails are charged to delta; keep their total below 1e-4 delta.
-        truncation = min(-20.0, math.log(1e-4 * dl / steps))
-        accountant_kwargs = {"value_discretization_interval": disc, "log_mass_truncation_bound": truncation}
-        name = f"pld(value_discretization_interval={disc:.2g})"
-        rtol = min(rtol, 0.003)
-        _check_reachable(event_fn, eps, dl, accountant, neighbouring, accountant_kwargs)
-        if disc < 5e-4:  # fine PLDs are costly: locate the answer on a 4x coarser grid first
-            coarse = _certifier(event_fn, dl, "pld", neighbouring, value_discretization_interval=4 * disc,
-                                log_mass_truncation_bound=truncation)
-            z_c, e_c, slope = _search(coarse, eps, 0.03, start, slope)
-            # predict the fine epsilon at z_c from the bias model, then step toward the goal
-            e_f = max(0.5 * e_c, e_c - _BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
-            if 0 < e_f < math.inf:
-                start = z_c * math.exp((math.log(eps * (1 - rtol / 2)) - math.log(e_f)) / slope)
-    else:
-        _check_reachable(event_fn, eps, dl, accountant, neighbouring, accountant_kwargs)
-    eps_of = _certifier(event_fn, dl, accountant, neighbouring, **accountant_kwargs)
+    hook = getattr(make, "calibration_settings", None)
+    tuned = hook(event_fn(1.0), eps, dl, dict(accountant_kwargs)) if hook is not None else None
+    if tuned is not None:  # the accountant's own settings (the PLD's grid) and their tolerance
+        accountant_kwargs, name, rtol = dict(tuned.settings), tuned.label, min(rtol, tuned.rtol)
+    _check_reachable(event_fn, eps, dl, make, neighbouring, accountant_kwargs)
+    if tuned is not None and tuned.coarse is not None:  # locate the answer with the cheaper settings first
+        z_c, e_c, slope = _search(_certifier(event_fn, dl, make, neighbouring, **tuned.coarse), eps, 0.03, start, slope)
+        e_f = max(0.5 * e_c, e_c - tuned.coarse_gap)  # the fine epsilon at z_c, predicted
+        if 0 < e_f < math.inf:
+            start = z_c * math.exp((math.log(eps * (1 - rtol / 2)) - math.log(e_f)) / slope)
+    eps_of = _certifier(event_fn, dl, make, neighbouring, **accountant_kwargs)
     z, certified, _ = _search(eps_of, eps, rtol, start, slope)
     note = "" if certified >= eps * (1.0 - rtol) or z < 1e-4 else (
         f"certified epsilon {certified:.6g} is more than rtol={rtol:g} below the target: the certificate "
         f"of {name} jumps across the band [{eps * (1 - rtol):.6g}, {eps:g}] as the noise varies")
-    settings = dict(accountant_kwargs) if accountant == "pld" else {}
-    return Calibration(z, certified, dl, eps, name, settings, note)
+    return Calibration(z, certified, dl, eps, name, dict(accountant_kwargs), note)
 
 
 #: Accountants :func:`candidate_accountants` tries, tightest first.

@@ -340,9 +340,3 @@ def calibrate_noise(groups: tuple[PvecGroup, ...], weights: tuple[float, ...], e
             lo = mid
     return bs(hi), certify(hi)
 
-
-def noise_variance(g: int, b: int, messages: int, bound: float) -> float:
-    """Per-coordinate variance of P_vec's sum estimate from the binomial noise: (2 B / g)^2 m b / 4
-    (B the range the levels span: L, or gamma after rotation); randomized rounding adds at most
-    (2 B / g)^2 m / 4."""
-    return (2.0 * check_positive("bound", bound) / g) ** 2 * messages * b * 0.25

@@ -303,3 +303,32 @@ class ReleaseLedger:
     def counts(self) -> dict[str, int]:
         """Messages sent per group so far."""
         return dict(self._counts)
+
+
+def shuffle_invocations(plan: Sequence["ShuffleRelease"], dimension: int, delta: float | None,
+                        params: dict | None = None) -> list:
+    """A shuffle-DP algorithm's protocol invocations (``plan``: the paper's per-invocation budgets)
+    in ``dimension`` coordinates. Where all the invocations a record can enter would spend more
+    than the target ``delta`` (the paper's budgets assume each record is used once), their deltas
+    are shrunk so that they spend half of it. With ``params`` (per group (g, b, p, rotate))
+    attached, each invocation's epsilon is what those parameters certify at its delta for one
+    message (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
+    :func:`releases_event` stays sound."""
+    from silodp.accounting import pvec
+
+    plan = [dataclasses.replace(r, dimension=dimension) for r in plan]
+    spent = sum(delta_weight(r) * r.delta for r in plan if r.count)
+    if delta is not None and spent > delta:  # the paper's deltas assume one use per record
+        shrink = delta / (2.0 * spent)
+        plan = [dataclasses.replace(r, delta=r.delta * shrink) for r in plan]
+    if params is None:
+        return plan
+    out = []
+    for r in plan:
+        key = tuple(params.get(r.group, ()))
+        eps = math.inf
+        if r.count and len(key) > 2 and float(key[2]) == 0.5 and r.delta > 0:
+            eps = max(pvec.invocation_epsilon(int(key[0]), int(key[1]), r.messages, dimension,
+                                              len(key) > 3 and bool(key[3]), r.delta), 1e-12)
+        out.append(dataclasses.replace(r, params=key, epsilon=eps))
+    return out

@@ -23,19 +23,20 @@ clip), over the batch weights; never from the algorithm's own say-so.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
+import warnings
+import weakref
 from typing import ClassVar
 
 import torch
 
 from silodp._validation import check_count
 from silodp.accounting.pvec import rotated_bound
-from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, ShuffleRelease
+from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, shuffle_invocations
 
 from . import grads as _grads
-from .federation import BatchSampler
+from .federation import BatchSampler, SubsetSampler
 from .privacy import CALIBRATIONS, TranscriptConfig
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
@@ -43,19 +44,6 @@ from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_
 #: ``output``: None (the algorithm's own rule), "random" (the same: a uniformly random iterate where the
 #: Alg says so), "last" (the last iterate, post-processing of the same releases)
 OUTPUTS = (None, "random", "last")
-
-
-class Batch(tuple):
-    """``(x, y, weights, idx)`` of one minibatch (or the full data, ``idx`` None), with the
-    ``sampling`` that drew it (:class:`~silodp.accounting.releases.BatchSampling`)."""
-
-    sampling: BatchSampling
-
-    def __new__(cls, x, y, weights, idx, sampling: BatchSampling):
-        out = super().__new__(cls, (x, y, weights, idx))
-        out.sampling = sampling
-        return out
-
 
 
 def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
@@ -91,8 +79,8 @@ class FederatedAlgorithm:
     default_replacement: ClassVar[bool] = True
     #: True for algorithms whose run calibrates its own noise (not through calibrate_algorithm)
     self_calibrating: ClassVar[bool] = False
-    #: the per-run :class:`Context` class (None: :class:`Context`); a hook for instruments that
-    #: record more of a run (privacy audits) or alter one step (deliberately broken variants)
+    #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
+    #: :data:`INSTRUMENTS_MODULE` (audit recordings, mutations) subclass it
     context_class: ClassVar[type | None] = None
 
     def __init__(self, *, rounds: int = 10, batch_size: int = 32, step_size: float | None = None,
@@ -226,26 +214,8 @@ class FederatedAlgorithm:
         those parameters certify at its delta for one message
         (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
         :func:`~silodp.accounting.releases.releases_event` stays sound."""
-        from silodp.accounting import pvec
-        from silodp.accounting.releases import delta_weight
-
         plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
-        plan = [dataclasses.replace(r, dimension=cfg.dimension) for r in plan]
-        spent = sum(delta_weight(r) * r.delta for r in plan if r.count)
-        if budgets and spent > budgets["delta"]:  # the paper's deltas assume one use per record
-            shrink = budgets["delta"] / (2.0 * spent)
-            plan = [dataclasses.replace(r, delta=r.delta * shrink) for r in plan]
-        if params is None:
-            return plan
-        out = []
-        for r in plan:
-            key = tuple(params.get(r.group, ()))
-            eps = math.inf
-            if r.count and len(key) > 2 and float(key[2]) == 0.5 and r.delta > 0:
-                eps = max(pvec.invocation_epsilon(int(key[0]), int(key[1]), r.messages, cfg.dimension,
-                                                  len(key) > 3 and bool(key[3]), r.delta), 1e-12)
-            out.append(dataclasses.replace(r, params=key, epsilon=eps))
-        return out
+        return shuffle_invocations(plan, cfg.dimension, budgets["delta"] if budgets else None, params)
 
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
     paper_noise: ClassVar = None
@@ -317,16 +287,7 @@ class FederatedAlgorithm:
             return {k: 0.0 for k in self.noise_keys}, math.inf, None, None
         explicit = self.shuffle_params if self.shuffled else self.sigmas
         if explicit is not None:
-            if self.shuffled:
-                shuffle = _shuffle_groups(explicit, self.message_groups)
-                return {}, self.epsilon, self.delta, shuffle
-            missing = [k for k in self.noise_keys if k not in explicit]
-            if missing:
-                raise ValueError(f"sigmas: missing keys {missing} (need {list(self.noise_keys)})")
-            bad = [k for k in self.noise_keys if not float(explicit[k]) >= 0]
-            if bad:
-                raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
-            return {k: float(explicit[k]) for k in self.noise_keys}, self.epsilon, self.delta, None
+            return self._certify_explicit(problem, federation, explicit)
         from .privacy import calibrate_algorithm
 
         delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
@@ -336,6 +297,37 @@ class FederatedAlgorithm:
         if self.shuffled:
             shuffle = _shuffle_groups(cal.shuffle, self.message_groups)
         return dict(cal.sigmas), float(cal.epsilon), float(cal.delta), shuffle
+
+    def _certify_explicit(self, problem, federation, explicit: dict):
+        """Explicit ``sigmas`` / ``shuffle_params``: the certificate is what they certify (by the
+        accountant chosen, else the tightest), at ``delta`` (default 1 / n^2), never the request's
+        ``epsilon``; a run whose parameters certify more than a requested ``epsilon`` warns."""
+        from .privacy import certify, certify_shuffle
+
+        delta = float(self.delta) if self.delta is not None else 1.0 / federation.min_size ** 2
+        if self.shuffled:
+            shuffle = _shuffle_groups(explicit, self.message_groups)
+            sigmas = {}
+            eps, _ = certify_shuffle(type(self), self.transcript_config(problem, federation),
+                                     {g: p.key() for g, p in shuffle.items()}, delta, self.accountant, self.epsilon)
+        else:
+            missing = [k for k in self.noise_keys if k not in explicit]
+            if missing:
+                raise ValueError(f"sigmas: missing keys {missing} (need {list(self.noise_keys)})")
+            bad = [k for k in self.noise_keys if not float(explicit[k]) >= 0]
+            if bad:
+                raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
+            sigmas, shuffle = {k: float(explicit[k]) for k in self.noise_keys}, None
+            eps, _ = certify(type(self), self.transcript_config(problem, federation), sigmas, delta, self.accountant)
+        if self.epsilon is not None and not eps <= float(self.epsilon) * (1 + 1e-9):
+            warnings.warn(f"{self.name}: the explicit noise certifies epsilon {eps:.6g} at delta {delta:.3g}, "
+                          f"above the requested {float(self.epsilon):.6g}", stacklevel=3)
+        return sigmas, float(eps), delta, shuffle
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run" in cls.__dict__:
+            raise TypeError(f"{cls.__name__}: run is the channel's verb and cannot be overridden; implement _run")
 
     # -- the verb ------------------------------------------------------------------------------
     def run(self, problem, federation, seed: int = 0, replay: RunResult | None = None,
@@ -348,169 +340,338 @@ class FederatedAlgorithm:
         """
         self._validate(problem, federation)
         sigmas, epsilon, delta, shuffle = self.resolve_noise(problem, federation)
-        ctx = (self.context_class or Context)(self, problem, federation, int(seed), sigmas, shuffle, replay)
+        kind = self.context_class or Context
+        if not (isinstance(kind, type) and issubclass(kind, Context)):
+            raise ValueError(f"context_class: must be Context or an instrument of {INSTRUMENTS_MODULE}, got {kind!r}")
+        ctx = kind(self, problem, federation, int(seed), sigmas, shuffle, replay)
         ctx.callback = callback
-        w0 = self.w0 if self.w0 is not None else problem.model.init(ctx.gen, dtype=federation.x.dtype)
+        w0 = self.w0 if self.w0 is not None else problem.model.init(ctx._gen, dtype=federation.x.dtype)
         w_last = self._run(ctx, w0.to(federation.x.dtype).clone())
-        if self.picks_uniform and ctx.iterates:
-            pick = int(torch.randint(len(ctx.iterates), (1,), generator=ctx.gen))
-            w_priv = ctx.iterates[pick]
-        else:
-            w_priv = w_last
+        w_priv = ctx.uniform_iterate() if self.picks_uniform and ctx.iterates else w_last
         return RunResult(self.name, w_priv.clone(), w_last.clone(), ctx.history, sigmas, epsilon, delta,
                          None if shuffle is None else {g: vars(p) for g, p in shuffle.items()},
-                         ctx.entries, self.get_params(), ctx.ledger.sent)
+                         ctx._entries, self.get_params(), ctx._ledger.sent,
+                         None if self.epsilon is None else float(self.epsilon))
 
     def _run(self, ctx: "Context", w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        """The algorithm's rounds: batches, terms and sends through ``ctx``; returns the last
+        iterate (a function of released values and public state only)."""
         raise NotImplementedError
 
 
-class Context:
-    """Per-run state: one generator, the channel (Gaussian or shuffle), the release ledger,
-    transcript and metrics."""
+class Term:
+    """Clipped per-record terms of one batch, computed by :meth:`Context.term` and consumed (once)
+    by :meth:`Context.send`: an opaque handle. Its values stay in the channel, so an algorithm can
+    neither read, scale nor replace them; ``bound`` is the l2 bound of each per-record term (the
+    clip norm, twice it for a difference, or the difference clip), the contribution bound the
+    ledger divides the noise by."""
 
-    #: whether sent messages must stay within the algorithm's declaration (off only for the
-    #: deliberately broken variants of :mod:`silodp.verify.audit.mutations`, which the audits must catch)
-    check_releases: ClassVar[bool] = True
+    __slots__ = ("bound", "_batch", "__weakref__")
+
+    def __init__(self, bound, batch: "Batch") -> None:
+        self.bound = bound
+        self._batch = batch
+
+    def __repr__(self) -> str:
+        return f"Term(bound={self.bound!r}, batch={self._batch!r})"
+
+
+class Batch:
+    """An opaque handle of one minibatch (or the full data) the channel drew: ``sampling``
+    (:class:`~silodp.accounting.releases.BatchSampling`) and ``size`` (records per silo) are
+    public, the records, their labels and indices stay in the channel."""
+
+    __slots__ = ("sampling", "size", "_x", "_y", "_weights", "_idx", "__weakref__")
+
+    def __init__(self, x, y, weights, idx, sampling: BatchSampling, size: int) -> None:
+        self.sampling, self.size = sampling, int(size)
+        self._x, self._y, self._weights, self._idx = x, y, weights, idx
+
+    def __repr__(self) -> str:
+        return f"Batch({self.sampling.value}, size={self.size})"
+
+
+#: Context subclasses may only be declared in this module (the audit, trial and mutation
+#: instruments); an algorithm cannot bring its own channel.
+INSTRUMENTS_MODULE = "silodp.verify.instruments"
+#: Instruments whose releases are not checked against the declaration: the deliberately broken
+#: variants of :mod:`silodp.verify.audit.mutations`, which the audits must catch on their own.
+_UNCHECKED: set = set()
+
+
+def _unchecked_instrument(cls: type) -> type:
+    """Test-only hook (used by :mod:`silodp.verify.instruments` for the audit's mutations): runs
+    through the instrument ``cls`` are not checked against the declaration."""
+    if not (isinstance(cls, type) and issubclass(cls, Context) and cls.__module__ == INSTRUMENTS_MODULE):
+        raise TypeError("only the audit instruments of silodp.verify.instruments may run unchecked")
+    _UNCHECKED.add(cls)
+    return cls
+
+
+class Context:
+    """The channel of one run: it owns the data, the generator and the release ledger.
+
+    The algorithm draws batches through it (:meth:`sampler`, :meth:`batch`, :meth:`full`: opaque
+    :class:`Batch` handles), asks it for clipped per-record terms (:meth:`term`: an opaque
+    :class:`Term`) and sends them (:meth:`send`), receiving only noised releases; offsets must be
+    values the channel released. Public state: :attr:`num_silos`, :attr:`min_size`, :attr:`clip`,
+    :attr:`beta`, :attr:`dtype`, :attr:`eta`, :attr:`sigmas`, :attr:`iterates`. Gaussian and shuffle
+    releases go through :meth:`send`, which dispatches on the algorithm's kind.
+
+    Instruments (stacked trials, audit recordings, mutations) subclass it in
+    :data:`INSTRUMENTS_MODULE` only, overriding the narrow hooks ``_expand``, ``_scale``,
+    ``_clip_terms``, ``_noise_std``, ``_noise_generator``, ``_per_silo_offset``, ``_aggregate``,
+    ``_offset_mean``, ``_shuffle_aggregate``.
+    """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ != INSTRUMENTS_MODULE:
+            raise TypeError(f"{cls.__name__}: the channel cannot be subclassed outside {INSTRUMENTS_MODULE}")
 
     def __init__(self, algo, problem, federation, seed, sigmas, shuffle, replay):
-        self.algo, self.problem, self.fed = algo, problem, federation
-        declared = algo.declared_releases(problem, federation, sigmas, shuffle) if self.check_releases else None
-        self.ledger = ReleaseLedger(declared)
-        self._term_bound = None
-        self.gen = torch.Generator().manual_seed(seed)
-        self.sigmas, self.shuffle = sigmas, shuffle
+        self._algo, self._problem, self._fed = algo, problem, federation
+        self._checked = type(self) not in _UNCHECKED
+        declared = self._declaration(algo, problem, federation, sigmas, shuffle) if self._checked else None
+        self._ledger = ReleaseLedger(declared)
+        self._gen = torch.Generator().manual_seed(seed)
+        self._sigmas, self._shuffle = dict(sigmas), shuffle
         self.eta = algo.eta(problem)
-        self.entries = [] if (algo.record_transcript or replay is not None) else None
+        self._entries = [] if (algo.record_transcript or replay is not None) else None
         if replay is not None and replay.transcript is None:
             raise ValueError("replay: the replayed result has no transcript (run with record_transcript=True)")
         self._replay = replay.transcript if replay is not None else None
+        self._replay_pos = 0
+        self._samplers = weakref.WeakValueDictionary()
+        self._batches = weakref.WeakValueDictionary()
+        self._terms: dict[int, tuple] = {}
+        self._released = weakref.WeakValueDictionary()
         self.round = 0
         self.history = {"round": [], "objective": [], "grad_mapping_norm": [], "accuracy": []}
         self.iterates: list[torch.Tensor] = []
         self.callback = None
 
+    @staticmethod
+    def _declaration(algo, problem, federation, sigmas, shuffle):
+        """The releases this run must stay within (the algorithm's declaration)."""
+        return algo.declared_releases(problem, federation, sigmas, shuffle)
+
+    # -- public state --------------------------------------------------------------------------
+    @property
+    def num_silos(self) -> int:
+        return self._fed.num_silos
+
+    @property
+    def min_size(self) -> int:
+        return self._fed.min_size
+
+    @property
+    def clip(self) -> float | None:
+        return self._problem.clip
+
+    @property
+    def beta(self) -> float | None:
+        return self._problem.beta
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._fed.x.dtype
+
+    @property
+    def sigmas(self) -> dict:
+        """The noise standard deviations of this run (a copy)."""
+        return dict(self._sigmas)
+
+    def prox(self, v: torch.Tensor, step: float | None = None) -> torch.Tensor:
+        """The regularizer's prox at step ``step`` (default :attr:`eta`): public post-processing."""
+        return self._problem.regularizer.prox(v, self.eta if step is None else step)
+
+    def uniform_iterate(self) -> torch.Tensor:
+        """A uniformly random element of :attr:`iterates` (Alg 1 line 15, Alg 2 line 3)."""
+        return self.iterates[int(torch.randint(len(self.iterates), (1,), generator=self._gen))]
+
+    def coin(self, n: int, p: float) -> torch.Tensor:
+        """``n`` independent Bernoulli(``p``) draws (e.g. DP-SCAFFOLD's user sampling), data-free."""
+        return torch.rand(n, generator=self._gen, dtype=torch.float64) < float(p)
+
     # -- data ----------------------------------------------------------------------------------
-    def sampler(self, batch_size: int, replacement: bool | None = None) -> BatchSampler:
-        rep = self.algo.uses_replacement if replacement is None else replacement
-        return BatchSampler(self.fed.counts, batch_size, rep, self.gen)
-
-    def available(self) -> torch.Tensor:
-        return self.fed.sample_available(self.gen)
-
-    def batch(self, sampler) -> Batch:
-        idx = sampler.next()
-        x, y = self.fed.gather(idx)
-        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self.fed.x.dtype)
-        return Batch(x, y, weights, idx, sampler.sampling)
-
-    def full(self) -> Batch:
-        return Batch(self.fed.x, self.fed.y, self.fed.weights, None, BatchSampling.FULL)
-
-    def prox(self, v: torch.Tensor) -> torch.Tensor:
-        return self.problem.regularizer.prox(v, self.eta)
-
-    # -- gradients -----------------------------------------------------------------------------
-    def term(self, data, w: torch.Tensor, w_old: torch.Tensor | None = None, diff_clip: float | None = None):
-        """Clipped gradient term of every silo on ``data`` at ``w`` (minus the one at ``w_old``).
-
-        Gaussian channel without ``diff_clip``: the weighted sums ``[N, d]`` (ghost clipping).
-        Otherwise the per-sample vectors ``[N, K, d]``, differences clipped to ``diff_clip``.
-        """
-        x, y, weights, _ = data
-        clip = self.problem.clip
-        # the l2 bound of each per-record term, for the release ledger (see :meth:`record`)
-        self._term_bound = diff_clip if diff_clip is not None else (None if clip is None else
-                                                                    (2 * clip if w_old is not None else clip))
-        if not self.algo.shuffled and diff_clip is None:
-            out = _grads.clipped_grad_sum(self.problem, w, x, y, weights, clip, self.algo.grad_method)
-            if w_old is not None:
-                out = out - _grads.clipped_grad_sum(self.problem, w_old, x, y, weights, clip, self.algo.grad_method)
-            return out
-        out = _grads.clipped_per_sample(self.problem, w, x, y, clip)
-        if w_old is not None:
-            out = out - _grads.clipped_per_sample(self.problem, w_old, x, y, clip)
-            if diff_clip is not None:
-                out = _grads.clip_rows(out, diff_clip)
+    def sampler(self, batch_size: int, replacement: bool | None = None, subset: bool = False):
+        """Minibatch indices of every silo: with or without replacement
+        (:class:`~silodp.algorithms.federation.BatchSampler`), or ``subset``: a fresh uniform subset
+        per step (:class:`~silodp.algorithms.federation.SubsetSampler`)."""
+        if subset:
+            out = SubsetSampler(self._fed.mask, batch_size, self._gen)
+        else:
+            rep = self._algo.uses_replacement if replacement is None else replacement
+            out = BatchSampler(self._fed.counts, batch_size, rep, self._gen)
+        self._samplers[id(out)] = out
         return out
 
+    def available(self) -> torch.Tensor:
+        return self._fed.sample_available(self._gen)
+
+    def _issue(self, batch: Batch) -> Batch:
+        self._batches[id(batch)] = batch
+        return batch
+
+    def batch(self, sampler) -> Batch:
+        if self._samplers.get(id(sampler)) is not sampler:
+            raise ValueError("sampler: must come from this run's Context.sampler")
+        idx = sampler.next()
+        x, y = self._fed.gather(idx)
+        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype)
+        return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1]))
+
+    def full(self) -> Batch:
+        fed = self._fed
+        return self._issue(Batch(fed.x, fed.y, fed.weights, None, BatchSampling.FULL, fed.min_size))
+
+    # -- gradients -----------------------------------------------------------------------------
+    def term(self, data: Batch, w: torch.Tensor, w_old: torch.Tensor | None = None,
+             diff_clip: float | torch.Tensor | None = None) -> Term:
+        """Clipped gradient terms of every silo on ``data`` at ``w`` (minus the ones at ``w_old``,
+        the differences clipped to ``diff_clip``), as an opaque :class:`Term`."""
+        if not isinstance(data, Batch) or self._batches.get(id(data)) is not data:
+            raise ValueError("data: must come from this run's Context.batch or Context.full")
+        values, bound = self._clip_terms(data, w, w_old, diff_clip)
+        out = Term(bound, data)
+        query = (w.detach().clone(), None if w_old is None else w_old.detach().clone(), diff_clip)
+        self._terms[id(out)] = (out, values, query)
+        return out
+
+    def _clip_terms(self, data: Batch, w, w_old, diff_clip):
+        """(values, bound): the weighted sums ``[N, d]`` (Gaussian channel, ghost clipping) or the
+        per-sample vectors ``[N, K, d]``, and each per-record term's l2 bound."""
+        x, y, weights = data._x, data._y, data._weights
+        clip, problem = self._problem.clip, self._problem
+        w, w_old, dc = self._expand(w), self._expand(w_old), self._scale(diff_clip)
+        bound = diff_clip if diff_clip is not None else (None if clip is None else (2 * clip if w_old is not None else clip))
+        if not self._algo.shuffled and diff_clip is None:
+            out = _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method)
+            if w_old is not None:
+                out = out - _grads.clipped_grad_sum(problem, w_old, x, y, weights, clip, self._algo.grad_method)
+            return out, bound
+        out = _grads.clipped_per_sample(problem, w, x, y, clip)
+        if w_old is not None:
+            out = out - _grads.clipped_per_sample(problem, w_old, x, y, clip)
+            if dc is not None:
+                out = _grads.clip_rows(out, dc)
+        return out, bound
+
+    def _expand(self, w):
+        """The query point of every silo (stacked trials: one per trial, repeated per silo)."""
+        return w
+
+    def _scale(self, value):
+        """A per-run scale as one value per silo (stacked trials)."""
+        return value
+
     # -- the channel ---------------------------------------------------------------------------
-    def send(self, group: str, term: torch.Tensor, data, avail: torch.Tensor, std: float = 0.0,
-             bound: float | None = None, offset: torch.Tensor | None = None):
-        """Each available silo releases its message; returns ``(aggregate [d], released [N, d])``.
+    def send(self, group: str, term: Term, avail: torch.Tensor, std: float | torch.Tensor = 0.0,
+             offset: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Each available silo releases its message of ``group``; returns ``(aggregate [d],
+        released [N, d])``.
 
         Gaussian: message = (weighted) term + offset + N(0, std^2 I), noise for all silos in one
-        draw. Shuffle: the silos' per-sample vectors go through P_vec with ``bound``; the
+        draw. Shuffle: the silos' per-record vectors go through P_vec with the term's bound; the
         aggregate is the analyzer's estimate divided by the number of messages, plus the mean
-        offset. ``released`` is None on the shuffle channel.
+        offset; ``released`` is None. ``term`` must come from :meth:`term` (each is sent once);
+        ``offset`` must be a value this channel released (public), else ``ValueError``.
         """
-        _, _, weights, idx = data
-        a = avail.to(self.fed.x.dtype)
-        messages = int(((weights > 0).to(a.dtype) * a[:, None]).sum()) if self.algo.shuffled else 0
-        self.record(group, data, std, messages)
-        m = a.sum()
+        held = self._terms.pop(id(term), None)
+        if held is None or held[0] is not term:
+            raise ValueError(f"release of group {group!r}: its term was not computed by Context.term "
+                             "(or was sent already)")
+        _, values, query = held
+        if offset is not None and self._released.get(id(offset)) is not offset:
+            raise ValueError(f"offset of group {group!r}: must be a value this channel released")
+        data = term._batch
+        weights, idx = data._weights, data._idx
+        a = avail.to(self._fed.x.dtype)
+        std = self._noise_std(group, term, std)
+        messages = int(((weights > 0).to(a.dtype) * a[:, None]).sum()) if self._algo.shuffled else 0
+        self._record(group, data, std, term.bound, messages)
         replayed = self._next_replay(group)
-        if self.algo.shuffled:
-            agg, messages = self._shuffle(group, term, weights, a, bound)
+        if self._algo.shuffled:
+            bound = torch.clamp(term.bound, min=1e-12) if isinstance(term.bound, torch.Tensor) else max(term.bound, 1e-12)
+            agg, messages = self._shuffle_aggregate(group, values, weights, a, bound)
             if offset is not None:
-                agg = agg + (offset if offset.dim() == 1 else (offset * a[:, None]).sum(0) / m)
+                agg = agg + self._offset_mean(offset, a)
             released = None
         else:
-            mean = term if term.dim() == 2 else torch.einsum("nk,nkd->nd", weights, term)
-            noise = torch.randn(mean.shape, generator=self.gen, dtype=mean.dtype) * float(std)
-            messages = mean + noise if offset is None else mean + offset + noise
+            mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
+            scale = self._scale(std) if isinstance(std, torch.Tensor) else float(std)
+            noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype) * scale
+            messages = mean + noise if offset is None else mean + self._per_silo_offset(offset) + noise
             released = replayed["messages"] if replayed is not None else messages
-            agg = (released * a[:, None]).sum(0) / m
+            agg = self._aggregate(released, a)
+            self._released[id(released)] = released
         if replayed is not None:
             agg = replayed["aggregate"]
-        if self.entries is not None:
-            self.entries.append({"round": self.round, "group": group, "available": avail.clone(),
-                                 "batch": None if idx is None else idx.clone(), "sampling": data.sampling,
-                                 "std": float(std),
-                                 "messages": messages.detach().clone(), "aggregate": agg.detach().clone()})
+        self._released[id(agg)] = agg
+        if self._entries is not None:
+            w, w_old, diff_clip = query
+            self._entries.append({"round": self.round, "group": group, "available": avail.clone(),
+                                  "batch": None if idx is None else idx.clone(), "sampling": data.sampling,
+                                  "std": float(std), "messages": messages.detach().clone(),
+                                  "aggregate": agg.detach().clone(), "w": w, "w_old": w_old, "diff_clip": diff_clip,
+                                  "offset": None if offset is None else offset.detach().clone()})
         return agg, released
 
-    def record(self, group: str, data: Batch, std, messages: int = 0) -> None:
+    def _noise_std(self, group: str, term: Term, std):
+        return std
+
+    def _noise_generator(self) -> torch.Generator:
+        return self._gen
+
+    def _per_silo_offset(self, offset: torch.Tensor) -> torch.Tensor:
+        return offset
+
+    def _aggregate(self, released: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return (released * a[:, None]).sum(0) / a.sum()
+
+    def _offset_mean(self, offset: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return offset if offset.dim() == 1 else (offset * a[:, None]).sum(0) / a.sum()
+
+    def _record(self, group: str, data: Batch, std, bound, messages: int = 0) -> None:
         """Enter one message of ``group`` in the release ledger (raises when not declared).
-        Noise multiplier: ``std`` over the contribution bound, the last :meth:`term`'s l2 bound
-        times the largest batch weight (the smallest multiplier over silos and stacked runs).
-        Shuffle: the protocol parameters (g, b, p, rotate) and the ``messages`` summed."""
-        bound, self._term_bound = self._term_bound, None
-        batch = self.fed.min_size if data[3] is None else int(data[3].shape[1])
-        sampling = getattr(data, "sampling", None)
-        if sampling is None:
-            raise ValueError(f"release of group {group!r}: data must come from Context.batch or Context.full")
-        if self.algo.shuffled:
-            p = self.shuffle[group]
-            sent = Sent(group, sampling, batch, self.fed.min_size, params=p.key(), messages=messages)
+        Noise multiplier: ``std`` over the contribution bound, the term's l2 bound times the
+        largest batch weight (the smallest multiplier over silos and stacked runs). Shuffle: the
+        protocol parameters (g, b, p, rotate) and the ``messages`` summed."""
+        batch = self._fed.min_size if data._idx is None else int(data._idx.shape[1])
+        if self._algo.shuffled:
+            p = self._shuffle[group]
+            sent = Sent(group, data.sampling, batch, self._fed.min_size, params=p.key(), messages=messages)
         else:
             z = math.inf
-            if self.ledger.declared is not None or bound is not None:
+            if self._ledger.declared is not None or bound is not None:
                 if bound is None:
-                    raise ValueError(f"release of group {group!r}: its term was not computed by Context.term "
-                                     "(unknown contribution bound)")
-                weight = float(data[2].max())
+                    raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
+                weight = float(data._weights.max())
                 contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
                 ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
                 z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
-            sent = Sent(group, sampling, batch, self.fed.min_size, noise_multiplier=z)
-        self.ledger.record(sent)
+            sent = Sent(group, data.sampling, batch, self._fed.min_size, noise_multiplier=z)
+        self._ledger.record(sent)
 
     def _next_replay(self, group):
         if self._replay is None:
             return None
-        entry = self._replay[len(self.entries)]
+        if self._replay_pos >= len(self._replay):
+            raise ValueError("replay: transcript out of step (more releases than recorded)")
+        entry = self._replay[self._replay_pos]
+        self._replay_pos += 1
         if entry["group"] != group:
             raise ValueError(f"replay: transcript out of step (expected group {group!r}, found {entry['group']!r})")
         return entry
 
-    def _shuffle(self, group, term, weights, a, bound):
-        """P_vec on the sent rows of ``term``; returns (mean estimate, the analyzer's view or None)."""
-        sent = (weights > 0).to(term.dtype) * a[:, None]
-        est, view = self.pvec(term, bound, self.shuffle[group], sent)
+    def _shuffle_aggregate(self, group, values, weights, a, bound):
+        """P_vec on the sent rows of ``values``; returns (mean estimate, the analyzer's view or None)."""
+        sent = (weights > 0).to(values.dtype) * a[:, None]
+        est, view = self._pvec(values, bound, self._shuffle[group], sent)
         return est / int(sent.sum()), view
 
-    def pvec(self, term, bound, params, sent):
+    def _pvec(self, term, bound, params, sent):
         """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
         when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
         returns (estimate, the analyzer's view or None). The view, recorded in the transcript, is
@@ -520,13 +681,13 @@ class Context:
         n_msgs = int(sent.sum())
         d = term.shape[-1]
         if params.rotate:
-            signs = rotation_signs(d, self.gen, term.dtype)
+            signs = rotation_signs(d, self._gen, term.dtype)
             term, bound = rotate(term, signs), rotated_bound(float(bound), d)
         totals = None
-        if self.entries is None:
-            est = pvec_fast(term, bound, params, self.gen, weights=sent)
+        if self._entries is None:
+            est = pvec_fast(term, bound, params, self._gen, weights=sent)
         else:
-            counts = randomize(term, bound, params, self.gen)  # what each silo sends (never kept)
+            counts = randomize(term, bound, params, self._gen)  # what each silo sends (never kept)
             totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
             est = analyze(totals, n_msgs, bound, params).to(term.dtype)
         if params.rotate:
@@ -537,16 +698,17 @@ class Context:
     def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:
         if keep_iterate:
             self.iterates.append(w.detach().clone())
-        every = self.algo.metrics_every
+        every = self._algo.metrics_every
         if every and self.round % every == 0:
-            self.log(w)
+            self._log(w)
         if self.callback is not None:
             self.callback(self.round, w)
         self.round += 1
 
-    def log(self, w: torch.Tensor) -> None:
-        p = self.problem
+    def _log(self, w: torch.Tensor) -> None:
+        """Evaluation of the server's iterate on the training federation (the harness's, not a release)."""
+        p = self._problem
         self.history["round"].append(self.round)
-        self.history["objective"].append(p.objective(w, self.fed))
-        self.history["grad_mapping_norm"].append(p.grad_mapping_norm(w, self.fed, self.eta))
-        self.history["accuracy"].append(p.accuracy(w, self.fed))
+        self.history["objective"].append(p.objective(w, self._fed))
+        self.history["grad_mapping_norm"].append(p.grad_mapping_norm(w, self._fed, self.eta))
+        self.history["accuracy"].append(p.accuracy(w, self._fed))

@@ -6,9 +6,11 @@ from __future__ import annotations
 from silodp._validation import check_count
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 from .proxsgd import IsrlProxSGD
 
 
+@register_algorithm
 class IsrlMBSGD(IsrlProxSGD):
     """ISRL-DP minibatch SGD: Algorithm 6's update with minibatches drawn *with* replacement
     (privacy by subsampled composition instead of disjoint batches). Prox step for f1."""
@@ -18,6 +20,7 @@ class IsrlMBSGD(IsrlProxSGD):
     paper_noise = None  # Thm E.1 is Alg 6's (disjoint batches)
 
 
+@register_algorithm
 class MBSGD(IsrlMBSGD):
     """Non-private minibatch SGD (clipping still applied when the problem sets ``clip``)."""
 
@@ -25,6 +28,7 @@ class MBSGD(IsrlMBSGD):
     private = False
 
 
+@register_algorithm
 class IsrlLocalSGD(FederatedAlgorithm):
     """ISRL-DP Local SGD / FedAvg: each round, every available silo starts from the server model
     and takes ``local_steps`` noisy clipped-gradient steps; each step's noisy gradient
@@ -51,13 +55,13 @@ class IsrlLocalSGD(FederatedAlgorithm):
         steps = check_count("local_steps", self.local_steps)
         sampler = ctx.sampler(int(self.batch_size))
         std = ctx.sigmas.get("sigma", 0.0)
-        n = ctx.fed.num_silos
+        n = ctx.num_silos
         for _ in range(int(self.rounds)):
             avail = ctx.available()
             local = w.expand(n, -1).clone()
             for _ in range(steps):
                 data = ctx.batch(sampler)
-                _, released = ctx.send("grad", ctx.term(data, local), data, avail, std=std)
+                _, released = ctx.send("grad", ctx.term(data, local), avail, std=std)
                 local = local - ctx.eta * released
             a = avail.to(w.dtype)
             w = ctx.prox((local * a[:, None]).sum(0) / a.sum())
@@ -65,6 +69,7 @@ class IsrlLocalSGD(FederatedAlgorithm):
         return w
 
 
+@register_algorithm
 class LocalSGD(IsrlLocalSGD):
     """Non-private Local SGD (FedAvg)."""
 

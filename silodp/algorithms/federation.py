@@ -135,3 +135,19 @@ class BatchSampler:
         batch = self._perm[:, self._cursor : self._cursor + k]
         self._cursor += k
         return batch
+
+
+class SubsetSampler:
+    """Per silo, a fresh uniform subset of ``batch_size`` of its records (without replacement),
+    independent across steps and silos (DP-SCAFFOLD's data sampling); all silos in one
+    ``multinomial`` call."""
+
+    sampling = BatchSampling.SUBSET
+
+    def __init__(self, mask: torch.Tensor, batch_size: int, generator: torch.Generator):
+        self.weights = mask.to(torch.float64)
+        self.batch_size = int(batch_size)
+        self.generator = generator
+
+    def next(self) -> torch.Tensor:
+        return torch.multinomial(self.weights, self.batch_size, replacement=False, generator=self.generator)

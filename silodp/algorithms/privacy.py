@@ -3,8 +3,9 @@
 Every algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`, next
 to the ``_run`` that sends those messages); this module only turns a declaration into a
 calibration or a certificate with the accounting layer's generic machinery
-(:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). It knows
-no algorithm names: the registry (:mod:`silodp.algorithms.registry`) maps names to classes.
+(:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). A name is
+resolved by the registry (:mod:`silodp.algorithms.registry`, a leaf module); the class hands itself
+to the calibration, which never looks names up itself.
 
 ``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
 what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
@@ -16,15 +17,18 @@ transcript (:mod:`silodp.accounting.pvec` and :mod:`silodp.accounting.pvec_l2`; 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from silodp._validation import check_count, check_delta, check_noise_map, check_positive
-from silodp.accounting import CalibrationMethod as Calibration
-from silodp.accounting import get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import CalibrationMethod
+from silodp.accounting import candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
 
+from .registry import algorithm_class
 
-CALIBRATIONS = tuple(c.value for c in Calibration)
+
+CALIBRATIONS = tuple(c.value for c in CalibrationMethod)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,22 +92,6 @@ class NoiseCalibration:
     shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
-def algorithm_class(algorithm) -> type:
-    """The class of ``algorithm`` (a registry name, a class, or an instance)."""
-    from silodp.algorithms.registry import ALGORITHMS
-
-    if isinstance(algorithm, str):
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-        return ALGORITHMS[algorithm]
-    from silodp.algorithms.base import FederatedAlgorithm
-
-    cls = algorithm if isinstance(algorithm, type) else type(algorithm)
-    if not issubclass(cls, FederatedAlgorithm):
-        raise ValueError(f"algorithm: must be a registered name or a FederatedAlgorithm, got {cls.__name__}")
-    return cls
-
-
 def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
@@ -112,17 +100,64 @@ def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
 
 def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
             accountant: str | None = None) -> tuple[float, str]:
-    """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``."""
-    event = privacy_event(algorithm, cfg, sigmas)
-    dl = check_delta("delta", delta)
-    if accountant is None:
-        return tightest_epsilon(event, dl)
-    return get_accountant(accountant).compose(event).get_epsilon(dl), accountant
+    """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
+    (cached: a run's certificate is computed once per configuration)."""
+    key = tuple(sorted((k, float(v)) for k, v in sigmas.items()))
+    return _certify(algorithm_class(algorithm), cfg, key, check_delta("delta", delta), accountant)
 
 
-def _method(method: str) -> Calibration:
+@functools.lru_cache(maxsize=256)
+def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
+    event = releases_event(cls.releases(cfg, dict(sigmas)))
+    if accountant is not None:
+        return get_accountant(accountant).compose(event).get_epsilon(delta), accountant
     try:
-        return Calibration(method)
+        return tightest_epsilon(event, delta)
+    except ValueError:  # some candidate cannot reach a huge epsilon (tiny explicit noise): the others
+        results = []
+        for name in candidate_accountants(event):
+            try:
+                results.append((get_accountant(name).compose(event).get_epsilon(delta), name))
+            except ValueError:
+                continue
+        return min(results) if results else (math.inf, "none")
+
+
+def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
+                    accountant: str | None = None, target: float | None = None) -> tuple[float, str]:
+    """Certified epsilon (and the accountant) of a shuffle-DP transcript run with the protocol
+    parameters ``params`` (per message group (g, b, p, rotate)): the exact P_vec certificates of
+    the whole transcript (:func:`silodp.accounting.pvec.transcript_epsilon`), ``inf`` where some
+    group is not the binomial protocol at p = 1/2 (the certificate covers no other). ``target``:
+    the requested epsilon, which sets the certificate's grid (as the calibration does)."""
+    from silodp.accounting import pvec
+
+    cls, dl = algorithm_class(algorithm), check_delta("delta", delta)
+    l2 = _pvec_l2(accountant)
+    releases = [r for r in cls.shuffle_releases(cfg, None, params) if r.count]
+    if any(len(r.params) < 3 or float(r.params[2]) != 0.5 for r in releases):
+        return math.inf, accountant or PVEC_ACCOUNTANT
+    groups = _pvec_groups(releases, l2)
+    return pvec.transcript_epsilon(groups, dl, pvec.default_interval(target or 1.0)), accountant or PVEC_ACCOUNTANT
+
+
+def _pvec_l2(accountant: str | None) -> bool:
+    if accountant not in (None, PVEC_ACCOUNTANT, PVEC_PER_COORDINATE):
+        raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
+                         f"(the exact P_vec certificates) or {PVEC_PER_COORDINATE!r}, got {accountant!r}")
+    return accountant != PVEC_PER_COORDINATE
+
+
+def _pvec_groups(releases, l2: bool) -> tuple:
+    """The P_vec groups of ``releases``; without ``l2``, the per-coordinate PLD alone."""
+    from silodp.accounting.releases import pvec_groups
+
+    return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
+
+
+def _method(method: str) -> CalibrationMethod:
+    try:
+        return CalibrationMethod(method)
     except ValueError:
         raise ValueError(f"method: must be one of {CALIBRATIONS}, got {method!r}") from None
 
@@ -137,7 +172,7 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
         return NoiseCalibration(cls.name, {}, math.inf, dl, "none", how.value)
     if cls.shuffled:
         return _calibrate_shuffle(cls, cfg, eps, dl, how, accountant)
-    if how == Calibration.PAPER:
+    if how == CalibrationMethod.PAPER:
         sig = cls.paper_sigmas(cfg, eps, dl)
         certified, acc = certify(cls, cfg, sig, dl, accountant)
         return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value)
@@ -157,7 +192,7 @@ PVEC_ACCOUNTANT = "pvec"
 PVEC_PER_COORDINATE = "pvec-pld"
 
 
-def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accountant: str | None) -> NoiseCalibration:
+def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, accountant: str | None) -> NoiseCalibration:
     """Shuffle-DP (paper Alg 7-10 on P_vec, Alg 4-5): the binomial protocol's trials b of every
     message group from the exact P_vec certificates of the whole transcript
     (:func:`silodp.accounting.pvec.transcript_epsilon`: the l2-aware Renyi moments and the
@@ -174,21 +209,17 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: Calibration, accoun
     certificates), or "pvec-pld" (the per-coordinate PLD alone, for comparison).
     """
     from silodp.accounting import pvec
-    from silodp.accounting.releases import pvec_groups
 
-    if accountant not in (None, PVEC_ACCOUNTANT, PVEC_PER_COORDINATE):
-        raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
-                         f"(the exact P_vec certificates) or {PVEC_PER_COORDINATE!r}, got {accountant!r}")
-    l2 = accountant != PVEC_PER_COORDINATE
+    l2 = _pvec_l2(accountant)
 
     def groups(releases) -> tuple:
-        return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
+        return _pvec_groups(releases, l2)
 
     total, dl = dl, dl - cfg.charged_delta  # the certificates get what availability left
     if dl <= 0:
         raise ValueError(f"delta: {total:g} is spent by the availability tail ({cfg.charged_delta:g})")
     plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
-    rotate = how == Calibration.TIGHT
+    rotate = how == CalibrationMethod.TIGHT
     h = pvec.default_interval(eps)
 
     def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:

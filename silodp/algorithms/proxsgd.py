@@ -8,8 +8,10 @@ from silodp.accounting import papers
 from silodp.accounting.releases import ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
+@register_algorithm
 class IsrlProxSGD(FederatedAlgorithm):
     """ISRL-DP Noisy Distributed Proximal Gradient Method, paper Algorithm 6 (Thm 2.1 / E.1).
 
@@ -43,12 +45,13 @@ class IsrlProxSGD(FederatedAlgorithm):
         for _ in range(int(self.rounds)):
             avail = ctx.available()
             data = ctx.batch(sampler)
-            g, _ = ctx.send("grad", ctx.term(data, w), data, avail, std=std, bound=ctx.problem.clip)
+            g, _ = ctx.send("grad", ctx.term(data, w), avail, std=std)
             w = ctx.prox(w - ctx.eta * g)
             ctx.end_round(w)
         return w
 
 
+@register_algorithm
 class SdpProxSGD(IsrlProxSGD):
     """SDP Noisy Distributed Proximal Gradient Method, paper Algorithm 7 (Thm 2.1 part 2).
 

@@ -19,8 +19,9 @@ class RunResult:
     history : per logged round: ``round``, ``objective`` (F on the training federation),
         ``grad_mapping_norm`` (||G_eta||), ``accuracy`` (None without labels).
     sigmas : noise standard deviations of the released per-silo messages (0 when non-private).
-    epsilon, delta : certified per-silo guarantee (``inf`` when non-private, ``None`` when explicit
-        sigmas were given and no accountant could certify them).
+    epsilon, delta : certified per-silo guarantee of the noise that ran (``inf`` when
+        non-private): the calibration's certificate, or what explicit ``sigmas`` / ``shuffle_params``
+        certify (never the requested epsilon, see ``target_epsilon``).
     shuffle : binomial protocol parameters per message group (SDP algorithms).
     transcript : when requested, one entry per release: ``round``, ``group``, ``available`` [N],
         ``batch`` [N, K] (or None for full data), ``messages`` (Gaussian: [N, d] per-silo messages;
@@ -28,6 +29,8 @@ class RunResult:
     releases : the release ledger: one :class:`~silodp.accounting.releases.Sent` per message
         group instance sent (group, sampling, batch size, noise multiplier sigma / C or the shuffle
         parameters), each checked against the algorithm's declaration while the run went on.
+    target_epsilon : the epsilon the run was asked for (None: none); a run whose explicit noise
+        certifies more warned and reports both.
     """
 
     algorithm: str
@@ -41,3 +44,4 @@ class RunResult:
     transcript: list[dict] | None = None
     params: dict = field(default_factory=dict)
     releases: list = field(default_factory=list)
+    target_epsilon: float | None = None

@@ -41,23 +41,10 @@ from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
 from silodp.accounting.scaffold import PARTICIPATION
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
-class SubsetSampler:
-    """Per user, a fresh uniform subset of ``batch_size`` of its records (without replacement),
-    independent across steps and users; all users in one ``multinomial`` call."""
-
-    sampling = BatchSampling.SUBSET
-
-    def __init__(self, mask: torch.Tensor, batch_size: int, generator: torch.Generator):
-        self.weights = mask.to(torch.float64)
-        self.batch_size = int(batch_size)
-        self.generator = generator
-
-    def next(self) -> torch.Tensor:
-        return torch.multinomial(self.weights, self.batch_size, replacement=False, generator=self.generator)
-
-
+@register_algorithm
 class DpScaffold(FederatedAlgorithm):
     """DP-SCAFFOLD (Noble et al. 2022, Alg. 1).
 
@@ -95,7 +82,8 @@ class DpScaffold(FederatedAlgorithm):
 
     # -- configuration -------------------------------------------------------------------------
     def batch(self, federation) -> int:
-        """m: ceil(s n_min) with ``data_sampling`` s (rounded up, as the accounting), else ``batch_size``."""
+        """m: ceil(s n_min) with ``data_sampling`` s (rounded up, as the accounting), else ``batch_size``
+        (``federation``: anything with ``min_size``)."""
         if self.data_sampling is None:
             return int(self.batch_size)
         return batch_from_rate("data_sampling", float(self.data_sampling), federation.min_size)
@@ -171,17 +159,16 @@ class DpScaffold(FederatedAlgorithm):
 
     # -- the algorithm -------------------------------------------------------------------------
     def _run(self, ctx, w):
-        fed = ctx.fed
-        n_users, dim = fed.num_silos, w.shape[0]
+        n_users, dim = ctx.num_silos, w.shape[0]
         std = ctx.sigmas.get("sigma", 0.0)
-        sampler = SubsetSampler(fed.mask, self.batch(fed), ctx.gen)
+        sampler = ctx.sampler(self.batch(ctx), subset=True)
         ci = torch.zeros(n_users, dim, dtype=w.dtype)
         c = torch.zeros(dim, dtype=w.dtype)
         if self.n_warm():
             ci = self._warm(ctx, w, sampler, std)
             c = ci.mean(0)
         for _ in range(int(self.rounds)):
-            sampled = torch.rand(n_users, generator=ctx.gen, dtype=torch.float64) < float(self.user_sampling)
+            sampled = ctx.coin(n_users, float(self.user_sampling))
             if bool(sampled.any()):
                 w, ci, c = self._round(ctx, w, ci, c, sampled, sampler, std)
             ctx.end_round(w)
@@ -189,30 +176,31 @@ class DpScaffold(FederatedAlgorithm):
 
     def _warm(self, ctx, w, sampler, std):
         """Every user's mean of ``warm_steps`` noisy clipped minibatch gradients at x_0."""
-        everyone = torch.ones(ctx.fed.num_silos, dtype=torch.bool)
-        total = torch.zeros(ctx.fed.num_silos, w.shape[0], dtype=w.dtype)
+        everyone = torch.ones(ctx.num_silos, dtype=torch.bool)
+        total = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype)
         for _ in range(self.n_warm()):
             data = ctx.batch(sampler)
-            _, released = ctx.send("warm", ctx.term(data, w), data, everyone, std=std)
+            _, released = ctx.send("warm", ctx.term(data, w), everyone, std=std)
             total = total + released
         return total / self.n_warm()
 
     def _round(self, ctx, x, ci, c, sampled, sampler, std):
         steps, eta = int(self.local_steps), ctx.eta
-        y = x.expand(ctx.fed.num_silos, -1).clone()
+        y = x.expand(ctx.num_silos, -1).clone()
         for _ in range(steps):
             data = ctx.batch(sampler)
-            _, g = ctx.send("grad", ctx.term(data, y), data, sampled, std=std)
+            _, g = ctx.send("grad", ctx.term(data, y), sampled, std=std)
             y = ctx.prox(y - eta * (g - ci + c)) if self.control_variates else y - eta * g
         a = sampled.to(x.dtype)[:, None]
         eta_g = float(self.global_step_size)
         x_new = x + eta_g * ((y - x) * a).sum(0) / a.sum()
         if not self.control_variates:  # prox at the server, over the round's whole step
-            return ctx.problem.regularizer.prox(x_new, eta_g * steps * eta), ci, c
+            return ctx.prox(x_new, eta_g * steps * eta), ci, c
         delta_c = ((x - y) / (steps * eta) - c) * a  # c_i+ - c_i (option II), sampled users only
-        return x_new, ci + delta_c, c + delta_c.sum(0) / ctx.fed.num_silos
+        return x_new, ci + delta_c, c + delta_c.sum(0) / ctx.num_silos
 
 
+@register_algorithm
 class DpScaffoldWarm(DpScaffold):
     """DP-SCAFFOLD-warm: control variates initialised from ``warm_steps`` noisy gradients (accounted)."""
 
@@ -220,6 +208,7 @@ class DpScaffoldWarm(DpScaffold):
     warm_start = True
 
 
+@register_algorithm
 class DpFedAvg(DpScaffold):
     """DP-FedAvg: DP-SCAFFOLD without control variates (Noble et al. 2022, Appendix A)."""
 
@@ -227,6 +216,7 @@ class DpFedAvg(DpScaffold):
     control_variates = False
 
 
+@register_algorithm
 class DpFedSGD(DpFedAvg):
     """DP-FedSGD: DP-FedAvg with a single local step (K = 1)."""
 

@@ -12,6 +12,7 @@ from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
 def anchors(cfg) -> int:
@@ -29,10 +30,7 @@ def _smaller(a: float, b):
     return torch.clamp(b, max=a) if isinstance(b, torch.Tensor) else min(a, b)
 
 
-def _larger(a, b: float):
-    return torch.clamp(a, min=b) if isinstance(a, torch.Tensor) else max(a, b)
-
-
+@register_algorithm
 class IsrlSpider(FederatedAlgorithm):
     """ISRL-DP FedProx-SPIDER, paper Algorithm 3 (Thm 3.1 / F.1).
 
@@ -90,31 +88,30 @@ class IsrlSpider(FederatedAlgorithm):
     def _run(self, ctx, w):
         q = check_count("q", self.q)
         s1 = ctx.sigmas.get("sigma1", 0.0)
-        clip, beta = ctx.problem.clip, ctx.problem.beta
+        clip, beta = ctx.clip, ctx.beta
         sample1, sample2 = ctx.sampler(int(self.batch_size)), ctx.sampler(self._k2())
         h = w_prev = None
         for r in range(int(self.rounds)):
             avail = ctx.available()
             if r % q == 0:
                 data = ctx.batch(sample1)
-                h, _ = ctx.send("grad", ctx.term(data, w), data, avail, std=s1, bound=clip)
+                h, _ = ctx.send("grad", ctx.term(data, w), avail, std=s1)
             else:
                 data = ctx.batch(sample2)
                 step = (w - w_prev).norm(dim=-1)  # one norm per stacked run when w is [T, d]
                 step = float(step) if step.dim() == 0 else step
-                bound = None if clip is None else 2 * clip
                 diff_clip = None
                 if beta is not None:
                     diff_clip = beta * step if clip is None else _smaller(2 * clip, beta * step)
-                    bound = _larger(diff_clip, 1e-12)
                 diff = ctx.term(data, w, w_old=w_prev, diff_clip=diff_clip)
-                big_h, _ = ctx.send("diff", diff, data, avail, std=self.diff_noise(ctx.sigmas, step), bound=bound)
+                big_h, _ = ctx.send("diff", diff, avail, std=self.diff_noise(ctx.sigmas, step))
                 h = h + big_h
             w_prev, w = w, ctx.prox(w - ctx.eta * h)
             ctx.end_round(w, keep_iterate=True)
         return w
 
 
+@register_algorithm
 class SdpSpider(IsrlSpider):
     """SDP FedProx-SPIDER, paper Algorithm 10 (Thm 3.2 / F.2): Algorithm 3 with both message
     types summed by P_vec (bounds L and min(2L, beta ||w_r - w_{r-1}||))."""
@@ -154,6 +151,7 @@ class SdpSpider(IsrlSpider):
 _SPLITS: dict = {}
 
 
+@register_algorithm
 class IsrlFedSpider(FederatedAlgorithm):
     """ISRL-DP Fed-SPIDER, alternate implementation, paper Algorithm 11 (App. H.1).
 
@@ -192,21 +190,19 @@ class IsrlFedSpider(FederatedAlgorithm):
     def _run(self, ctx, w2):
         k2 = int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
         s1, s2 = ctx.sigmas.get("sigma1", 0.0), ctx.sigmas.get("sigma2", 0.0)
-        clip = ctx.problem.clip
         sample1, sample2 = ctx.sampler(int(self.batch_size)), ctx.sampler(k2)
         avail = ctx.available()
         data = ctx.batch(sample2)
-        v2, _ = ctx.send("grad", ctx.term(data, w2), data, avail, std=s2, bound=clip)
+        v2, _ = ctx.send("grad", ctx.term(data, w2), avail, std=s2)
         ctx.end_round(w2)
         for _ in range(int(self.rounds) - 1):
             avail = ctx.available()
             w0, w1 = w2, ctx.prox(w2 - ctx.eta * v2)
             data = ctx.batch(sample1)
-            v1, _ = ctx.send("diff", ctx.term(data, w1, w_old=w0), data, avail, std=s1,
-                             bound=None if clip is None else 2 * clip, offset=v2)
+            v1, _ = ctx.send("diff", ctx.term(data, w1, w_old=w0), avail, std=s1, offset=v2)
             w2 = ctx.prox(w1 - ctx.eta * v1)
             data = ctx.batch(sample2)
-            v2, _ = ctx.send("grad", ctx.term(data, w2), data, avail, std=s2, bound=clip)
+            v2, _ = ctx.send("grad", ctx.term(data, w2), avail, std=s2)
             ctx.iterates += [w1.clone(), w2.clone()]
             ctx.end_round(w2)
         return w2

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from silodp._validation import check_count
 from silodp.accounting import papers
 from silodp.accounting.releases import BatchSampling, ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .registry import register_algorithm
 
 
+@register_algorithm
 class IsrlProxSVRG(FederatedAlgorithm):
     """ISRL-DP FedProx-SVRG, paper Algorithm 1 (Thm 2.2 / E.2).
 
@@ -50,6 +50,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
         self.restarts = restarts
 
     def _q(self, federation) -> int:
+        """Q: ``inner_steps``, default floor(n / K) (``federation``: anything with ``min_size``)."""
         if self.inner_steps is None:
             return max(1, federation.min_size // int(self.batch_size))
         return check_count("inner_steps", self.inner_steps)
@@ -60,9 +61,8 @@ class IsrlProxSVRG(FederatedAlgorithm):
 
     def _run(self, ctx, w):
         restarts = check_count("restarts", self.restarts)
-        q = self._q(ctx.fed)
+        q = self._q(ctx)
         sampler = ctx.sampler(int(self.batch_size))
-        clip = ctx.problem.clip
         s1, s2 = ctx.sigmas.get("sigma1", 0.0), ctx.sigmas.get("sigma2", 0.0)
         for s in range(restarts):
             ctx.iterates.clear()
@@ -70,28 +70,24 @@ class IsrlProxSVRG(FederatedAlgorithm):
             for _ in range(int(self.rounds)):
                 avail = ctx.available()
                 full = ctx.full()
-                g_snap, released = ctx.send("full", ctx.term(full, wbar), full, avail, std=s1, bound=clip)
+                g_snap, released = ctx.send("full", ctx.term(full, wbar), avail, std=s1)
                 offset = released if released is not None else g_snap
                 for _ in range(q):
                     ctx.iterates.append(w.clone())
                     data = ctx.batch(sampler)
                     diff = ctx.term(data, w, w_old=wbar)
-                    v, _ = ctx.send("diff", diff, data, avail, std=s2,
-                                    bound=None if clip is None else 2 * clip, offset=offset)
+                    v, _ = ctx.send("diff", diff, avail, std=s2, offset=offset)
                     w = ctx.prox(w - ctx.eta * v)
                 wbar = w
                 ctx.end_round(w)
             if restarts > 1:
-                w = ctx.iterates[_pick(ctx)]
+                w = ctx.uniform_iterate()
         if restarts > 1:
             ctx.iterates.clear()  # Alg. 2 outputs w_S itself
         return w
 
 
-def _pick(ctx) -> int:
-    return int(torch.randint(len(ctx.iterates), (1,), generator=ctx.gen))
-
-
+@register_algorithm
 class IsrlPLSVRG(IsrlProxSVRG):
     """ISRL-DP FedProx-PL-SVRG, paper Algorithm 2: Algorithm 1 restarted ``restarts`` = S times
     (default 3), each from the previous run's output; ``w_priv = w_S``."""
@@ -102,6 +98,7 @@ class IsrlPLSVRG(IsrlProxSVRG):
         super().__init__(restarts=restarts, **kwargs)
 
 
+@register_algorithm
 class SdpProxSVRG(IsrlProxSVRG):
     """SDP Prox-SVRG, paper Algorithm 8: the snapshot gradient (all n per-sample gradients, bound
     L) and each inner difference (K per-sample differences, bound 2L) go through P_vec. Alg. 8
@@ -127,6 +124,7 @@ class SdpProxSVRG(IsrlProxSVRG):
                                2 * cfg.clip)]
 
 
+@register_algorithm
 class SdpPLSVRG(SdpProxSVRG):
     """SDP Prox-PL-SVRG, paper Algorithm 9: Algorithm 8 restarted S times (default 3)."""
 

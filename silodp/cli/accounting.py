@@ -29,7 +29,19 @@ TRANSCRIPT_FLAGS = {"--rounds": ("rounds", 7), "--batch-size": ("batch_size", 50
 SCAFFOLD_FLAGS = ("--user-sampling", "--data-sampling", "--warm-steps")
 SCAFFOLD_READS = ("--n", "--rounds", "--clip", "--local-steps", "--silos", *SCAFFOLD_FLAGS)
 
-ACCOUNTANT_CHOICES = (*ACCOUNTANTS, "all")
+
+class _Registered:
+    """``--accountant`` choices read live from the registry (an accountant registered after this
+    import is a choice too)."""
+
+    def __contains__(self, name) -> bool:
+        return name in ACCOUNTANTS or name == "all"
+
+    def __iter__(self):
+        return iter((*ACCOUNTANTS, "all"))
+
+
+ACCOUNTANT_CHOICES = _Registered()
 SAMPLING_CHOICES = tuple(s.value for s in Sampling)
 METHOD_CHOICES = (*(m.value for m in CalibrationMethod), "both")
 

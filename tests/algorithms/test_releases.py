@@ -28,7 +28,7 @@ class OneMoreRelease(IsrlProxSGD):
     def _run(self, ctx, w):
         w = super()._run(ctx, w)
         data = ctx.batch(ctx.sampler(int(self.batch_size)))
-        ctx.send("grad", ctx.term(data, w), data, ctx.available(), std=ctx.sigmas["sigma"])
+        ctx.send("grad", ctx.term(data, w), ctx.available(), std=ctx.sigmas["sigma"])
         return w
 
 
@@ -37,7 +37,7 @@ class UndeclaredGroup(IsrlProxSGD):
 
     def _run(self, ctx, w):
         data = ctx.full()
-        ctx.send("snapshot", ctx.term(data, w), data, ctx.available(), std=ctx.sigmas["sigma"])
+        ctx.send("snapshot", ctx.term(data, w), ctx.available(), std=ctx.sigmas["sigma"])
         return w
 
 
@@ -52,15 +52,11 @@ def test_a_release_beyond_the_declaration_raises_naming_it(setup):
 
 def test_less_noise_than_declared_raises(setup):
     """The run-time check catches the audit's halve-noise bug on its own."""
-    from silodp.verify.audit.game import RecordingContext
-
-    class HalfNoise(RecordingContext):
-        def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):
-            return super().send(group, term, data, avail, std=std / 2, bound=bound, offset=offset)
+    from silodp.verify.audit.mutations import get_mutation
 
     data, problem = setup
     algo = IsrlProxSGD(rounds=2, batch_size=5, step_size=0.1, sigmas={"sigma": 0.3})
-    algo.context_class = HalfNoise
+    algo.context_class = get_mutation("halve-noise").context_class(checked=True)
     with pytest.raises(ValueError, match=r"group 'grad': noise multiplier 0.75 is below the declared 1.5"):
         algo.run(problem, data.train)
 
@@ -118,8 +114,7 @@ def test_term_not_computed_by_the_context_is_refused(setup):
 
         def _run(self, ctx, w):
             data = ctx.batch(ctx.sampler(int(self.batch_size)))
-            ctx.send("grad", torch.zeros(ctx.fed.num_silos, w.shape[0], dtype=w.dtype), data, ctx.available(),
-                     std=1.0)
+            ctx.send("grad", torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype), ctx.available(), std=1.0)
             return w
 
     data, problem = setup

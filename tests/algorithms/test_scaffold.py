@@ -12,7 +12,8 @@ from scipy.optimize import minimize
 from silodp.accounting import epsilon
 from silodp.algorithms import ALGORITHMS, L2Squared, Problem, Zero, linear_model
 from silodp.algorithms.fedprox_data import fedprox_synthetic
-from silodp.algorithms.scaffold import DpFedAvg, DpFedSGD, DpScaffold, DpScaffoldWarm, SubsetSampler
+from silodp.algorithms.federation import SubsetSampler
+from silodp.algorithms.scaffold import DpFedAvg, DpFedSGD, DpScaffold, DpScaffoldWarm
 
 FAMILY = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "dp-fedsgd")
 

@@ -34,31 +34,12 @@ from scipy.stats import binom
 
 from silodp.accounting.releases import BatchSampling
 from silodp.algorithms import grads as _grads
-from silodp.algorithms.base import Context
 from silodp.verify.audit.estimators import Scores
+from silodp.verify.instruments import RecordingContext
 
 SAMPLINGS = ("full", "replacement", "permutation", "subset")
 #: a clip function: raw per-sample gradients [n, d] -> (clipped [n, d], threshold used)
 ClipFn = Callable[[torch.Tensor], tuple[torch.Tensor, float]]
-
-
-class RecordingContext(Context):
-    """A :class:`Context` whose transcript entries also hold the query point(s) ``w``, ``w_old``,
-    the difference clip ``diff_clip`` and the public ``offset`` of each release."""
-
-    _query: tuple = (None, None, None)
-
-    def term(self, data, w, w_old=None, diff_clip=None):
-        self._query = (w.detach().clone(), None if w_old is None else w_old.detach().clone(), diff_clip)
-        return super().term(data, w, w_old, diff_clip)
-
-    def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):
-        out = super().send(group, term, data, avail, std=std, bound=bound, offset=offset)
-        if self.entries is not None:
-            w, w_old, diff_clip = self._query
-            self.entries[-1].update(w=w, w_old=w_old, diff_clip=diff_clip,
-                                    offset=None if offset is None else offset.detach().clone())
-        return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,9 @@ in both games:
 
 * vectorized (:func:`silodp.verify.audit.game.build_plan`): a clip function, a noise factor per
   release, the minibatch sampling, or one noise draw shared by all releases;
-* end to end: :meth:`Mutation.context_class` is a :class:`~silodp.algorithms.base.Context`
-  subclass that breaks the real algorithm the same way (set it as ``algo.context_class``).
+* end to end: :meth:`Mutation.context_class` is the channel instrument
+  (:mod:`silodp.verify.instruments`) that breaks the real algorithm the same way (set it as
+  ``algo.context_class``).
 
 The bugs (the first five are found in the two papers' public code, see issue 7):
 
@@ -55,7 +56,8 @@ import torch
 
 from silodp.algorithms import grads as _grads
 from silodp.algorithms.models import PARAMETRIC
-from silodp.verify.audit.game import ClipFn, RecordingContext, clip_whole
+from silodp.verify.audit.game import ClipFn, clip_whole
+from silodp.verify.instruments import mutated_context, unclipped_trials
 
 CLIPS = ("whole", "per-layer", "median")
 
@@ -113,54 +115,10 @@ class Mutation:
             raise ValueError(f"mutation: {self.name!r} needs a message group in {self.groups}; "
                              f"{algo.name!r} sends {algo.message_groups}")
 
-    def context_class(self) -> type:
-        """A Context subclass that realizes this bug in a real run (records like RecordingContext)."""
-        return type(f"Mutated{self.name.title().replace('-', '')}Context", (MutatedContext,), {"mutation": self})
-
-
-class MutatedContext(RecordingContext):
-    """Context of a broken algorithm; ``mutation`` is set by :meth:`Mutation.context_class`.
-    Its releases are not checked against the declaration (the run-time check would refuse most
-    of these bugs at once; the audits must catch them on their own)."""
-
-    check_releases = False
-    mutation: Mutation
-    _threshold: float | None = None
-    _noise_seed: int | None = None
-
-    def term(self, data, w, w_old=None, diff_clip=None):
-        if self.mutation.clip == "whole":
-            return super().term(data, w, w_old, diff_clip)
-        if self.fed.num_silos != 1 and self.mutation.clip == "median":
-            raise ValueError("mutation: the median-clip context takes the batch median over one silo (use 1 silo)")
-        self._query = (w.detach().clone(), None if w_old is None else w_old.detach().clone(), diff_clip)
-        x, y, weights, _ = data
-        clip_fn = self.mutation.clip_fn(self.problem)
-        wb = w.expand(x.shape[0], -1) if w.dim() == 1 else w
-        terms, self._threshold = clip_fn(_grads.per_sample_grads(self.problem, wb, x, y))
-        if w_old is not None:
-            wo = w_old.expand(x.shape[0], -1) if w_old.dim() == 1 else w_old
-            terms = terms - clip_fn(_grads.per_sample_grads(self.problem, wo, x, y))[0]
-            if diff_clip is not None:
-                terms = _grads.clip_rows(terms, diff_clip)
-        return torch.einsum("nk,nkd->nd", weights, terms)
-
-    def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):
-        m = self.mutation
-        k = self.fed.min_size if data[3] is None else int(data[3].shape[1])
-        if m.noise_factor is not None:
-            std = std * m.noise_factor(group, k, self.fed.silos_per_round)
-        if self._threshold is not None and m.clip == "median":
-            std = std * self._threshold / self.problem.clip
-        if not m.shared_noise:
-            return super().send(group, term, data, avail, std=std, bound=bound, offset=offset)
-        if self._noise_seed is None:
-            self._noise_seed = int(torch.randint(2**62, (1,), generator=self.gen))
-        own, self.gen = self.gen, torch.Generator().manual_seed(self._noise_seed)  # the same noise every release
-        try:
-            return super().send(group, term, data, avail, std=std, bound=bound, offset=offset)
-        finally:
-            self.gen = own
+    def context_class(self, checked: bool = False) -> type:
+        """The channel that realizes this bug in a real run (:func:`silodp.verify.instruments.mutated_context`;
+        ``checked``: with the run-time check of the declaration on)."""
+        return mutated_context(self, checked)
 
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
@@ -185,19 +143,6 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
 )}
 
 
-def _unclipped_trials() -> type:
-    """The stacked-trials context whose per-record messages are not clipped to L (gradient
-    messages only: no ``w_old``)."""
-    from silodp.verify.rates.trials import TrialContext
-
-    class UnclippedTrials(TrialContext):
-        def term(self, data, w, w_old=None, diff_clip=None):
-            super().term(data, w, w_old, diff_clip)  # the bookkeeping: the declared bound
-            return _grads.clipped_per_sample(self.problem, self._per_silo(w), data[0], data[1], None)
-
-    return UnclippedTrials
-
-
 @dataclasses.dataclass(frozen=True)
 class SdpMutation:
     """A shuffle-DP privacy bug: the claim is calibrated with ``claim_params`` (scenario
@@ -220,7 +165,7 @@ SDP_MUTATIONS: dict[str, SdpMutation] = {m.name: m for m in (
                 "invocation", "sdp-prox-sgd", dict(rounds=16), claim_params=dict(rounds=1), scenario=dict(d=1)),
     SdpMutation("sdp-norm-unclipped", "messages not clipped to L before P_vec, bounded only by the clamp to the "
                 "rotated range, claimed with the l2-aware certificate", "sdp-prox-sgd", {}, scenario=dict(d=63),
-                context=_unclipped_trials),
+                context=unclipped_trials),
 )}
 
 

@@ -1,0 +1,140 @@
+"""Conformance suites run over every registered entry: what any accountant and any algorithm of
+silodp must satisfy, whoever wrote it.
+
+:func:`check_accountant` -- on a fixed battery: ``supports()`` never raises (malformed and foreign
+inputs included); every supported certificate is sound, at least the exact Gaussian epsilon
+(Balle & Wang 2018's analytic curve of the composed Gaussian, a T-fold composition of multiplier z
+being one Gaussian of multiplier z / sqrt(T)) and at least dp-accounting's *optimistic* PLD of a
+Poisson-subsampled Gaussian (a lower bound of the exact epsilon); monotone: no less epsilon for
+less noise or more steps.
+
+:func:`check_algorithm` -- one small run: it stays within its declaration (the ledger checked
+every release), the calibration certifies at most the target, and the ledger refuses a run whose
+noise is halved (Gaussian) and one message beyond the declared count of each group.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from silodp.accounting import events as ev
+
+#: (noise multiplier, steps) of the battery's Gaussian compositions, and its delta
+GAUSSIAN_BATTERY = ((0.8, 1), (1.0, 10), (3.0, 50))
+DELTA = 1e-5
+#: a Poisson-subsampled Gaussian (q, z, steps) compared with dp-accounting's optimistic PLD
+SUBSAMPLED = (0.05, 1.0, 40)
+
+
+class _Foreign(ev.DpEvent):
+    """An event no accountant knows."""
+
+
+def _epsilon(make, relation, event) -> float | None:
+    acc = make(relation)
+    if not acc.supports(event):
+        return None
+    return acc.compose(event).get_epsilon(DELTA)
+
+
+def check_accountant(make, relation: ev.NeighboringRelation = ev.REPLACE_ONE) -> dict:
+    """Run the battery on the accountant factory ``make`` (``(relation) -> Accountant``); raises
+    AssertionError naming the failed property; returns the certificates it computed."""
+    from silodp.accounting.gaussian import epsilon_for_delta
+
+    acc = make(relation)
+    for odd in (None, object(), "gaussian", _Foreign(), ev.NonPrivateDpEvent()):
+        answer = acc.supports(odd)  # must not raise
+        assert isinstance(answer, bool), f"supports({odd!r}) returned {answer!r}"
+    out = {}
+    for z, steps in GAUSSIAN_BATTERY:
+        event = ev.SelfComposedDpEvent(ev.GaussianDpEvent(z), steps) if steps > 1 else ev.GaussianDpEvent(z)
+        eps = _epsilon(make, relation, event)
+        if eps is None:
+            continue
+        exact = epsilon_for_delta(z / math.sqrt(steps), DELTA, ev.sensitivity(relation))
+        assert eps >= exact * (1 - 1e-9), f"gaussian z={z}, steps={steps}: {eps} below the exact {exact}"
+        out[("gaussian", z, steps)] = eps
+    by_noise = [_epsilon(make, relation, ev.SelfComposedDpEvent(ev.GaussianDpEvent(z), 5)) for z in (1.0, 2.0)]
+    if None not in by_noise:
+        assert all(a >= b * (1 - 1e-9) for a, b in zip(by_noise, by_noise[1:])), f"not monotone in noise: {by_noise}"
+    by_steps = [_epsilon(make, relation, ev.SelfComposedDpEvent(ev.GaussianDpEvent(2.0), t)) for t in (5, 25)]
+    if None not in by_steps:
+        assert all(a <= b * (1 + 1e-9) for a, b in zip(by_steps, by_steps[1:])), f"not monotone in steps: {by_steps}"
+    q, z, steps = SUBSAMPLED
+    event = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(z)), steps)
+    eps = _epsilon(make, relation, event)
+    if eps is not None:
+        lower = _dp_accounting_lower(relation)
+        assert eps >= lower * (1 - 1e-6), f"poisson q={q}, z={z}, steps={steps}: {eps} below dp-accounting's {lower}"
+        out[("poisson", q, z, steps)] = eps
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _dp_accounting_lower(relation) -> float:
+    """dp-accounting's optimistic PLD epsilon of :data:`SUBSAMPLED` under ``relation`` (a lower
+    bound of the exact one: the optimistic estimate rounds every privacy loss down)."""
+    import dp_accounting as dpa
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    q, z, steps = SUBSAMPLED
+    rel = getattr(dpa.NeighboringRelation, relation.name)
+    one = pld.from_gaussian_mechanism(z, pessimistic_estimate=False, value_discretization_interval=1e-3,
+                                      sampling_prob=q, neighboring_relation=rel)
+    return one.self_compose(steps).get_epsilon_for_delta(DELTA)
+
+
+def check_algorithm(cls, problem, federation, params: dict, epsilon: float = 4.0, delta: float = 1e-4) -> None:
+    """One small run of ``cls(**params)`` at the target (``epsilon``, ``delta``): within its
+    declaration and certified <= target; the ledger refuses halved noise and one message beyond
+    each group's declared count. AssertionError names the failed property."""
+    from silodp.verify.audit.mutations import get_mutation
+
+    algo = cls(**params, epsilon=epsilon, delta=delta)
+    result = algo.run(problem, federation)
+    assert result.releases, f"{cls.name}: the ledger recorded nothing"
+    if not cls.private:
+        return
+    assert result.epsilon <= epsilon * (1 + 1e-9), f"{cls.name}: certified {result.epsilon} above the target {epsilon}"
+    # the broken runs reuse the calibrated noise (explicit: certified once, cached)
+    noise = dict(shuffle_params=result.shuffle) if cls.shuffled else dict(sigmas=result.sigmas)
+    if not cls.shuffled:
+        halved = cls(**params, **noise, delta=delta)
+        halved.context_class = get_mutation("halve-noise").context_class(checked=True)
+        _refused(lambda: halved.run(problem, federation), "below the declared", f"{cls.name}: halved noise")
+    for group in sorted({s.group for s in result.releases}):
+        extra = type(f"Extra{cls.__name__}", (cls,), {"_run": _one_too_many(group)})(**params, **noise, delta=delta)
+        _refused(lambda: extra.run(problem, federation), "were declared", f"{cls.name}: one more {group!r}")
+
+
+def _refused(run, match: str, what: str) -> None:
+    try:
+        run()
+    except ValueError as exc:
+        assert match in str(exc), f"{what}: refused for another reason: {exc}"
+        return
+    raise AssertionError(f"{what}: the ledger did not refuse it")
+
+
+def _one_too_many(group: str):
+    """A ``_run`` sending ``group`` once more than declared, at ample noise and the declared batches."""
+    import torch
+
+    from silodp.accounting.releases import BatchSampling
+
+    def run(self, ctx, w):
+        decl = ctx._ledger.declared[group]
+        everyone = torch.ones(ctx.num_silos, dtype=torch.bool)
+        if decl.sampling == BatchSampling.FULL:
+            draw = ctx.full
+        else:
+            sampler = ctx.sampler(decl.batch_size, subset=decl.sampling == BatchSampling.SUBSET,
+                                  replacement=decl.sampling == BatchSampling.WITH_REPLACEMENT)
+            draw = lambda: ctx.batch(sampler)  # noqa: E731
+        for _ in range(decl.count + 1):
+            ctx.send(group, ctx.term(draw(), w), everyone, std=1e6)
+        return w
+
+    return run
