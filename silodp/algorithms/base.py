@@ -23,6 +23,7 @@ clip), over the batch weights; never from the algorithm's own say-so.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import warnings

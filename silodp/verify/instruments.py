@@ -175,3 +175,48 @@ class _UnclippedTrials(TrialContext):
 def unclipped_trials() -> type:
     """The stacked-trials channel of the ``sdp-norm-unclipped`` mutation."""
     return _UnclippedTrials
+
+
+class _RateMutation:
+    """Mixin of the utility mutations' channels (:mod:`silodp.verify.rates.mutations`): the step
+    size scaled by ``mutation.step``, the prox dropped unless ``mutation.prox``, the noise std
+    scaled by ``mutation.noise``, the first round's iterate kept; unchecked, so the ledger records
+    what is really sent (:attr:`sent`) against the correct run's declaration."""
+
+    rate_mutation = None
+    opened: list | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.eta = self.eta * self.rate_mutation.step
+        self.first = None
+        self.opened.append(self)
+
+    def prox(self, v, step=None):
+        return super().prox(v, step) if self.rate_mutation.prox else v
+
+    def _noise_std(self, group, term, std):
+        return super()._noise_std(group, term, std) * self.rate_mutation.noise
+
+    def end_round(self, w, keep_iterate=False):
+        if self.first is None:
+            self.first = w.detach().clone()
+        super().end_round(w, keep_iterate)
+
+    @property
+    def sent(self) -> tuple:
+        """Every message this channel sent (:class:`~silodp.accounting.releases.Sent`)."""
+        return tuple(self._ledger.sent)
+
+    @property
+    def target(self) -> tuple[float, float]:
+        """The run's requested (epsilon, delta)."""
+        return float(self._algo.epsilon), float(self._algo.delta)
+
+
+def rate_mutated_trials(mutation, opened: list, base: type = TrialContext) -> type:
+    """The stacked-trials channel that runs the utility ``mutation`` (appending each channel it
+    opens to ``opened``, so the caller can certify what was really sent)."""
+    name = f"RateMutated{mutation.name.title().replace('-', '').replace('.', '')}Trials"
+    cls = type(name, (_RateMutation, base), {"rate_mutation": mutation, "opened": opened, "__module__": __name__})
+    return _unchecked_instrument(cls)

@@ -61,33 +61,11 @@ class Mutation:
     snapshot: bool = False
 
     def context(self, base: type) -> type:
-        """A stacked-trials context that runs the bug and records the messages really sent."""
-        mut = self
+        """A stacked-trials channel that runs the bug and records the messages really sent
+        (:func:`silodp.verify.instruments.rate_mutated_trials`)."""
+        from silodp.verify.instruments import rate_mutated_trials
 
-        class Mutated(base):
-            check_releases = False  # the declaration is the correct run's; this one may break it
-
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                self.eta = self.eta * mut.step
-                self.first = None
-                _CONTEXTS.append(self)
-
-            def prox(self, v):
-                return super().prox(v) if mut.prox else v
-
-            def send(self, group, term, data, avail, std=0.0, bound=None, offset=None):
-                std = std * mut.noise
-                # what is really sent (the ledger is not checked): per-trial scales paired with their silos
-                self.record(group, data, self._per_silo_scale(std) if hasattr(std, "dim") else std)
-                return super().send(group, term, data, avail, std=std, bound=bound, offset=offset)
-
-            def end_round(self, w, keep_iterate=False):
-                if self.first is None:
-                    self.first = w.detach().clone()
-                super().end_round(w, keep_iterate)
-
-        return Mutated
+        return rate_mutated_trials(self, _CONTEXTS, base)
 
     def algorithm(self, algo):
         """``algo`` itself, or an instance of a subclass whose ``_run`` breaks the output rule or
@@ -101,7 +79,7 @@ class Mutation:
             if mut.snapshot and hasattr(self, "q"):  # SPIDER: the anchor only at r = 0
                 self.q = int(self.rounds) + 1
             elif mut.snapshot and hasattr(self, "inner_steps"):  # SVRG: one epoch of E Q steps
-                self.inner_steps, self.rounds = self._q(ctx.fed) * int(self.rounds), 1
+                self.inner_steps, self.rounds = self._q(ctx) * int(self.rounds), 1
             try:
                 last = cls._run(self, ctx, w)
             finally:
@@ -177,11 +155,11 @@ def sent_epsilon(ctx) -> float:
     from silodp.accounting.releases import GaussianRelease, releases_event
 
     groups: dict[str, list] = {}
-    for s in ctx.ledger.sent:
+    for s in ctx.sent:
         groups.setdefault(s.group, []).append(s)
     releases = [GaussianRelease(g, len(v), min(s.noise_multiplier for s in v), v[0].sampling, v[0].batch_size,
                                 min(s.dataset_size for s in v)) for g, v in groups.items()]
-    return float(tightest_epsilon(releases_event(releases), float(ctx.algo.delta))[0])
+    return float(tightest_epsilon(releases_event(releases), ctx.target[1])[0])
 
 
 def verdict(preset: Preset, result: runs.RateResult, sent: list[tuple[float, float]]) -> dict[str, bool]:
@@ -206,8 +184,8 @@ def run_preset(preset: Preset, mutation: Mutation, quick: bool = False) -> dict:
     cache: dict = {}
     sent = []
     for ctx in _CONTEXTS:
-        key = (float(ctx.algo.epsilon), tuple(ctx.ledger.sent))
-        sent.append((cache[key] if key in cache else cache.setdefault(key, sent_epsilon(ctx)), float(ctx.algo.epsilon)))
+        key = (ctx.target[0], ctx.sent)
+        sent.append((cache[key] if key in cache else cache.setdefault(key, sent_epsilon(ctx)), ctx.target[0]))
     _CONTEXTS.clear()
     criteria = verdict(preset, result, sent)
     return {"criteria": criteria, "passes": all(criteria.values()),
