@@ -33,8 +33,27 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: error: {message}")
 
 
+#: top-level modules of an optional extra, and the install that brings them
+_EXTRAS = {"torch": "torch", "matplotlib": "torch", "sklearn": "torch", "mlxtend": "torch", "tqdm": "torch",
+           "flwr": "flower", "flwr_datasets": "flower", "opacus": "opacus"}
+
+
+def missing_extra(exc: BaseException) -> str | None:
+    """One line for a command that needs an extra which is not installed (``pip install silodp``
+    gives the accounting layer only), or None when ``exc`` is something else."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    if top not in _EXTRAS:
+        return None
+    return f"this command needs {top}, which is not installed: pip install 'silodp[{_EXTRAS[top]}]'"
+
+
 def one_line(exc: BaseException) -> str:
     """The message of ``exc`` on one line; arithmetic failures say what they mean."""
+    extra = missing_extra(exc)
+    if extra is not None:
+        return extra
     if isinstance(exc, OverflowError):
         text = f"a value is too large to compute with ({exc})"
     elif isinstance(exc, (ValueError, CliError)):
