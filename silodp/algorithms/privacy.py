@@ -20,7 +20,7 @@ import math
 
 from silodp._validation import check_count, check_delta, check_positive
 from silodp.accounting import CalibrationMethod as Calibration
-from silodp.accounting import get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import REPLACE_ONE, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
 
 
@@ -106,8 +106,8 @@ def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: f
     event = privacy_event(algorithm, cfg, sigmas)
     dl = check_delta("delta", delta)
     if accountant is None:
-        return tightest_epsilon(event, dl)
-    return get_accountant(accountant).compose(event).get_epsilon(dl), accountant
+        return tightest_epsilon(event, dl, REPLACE_ONE)
+    return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(dl), accountant
 
 
 def _method(method: str) -> Calibration:
@@ -136,7 +136,7 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     def scaled(c: float) -> dict[str, float]:
         return {k: v * c for k, v in ref.items()}
 
-    cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant)
+    cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant, REPLACE_ONE)
     return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
 
 

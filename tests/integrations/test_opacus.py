@@ -149,5 +149,7 @@ def test_make_private_with_epsilon_reports_at_most_the_target(accountant, poisso
             torch.nn.functional.cross_entropy(model(xb), yb).backward()
             optimizer.step()
     assert engine.accountant.mechanism() == accountant
-    assert len(engine.accountant) == 2 * len(loader) or poisson
+    assert engine.accountant.steps == 2 * len(loader) or poisson
+    assert len(engine.accountant) == len(engine.accountant.history)  # Opacus' len: history entries
+    assert engine.accountant.get_privacy_spent(delta=DELTA) == (engine.get_epsilon(DELTA), None)
     assert engine.get_epsilon(DELTA) <= 2.0
