@@ -3,7 +3,7 @@
 Three modes. ``bar``: on a terminal, one line redrawn in place with the count, the total, the
 elapsed time and the ETA. ``lines``: when stderr is not a terminal, or the command prints
 ``--json``, one plain line every ``every`` seconds (and one when the work ends), so logs and CI
-show where a long job is. ``off``: ``--quiet``. Nothing is printed for work that ends within
+show where a long job is (the first once the work has taken ``after`` seconds). ``off``: ``--quiet``. Nothing is printed for work that ends within
 ``after`` seconds (one second by default), so fast commands stay silent. Pure standard library.
 """
 
@@ -29,6 +29,20 @@ def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60:02d}:{rest % 60:02d}"
+
+
+def as_mode(progress: bool | str | None, stream: TextIO | None = None) -> str:
+    """A library's ``progress=`` argument as a mode: a mode name, False (``off``), or True / None
+    (chosen from the stream, :func:`progress_mode`)."""
+    if isinstance(progress, str):
+        return progress
+    return "off" if progress is False else progress_mode(stream=stream)
+
+
+def add_quiet_flag(parser) -> None:
+    """``--quiet``: no progress on stderr (see :func:`progress_mode`)."""
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr (default: a bar on a terminal, else a line every 10 s)")
 
 
 class Progress:
@@ -76,7 +90,7 @@ class Progress:
                 self.stream.write("\r\x1b[2K" + self.text(now) + ("\n" if final else ""))
                 self.stream.flush()
                 self._last, self._drawn = now, True
-        elif final or now - self._last >= self.every:
+        elif final or not self._drawn or now - self._last >= self.every:
             self.stream.write(self.text(now) + "\n")
             self.stream.flush()
             self._last, self._drawn = now, True

@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: top-level modules of an optional extra, and the install that brings them
-_EXTRAS = {"torch": "torch", "matplotlib": "torch", "sklearn": "torch", "mlxtend": "torch", "tqdm": "torch",
+_EXTRAS = {"torch": "torch", "matplotlib": "torch", "sklearn": "torch", "mlxtend": "torch",
            "flwr": "flower", "flwr_datasets": "flower", "opacus": "opacus"}
 
 

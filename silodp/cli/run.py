@@ -10,6 +10,8 @@ OUTPUT_RULES = ("random", "last")
 
 
 def register(subparsers) -> None:
+    from silodp.progress import add_quiet_flag
+
     p = subparsers.add_parser("run", help="run one federated algorithm on a dataset")
     p.add_argument("--algorithm", required=True, help="algorithm name, e.g. isrl-spider (see docs/algorithms.md)")
     p.add_argument("--dataset", required=True, choices=DATASETS)
@@ -28,6 +30,7 @@ def register(subparsers) -> None:
                         "(post-processing, no privacy cost); both errors are reported")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
+    add_quiet_flag(p)
     g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
     g.add_argument("--local-steps", type=int, default=None, help="K local steps per round (default: the algorithm's)")
     g.add_argument("--user-sampling", type=float, default=None, help="l: each user takes part w.p. l per round")
@@ -157,9 +160,7 @@ def _test_error(problem, w, test) -> float | None:
 
 
 def _run_with_progress(algo, problem, train, args):
-    if args.json:
-        return algo.run(problem, train, seed=args.seed)
-    from tqdm import tqdm
+    from silodp.progress import Progress, progress_mode
 
-    with tqdm(desc=args.algorithm, unit="round", disable=None, leave=False) as bar:  # no bar off a terminal
+    with Progress(args.rounds, args.algorithm, "round", mode=progress_mode(args.json, args.quiet)) as bar:
         return algo.run(problem, train, seed=args.seed, callback=lambda r, w: bar.update(1))
