@@ -96,7 +96,7 @@ def handle(args) -> int:
     import torch  # noqa: F401  (heavy import stays inside the handler)
 
     from silodp.algorithms import ALGORITHMS, Problem, get_algorithm, mlp
-    from silodp.cli import emit
+    from silodp.cli import emit, table
 
     if args.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm: must be one of {sorted(ALGORITHMS)}, got {args.algorithm!r}")
@@ -144,8 +144,7 @@ def handle(args) -> int:
         payload.update({k: algo.get_params()[k] for k in ("local_steps", "user_sampling", "data_sampling")})
         payload["batch_size"] = algo.batch(train)
         payload.update({k: privacy.get(k) for k in ("sigma_g", "epsilon_server", "epsilon_third_party")})
-    human = "\n".join(f"{k:>16}: {v}" for k, v in payload.items())
-    emit(payload, args.json, human)
+    emit(payload, args.json, table(payload))
     if cls.private and certified is not None and certified > args.epsilon * (1 + 1e-9):
         import sys  # the run happened, but its noise does not meet the requested budget: say so
 
