@@ -153,3 +153,16 @@ def test_make_private_with_epsilon_reports_at_most_the_target(accountant, poisso
     assert len(engine.accountant) == len(engine.accountant.history)  # Opacus' len: history entries
     assert engine.accountant.get_privacy_spent(delta=DELTA) == (engine.get_epsilon(DELTA), None)
     assert engine.get_epsilon(DELTA) <= 2.0
+
+
+def test_importing_silodp_integrations_registers_the_names():
+    """Opacus names its accountant by string: ``import silodp.integrations`` alone must register
+    them (a fresh interpreter, so no earlier import of the submodule helps)."""
+    import subprocess
+    import sys
+
+    probe = ("import silodp.integrations; from opacus.accountants.utils import create_accountant; "
+             "print(type(create_accountant('silodp-pld')).__name__)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    assert "silodp" in proc.stdout.lower()
