@@ -3,8 +3,9 @@
 Every noise scale in silodp comes from here with the theorem or accountant that backs it named.
 ``noise_multiplier`` is sigma / C (C the per-record contribution bound) under every neighbouring
 relation, as in dp-accounting's PLD, Opacus and Flower; the accountant applies the relation's
-sensitivity (2C for replace-one). The relation defaults to ``REPLACE_ONE`` (ISRL-DP: one record
-of one silo replaced). Self-contained numpy/scipy.special code: importing this package imports
+sensitivity (2C for replace-one). The relation defaults to ``ADD_OR_REMOVE_ONE``, as dp-accounting,
+Opacus and Flower (``DEFAULT_RELATION``); the papers' algorithms account under ``REPLACE_ONE``
+(ISRL-DP: one record of one silo replaced). dp-accounting's keyword names are accepted too. Self-contained numpy/scipy.special code: importing this package imports
 neither torch nor dp-accounting (which the tests use as an independent reference; events convert
 both ways). It knows mechanisms, never algorithm names: algorithms declare their releases
 (:mod:`silodp.accounting.releases`) and :mod:`silodp.algorithms.privacy` calibrates them.
@@ -12,6 +13,7 @@ both ways). It knows mechanisms, never algorithm names: algorithms declare their
 
 from silodp.accounting.accountants import (
     ACCOUNTANTS,
+    DEFAULT_RELATION,
     Accountant,
     AdvancedAccountant,
     DworkRothAccountant,
@@ -72,7 +74,7 @@ from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_n
 # ``epsilon`` and ``delta`` (the one-call helpers) are importable by name but left out of ``*``:
 # a star import must not overwrite a user's own ``epsilon`` or ``delta``.
 __all__ = [
-    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "Accountant", "AdvancedAccountant", "BatchSampling", "GdpAccountant",
+    "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "DEFAULT_RELATION", "Accountant", "AdvancedAccountant", "BatchSampling", "GdpAccountant",
     "BinomialProtocolParams", "Calibration", "CalibrationMethod", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
     "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "IsrlLedger", "Mechanism",
     "NeighboringRelation", "NoOpDpEvent", "NonPrivateDpEvent", "ParallelComposedDpEvent", "PldAccountant",

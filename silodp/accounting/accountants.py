@@ -2,8 +2,9 @@
 
 The interface follows Opacus and dp-accounting: ``compose(event, count)``, ``get_epsilon(delta)``,
 ``get_delta(epsilon)``, ``supports(event)``, and a registry by name for ``--accountant NAME``.
-Every accountant takes the neighbouring relation explicitly; silodp's default is ``REPLACE_ONE``
-(ISRL-DP, paper Definition 4: one record of one silo replaced).
+Every accountant takes the neighbouring relation; the default is ``ADD_OR_REMOVE_ONE``, as in
+dp-accounting, Opacus and Flower (:data:`DEFAULT_RELATION`). The papers' algorithms account under
+``REPLACE_ONE`` (ISRL-DP, paper Definition 4: one record of one silo replaced) and say so.
 
 Which accountant certifies what (see docs/accounting.md):
 
@@ -42,7 +43,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,6 +64,30 @@ RDP_ORDERS = tuple(sorted({round(1.0 + x / 10.0, 1) for x in range(1, 100)} | se
                           | {int(x) for x in np.unique(np.geomspace(12, 4096, 40).astype(int))}))
 
 
+#: The neighbouring relation of generic mechanism accounting when none is named: add/remove one
+#: record, as dp-accounting, Opacus and Flower. The papers' algorithms name REPLACE_ONE (ISRL-DP,
+#: Lowy et al. Definition 4) wherever they account.
+DEFAULT_RELATION = ev.ADD_OR_REMOVE_ONE
+
+
+def neighbouring_arg(neighbouring: Any = None, neighboring_relation: Any = None) -> ev.NeighboringRelation:
+    """The relation given under silodp's name (``neighbouring``) or dp-accounting's
+    (``neighboring_relation``); :data:`DEFAULT_RELATION` when neither is given."""
+    given = [ev.relation(v) for v in (neighbouring, neighboring_relation) if v is not None]
+    if len(set(given)) > 1:
+        raise ValueError(f"neighboring_relation: {given[1].name} contradicts neighbouring={given[0].name}")
+    return given[0] if given else DEFAULT_RELATION
+
+
+def _alias(name: str, value: Any, alias: str, other: Any) -> Any:
+    """``value`` or its dp-accounting spelling ``other`` (one of them, required)."""
+    if value is not None and other is not None and value != other:
+        raise ValueError(f"{alias}: {other!r} contradicts {name}={value!r}")
+    if value is None and other is None:
+        raise ValueError(f"{name}: required (or dp-accounting's {alias})")
+    return value if value is not None else other
+
+
 #: every registered accountant class by its ``name`` (filled by :func:`register_accountant`)
 ACCOUNTANTS: dict[str, Callable[..., "Accountant"]] = {}
 
@@ -80,15 +105,31 @@ def unregister_accountant(name: str) -> None:
 
 
 class Accountant(abc.ABC):
-    """Base class: collects blocks; subclasses turn them into (epsilon, delta)."""
+    """Base class: collects blocks; subclasses turn them into (epsilon, delta).
+
+    dp-accounting's names are accepted too: ``neighboring_relation=``, ``get_epsilon(target_delta=)``,
+    ``get_delta(target_epsilon=)``, and :attr:`ledger` (the event composed so far).
+    """
 
     name: str = ""
     #: the mechanisms this accountant certifies, and for Gaussian steps the samplings (allow-list)
     CERTIFIES: dict[Mechanism, frozenset[Sampling]] = {}
 
-    def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> None:
-        self.neighbouring = ev.relation(neighbouring)
+    def __init__(self, neighbouring: ev.NeighboringRelation | None = None, *,
+                 neighboring_relation: ev.NeighboringRelation | None = None) -> None:
+        self.neighbouring = neighbouring_arg(neighbouring, neighboring_relation)
         self._blocks: list[Block] = []
+        self._events: list[ev.DpEvent] = []
+
+    @property
+    def neighboring_relation(self) -> ev.NeighboringRelation:
+        """dp-accounting's name of :attr:`neighbouring`."""
+        return self.neighbouring
+
+    @property
+    def ledger(self) -> ev.DpEvent:
+        """Everything composed so far as one event, in order (dp-accounting's ``ledger``)."""
+        return ev.ComposedDpEvent(tuple(self._events))
 
     @property
     def sensitivity(self) -> float:
@@ -121,6 +162,7 @@ class Accountant(abc.ABC):
         for block in blocks:
             self._check_block(block)
         self._blocks.extend(blocks)
+        self._events.append(event if count == 1 else ev.SelfComposedDpEvent(event, count))
         return self
 
     def _check_block(self, block: Block) -> None:
@@ -132,7 +174,8 @@ class Accountant(abc.ABC):
                 raise UnsupportedEventError(f"{self.name} does not certify Gaussian steps with sampling "
                                             f"{block.sampling.value}")
             if block.sampling in _REPLACE_ONE_ONLY and self.neighbouring != ev.REPLACE_ONE:
-                raise UnsupportedEventError(f"sampling {block.sampling.value} is defined for REPLACE_ONE only")
+                raise UnsupportedEventError(f"sampling {block.sampling.value} is defined for REPLACE_ONE only "
+                                            f"(a batch of fixed size; pass neighbouring=REPLACE_ONE)")
         self._check(block)
 
     def _check(self, block: Block) -> None:
@@ -149,18 +192,18 @@ class Accountant(abc.ABC):
     @abc.abstractmethod
     def _epsilon(self, delta: float) -> float: ...
 
-    def get_epsilon(self, delta: float) -> float:
+    def get_epsilon(self, delta: float | None = None, *, target_delta: float | None = None) -> float:
         """Certified epsilon at ``delta`` for everything composed so far (rounded up)."""
-        dl = check_delta("delta", delta)
+        dl = check_delta("delta", _alias("delta", delta, "target_delta", target_delta))
         if any(b.kind == Mechanism.NON_PRIVATE for b in self._blocks):
             return math.inf
         if not self._blocks:
             return 0.0
         return float(self._epsilon(dl))
 
-    def get_delta(self, epsilon: float) -> float:
+    def get_delta(self, epsilon: float | None = None, *, target_epsilon: float | None = None) -> float:
         """Certified delta at ``epsilon`` (rounded up); default: invert ``get_epsilon``."""
-        eps = check_nonnegative("epsilon", epsilon)
+        eps = check_nonnegative("epsilon", _alias("epsilon", epsilon, "target_epsilon", target_epsilon))
         if any(b.kind == Mechanism.NON_PRIVATE for b in self._blocks):
             return 1.0
         if not self._blocks:
@@ -297,13 +340,14 @@ class PldAccountant(Accountant):
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
                  Mechanism.NON_PRIVATE: frozenset(), **{k: frozenset() for k in mechanisms.KINDS}}
 
-    def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
+    def __init__(self, neighbouring: ev.NeighboringRelation | None = None,
                  value_discretization_interval: float = 1e-4,
-                 log_mass_truncation_bound: float = pld_lib.LOG_TAIL_MASS) -> None:
+                 log_mass_truncation_bound: float = pld_lib.LOG_TAIL_MASS, *,
+                 neighboring_relation: ev.NeighboringRelation | None = None) -> None:
         """``log_mass_truncation_bound``: ln of the noise mass each step may discard; with the
         pessimistic estimate that mass is charged to delta (as infinite privacy loss), so a larger
         bound is faster and still certified, at a cost of about count * e^bound in delta."""
-        super().__init__(neighbouring)
+        super().__init__(neighbouring, neighboring_relation=neighboring_relation)
         self.value_discretization_interval = check_positive(
             "value_discretization_interval", value_discretization_interval)
         if not log_mass_truncation_bound < 0:
@@ -410,8 +454,9 @@ class ZcdpAccountant(Accountant):
     name = "zcdp"
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.ZCDP: frozenset(), Mechanism.NON_PRIVATE: frozenset()}
 
-    def __init__(self, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, conversion: str = "tight") -> None:
-        super().__init__(neighbouring)
+    def __init__(self, neighbouring: ev.NeighboringRelation | None = None, conversion: str = "tight", *,
+                 neighboring_relation: ev.NeighboringRelation | None = None) -> None:
+        super().__init__(neighbouring, neighboring_relation=neighboring_relation)
         if conversion not in ("tight", "paper"):
             raise ValueError(f"conversion: must be 'tight' or 'paper', got {conversion!r}")
         self.conversion = conversion
@@ -523,20 +568,24 @@ class DworkRothAccountant(AdvancedAccountant):
 
 
 
-def get_accountant(name: str, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> Accountant:
-    """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``)."""
+def get_accountant(name: str, neighbouring: ev.NeighboringRelation | None = None, **kwargs) -> Accountant:
+    """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``);
+    ``neighbouring`` (or ``neighboring_relation=``) defaults to :data:`DEFAULT_RELATION`."""
     if name not in ACCOUNTANTS:
         raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
     return ACCOUNTANTS[name](neighbouring, **kwargs)
 
 
-def epsilon(event: ev.DpEvent, delta: float, accountant: str = "pld",
-            neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> float:
-    """Certified epsilon of ``event`` at ``delta``."""
-    return get_accountant(accountant, neighbouring, **kwargs).compose(event).get_epsilon(delta)
+def epsilon(event: ev.DpEvent, delta: float | None = None, accountant: str = "pld",
+            neighbouring: ev.NeighboringRelation | None = None, *, target_delta: float | None = None,
+            **kwargs) -> float:
+    """Certified epsilon of ``event`` at ``delta`` (or ``target_delta=``)."""
+    return get_accountant(accountant, neighbouring, **kwargs).compose(event).get_epsilon(delta, target_delta=target_delta)
 
 
-def delta(event: ev.DpEvent, epsilon: float, accountant: str = "pld",
-          neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE, **kwargs) -> float:
-    """Certified delta of ``event`` at ``epsilon``."""
-    return get_accountant(accountant, neighbouring, **kwargs).compose(event).get_delta(epsilon)
+def delta(event: ev.DpEvent, epsilon: float | None = None, accountant: str = "pld",
+          neighbouring: ev.NeighboringRelation | None = None, *, target_epsilon: float | None = None,
+          **kwargs) -> float:
+    """Certified delta of ``event`` at ``epsilon`` (or ``target_epsilon=``)."""
+    return get_accountant(accountant, neighbouring, **kwargs).compose(event).get_delta(epsilon,
+                                                                                        target_epsilon=target_epsilon)

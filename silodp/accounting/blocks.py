@@ -13,13 +13,32 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
+import sys
 
 from silodp.accounting import events as ev
 
 
 class UnsupportedEventError(ValueError):
-    """An event (or sub-event) that an accountant cannot interpret; the message names it."""
+    """An event (or sub-event) that an accountant cannot interpret; the message names it.
+
+    Once dp-accounting is imported, each one raised is also an instance of dp-accounting's
+    ``UnsupportedEventError`` (a code that can name that class has imported it), so one ``except``
+    catches either library's refusal; silodp itself never imports dp-accounting (a slow import).
+    """
+
+    def __new__(cls, *args, **kwargs):
+        theirs = sys.modules.get("dp_accounting.privacy_accountant")
+        if cls is UnsupportedEventError and theirs is not None:
+            cls = _compatible(theirs.UnsupportedEventError)
+        return super().__new__(cls, *args, **kwargs)
+
+
+@functools.cache
+def _compatible(theirs: type) -> type:
+    """silodp's error as a subclass of dp-accounting's as well."""
+    return type("UnsupportedEventError", (UnsupportedEventError, theirs), {"__module__": __name__})
 
 
 class Mechanism(enum.Enum):

@@ -25,7 +25,7 @@ from typing import Callable
 from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
-from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, pld_discretization  # noqa: F401 (re-export)
+from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, neighbouring_arg, pld_discretization  # noqa: F401 (re-export)
 from silodp.accounting.pld import UncertifiableDeltaError
 from silodp.accounting.blocks import Mechanism, Sampling, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
@@ -174,10 +174,10 @@ def _search(eps_of: Callable[[float], float], target: float, rtol: float, start:
 
 def calibrate(
     event_fn: EventFn,
-    epsilon: float,
-    delta: float,
+    epsilon: float | None = None,
+    delta: float | None = None,
     accountant: str | Callable[..., Accountant] = "pld",
-    neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
+    neighbouring: ev.NeighboringRelation | None = None,
     rtol: float = 0.01,
     **accountant_kwargs,
 ) -> Calibration:
@@ -188,9 +188,15 @@ def calibrate(
     ``calibration_settings`` hook (:meth:`~silodp.accounting.accountants.Accountant.calibration_settings`)
     may tune its settings (the PLD chooses its grid there).
 
+    ``neighbouring`` (or dp-accounting's ``neighboring_relation=``, and ``target_epsilon=`` /
+    ``target_delta=`` for the budget) defaults to ``ADD_OR_REMOVE_ONE`` (:data:`DEFAULT_RELATION`).
+
     Raises ``ValueError`` naming the argument when the budget cannot be met (e.g. a delta that
     the (epsilon, delta) events alone already exceed, or a target needing z > 1e7).
     """
+    neighbouring = neighbouring_arg(neighbouring, accountant_kwargs.pop("neighboring_relation", None))
+    epsilon = accountant_kwargs.pop("target_epsilon", None) if epsilon is None else epsilon
+    delta = accountant_kwargs.pop("target_delta", None) if delta is None else delta
     eps = check_positive("epsilon", epsilon)
     dl = check_delta("delta", delta)
     if not 0 < rtol < 0.5:
@@ -223,13 +229,14 @@ def calibrate(
 CANDIDATES = ("gdp", "pld", "rdp", "advanced")
 
 
-def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE) -> list[str]:
+def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelation | None = None) -> list[str]:
     """Accountants worth trying for ``event``, tightest first: ``gdp`` alone when it supports the
     event (exact); otherwise ``pld`` and ``rdp`` (``pld`` is tighter but refuses deltas below its
     floating-point charge, and the smaller of two certificates is one), or the first of ``rdp``,
     ``advanced`` that supports it; for with-replacement sampling also ``advanced`` (its BBG18
     amplification can beat the labelled-multiplicity bound of pld/rdp when a record is rarely
     drawn)."""
+    neighbouring = neighbouring_arg(neighbouring)
     names = [name for name in CANDIDATES if get_accountant(name, neighbouring).supports(event)]
     if not names:
         reasons = "; ".join(f"{n}: {get_accountant(n, neighbouring).unsupported_reason(event)}" for n in CANDIDATES)
@@ -245,13 +252,14 @@ def _pld_kwargs(name: str, pld_settings: dict | None) -> dict:
     return dict(pld_settings or {}) if name == "pld" else {}
 
 
-def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
+def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.NeighboringRelation | None = None,
                      pld_settings: dict | None = None) -> tuple[float, str]:
     """The smallest certified epsilon of ``event`` at ``delta`` among
     :func:`candidate_accountants` (``pld`` with ``pld_settings``, its keyword arguments), and the
     accountant that certifies it. A candidate that cannot certify at this delta (``pld`` below its
     floating-point charge) is skipped; if none can, the last one's error is raised."""
     dl = check_delta("delta", delta)
+    neighbouring = neighbouring_arg(neighbouring)
     results, error = [], None
     for name in candidate_accountants(event, neighbouring):
         try:
@@ -265,12 +273,13 @@ def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.Neighbori
 
 
 def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accountant: str | None = None,
-                         neighbouring: ev.NeighboringRelation = ev.REPLACE_ONE,
+                         neighbouring: ev.NeighboringRelation | None = None,
                          pld_settings: dict | None = None) -> Calibration:
     """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
     certified noise multiplier (each candidate's result is a certificate on its own); ``rdp`` is
     only a fallback for a ``pld`` that cannot certify at ``delta`` (its noise is not smaller).
     ``pld_settings``: keyword arguments of ``pld`` (default: chosen by ``calibrate``)."""
+    neighbouring = neighbouring_arg(neighbouring)
     names = [accountant] if accountant else candidate_accountants(event_fn(1.0), neighbouring)
     results, error = [], None
     for name in names:

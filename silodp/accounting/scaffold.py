@@ -212,7 +212,7 @@ def certified_epsilon(cfg: ScaffoldConfig, sigma_g: float, delta: float, against
     mixtures (third party, or ``participation="expected"``) are PLD only."""
     dl = check_delta("delta", delta)
     if not _is_mixture(against, participation):
-        return get_accountant(accountant).compose(server_event(cfg, sigma_g)).get_epsilon(dl)
+        return get_accountant(accountant, ev.REPLACE_ONE).compose(server_event(cfg, sigma_g)).get_epsilon(dl)
     if accountant != "pld":
         raise ValueError(f"accountant: the sampling-pattern mixtures are accounted by 'pld' only, got {accountant!r}")
     return float(mixture_pld(cfg, sigma_g, against, value_discretization_interval).get_epsilon_for_delta(dl))
@@ -234,7 +234,7 @@ def scaffold_sigma_g(cfg: ScaffoldConfig, epsilon: float, delta: float, against:
     mixture = _is_mixture(against, participation)
     if mixture and accountant != "pld":
         raise ValueError(f"accountant: the sampling-pattern mixtures are accounted by 'pld' only, got {accountant!r}")
-    worst = calibrate(lambda z: server_event(cfg, z), eps, dl, accountant)
+    worst = calibrate(lambda z: server_event(cfg, z), eps, dl, accountant, ev.REPLACE_ONE)
     if not mixture:
         return ScaffoldCalibration(worst.noise_multiplier, worst.epsilon, dl, against, participation, worst.accountant)
     disc = pld_discretization(eps, cfg.steps)

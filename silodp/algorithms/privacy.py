@@ -22,7 +22,7 @@ import math
 
 from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod
-from silodp.accounting import candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
 
 from .registry import algorithm_class
@@ -110,14 +110,14 @@ def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: f
 def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
     event = releases_event(cls.releases(cfg, dict(sigmas)))
     if accountant is not None:
-        return get_accountant(accountant).compose(event).get_epsilon(delta), accountant
+        return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(delta), accountant
     try:
-        return tightest_epsilon(event, delta)
+        return tightest_epsilon(event, delta, REPLACE_ONE)
     except ValueError:  # some candidate cannot reach a huge epsilon (tiny explicit noise): the others
         results = []
-        for name in candidate_accountants(event):
+        for name in candidate_accountants(event, REPLACE_ONE):
             try:
-                results.append((get_accountant(name).compose(event).get_epsilon(delta), name))
+                results.append((get_accountant(name, REPLACE_ONE).compose(event).get_epsilon(delta), name))
             except ValueError:
                 continue
         return min(results) if results else (math.inf, "none")
@@ -181,7 +181,7 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     def scaled(c: float) -> dict[str, float]:
         return {k: v * c for k, v in ref.items()}
 
-    cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant)
+    cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant, REPLACE_ONE)
     return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
 
 

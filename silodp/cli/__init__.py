@@ -34,8 +34,27 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: error: {message}")
 
 
+#: top-level modules of an optional extra, and the install that brings them
+_EXTRAS = {"torch": "torch", "matplotlib": "torch", "sklearn": "torch", "mlxtend": "torch",
+           "flwr": "flower", "flwr_datasets": "flower", "opacus": "opacus"}
+
+
+def missing_extra(exc: BaseException) -> str | None:
+    """One line for a command that needs an extra which is not installed (``pip install silodp``
+    gives the accounting layer only), or None when ``exc`` is something else."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    if top not in _EXTRAS:
+        return None
+    return f"this command needs {top}, which is not installed: pip install 'silodp[{_EXTRAS[top]}]'"
+
+
 def one_line(exc: BaseException) -> str:
     """The message of ``exc`` on one line; arithmetic failures say what they mean."""
+    extra = missing_extra(exc)
+    if extra is not None:
+        return extra
     if isinstance(exc, OverflowError):
         text = f"a value is too large to compute with ({exc})"
     elif isinstance(exc, (ValueError, CliError)):
@@ -132,6 +151,27 @@ def strict_json(value):
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     return value
+
+
+def table(payload: dict) -> str:
+    """``payload`` as an aligned two-column table: nested objects flattened (``noise.sigma``),
+    numbers to 6 significant digits, ``None`` (and non-finite numbers) as ``-``."""
+    rows: list[tuple[str, str]] = []
+
+    def add(prefix: str, value) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                add(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, float):
+            rows.append((prefix, f"{value:.6g}" if math.isfinite(value) else "-"))
+        elif isinstance(value, (list, tuple)):
+            rows.append((prefix, ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value)))
+        else:
+            rows.append((prefix, "-" if value is None else str(value)))
+
+    add("", payload)
+    width = max((len(k) for k, _ in rows), default=0)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def emit(payload: dict, as_json: bool, human: str | None = None) -> None:

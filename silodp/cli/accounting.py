@@ -8,7 +8,7 @@ import math
 from silodp._validation import round_up
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.cli import emit, refuse
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, Real
+from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, PathArg, Real
 
 #: flags of `noise`'s algorithm mode, and of the generic mechanism mode
 ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2", "--clip", "--spider-q",
@@ -53,8 +53,9 @@ def _mechanism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--q", type=PROBABILITY, default=None, help="sampling ratio in (0, 1] (with --sampling)")
     p.add_argument("--dataset-size", type=COUNT, default=None,
                    help="records n (needed for with/without-replacement sampling: batch = ceil(q n), rounded up)")
-    p.add_argument("--relation", choices=("replace-one", "add-remove"), default="replace-one",
-                   help="neighbouring relation (ISRL-DP is replace-one)")
+    p.add_argument("--relation", choices=("add-remove", "replace-one"), default="add-remove",
+                   help="neighbouring relation (default add-remove, as dp-accounting, Opacus and Flower; "
+                        "ISRL-DP and fixed-size batches are replace-one)")
     p.add_argument("--accountant", choices=ACCOUNTANT_CHOICES, default=None,
                    help="default: the tightest certificate (gdp, exact, without subsampling; else the "
                         "better of pld and rdp, and advanced for sampling with replacement)")
@@ -79,6 +80,20 @@ def _settings_used(args) -> dict:
     """The complete pld settings an ``epsilon`` certificate depends on (defaults filled in)."""
     from silodp.accounting import get_accountant
     return get_accountant("pld", _relation(args), **_pld_settings(args)).settings()
+
+
+def _event_file(args):
+    """The event of ``--event FILE`` (a dp-accounting event as JSON, docs/cli.md), or None."""
+    from silodp.accounting import event_json
+
+    if args.event is None:
+        return None
+    refuse(args, ("--noise-multiplier", *MECHANISM_FLAGS[:4]), "with --event (the file is the whole mechanism)")
+    try:
+        text = open(args.event, encoding="utf-8").read()
+    except OSError as exc:
+        raise ValueError(f"--event: cannot read {args.event!r} ({exc.strerror or exc})") from None
+    return event_json.loads(text)
 
 
 def _event_fn(args):
@@ -116,14 +131,16 @@ def _kwargs(args, name: str) -> dict:
     return _pld_settings(args) if name == "pld" else {}
 
 
-def _for_each(args, compute):
+def _for_each(args, compute, event=None):
     """Run ``compute(name)`` per requested accountant. Under ``all`` an accountant that does not
-    support the mechanism, or cannot certify it at these settings, gives None (JSON null)."""
+    support the mechanism (``event``, default the flags' at noise 1), or cannot certify it at these
+    settings, gives None (JSON null)."""
     from silodp.accounting import get_accountant
 
+    event = _event_fn(args)(1.0) if event is None else event
     out: dict[str, object] = {}
     for name in _names(args):
-        reason = get_accountant(name, _relation(args), **_kwargs(args, name)).unsupported_reason(_event_fn(args)(1.0))
+        reason = get_accountant(name, _relation(args), **_kwargs(args, name)).unsupported_reason(event)
         if reason and args.accountant != "all":
             raise ValueError(f"--accountant {name} cannot certify this mechanism: {reason}")
         if reason:
@@ -142,10 +159,13 @@ def _epsilon(args) -> int:
     from silodp.accounting import epsilon, tightest_epsilon
     from silodp._validation import check_delta, check_positive
 
-    z = check_positive("noise-multiplier", args.noise_multiplier)
     delta = check_delta("delta", args.delta)
     _pld_settings(args)  # refuses pld settings another accountant would ignore
-    event = _event_fn(args)(z)
+    event = _event_file(args)
+    if event is None:
+        if args.noise_multiplier is None:
+            raise ValueError("--noise-multiplier: required (or --event FILE)")
+        event = _event_fn(args)(check_positive("noise-multiplier", args.noise_multiplier))
     if args.accountant is None:  # the tightest certificate among the accountants that support it
         eps, name = tightest_epsilon(event, delta, _relation(args), _pld_settings(args))
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
@@ -154,7 +174,7 @@ def _epsilon(args) -> int:
         batch = _batch(args, payload)
         emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{name:>11}: {round_up(eps)}")
         return 0
-    results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)))
+    results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)), event)
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     if "pld" in _names(args):
@@ -287,9 +307,13 @@ def _shuffle(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("epsilon", help="certified epsilon of a (subsampled) Gaussian mechanism")
-    p.add_argument("--noise-multiplier", type=Real(1e-4, closed="low"), required=True,
+    p = sub.add_parser("epsilon", help="certified epsilon of a (subsampled) Gaussian mechanism, or of a "
+                                       "dp-accounting event")
+    p.add_argument("--noise-multiplier", type=Real(1e-4, closed="low"), default=None,
                    help="sigma / C, C the per-record contribution bound (clip norm), under every relation")
+    p.add_argument("--event", type=PathArg("in"), default=None, metavar="FILE",
+                   help="a dp-accounting event as JSON (to_named_tuple's fields, docs/cli.md) instead of "
+                        "--noise-multiplier/--steps/--sampling")
     _mechanism_flags(p)
     p.set_defaults(handler=_epsilon)
 

@@ -13,6 +13,8 @@ CALIBRATION_CHOICES = {"tight": ("tight",), "paper": ("paper",), "both": ("tight
 
 
 def register(subparsers) -> None:
+    from silodp.progress import add_quiet_flag
+
     p = subparsers.add_parser("reproduce", help="reproduce a paper experiment: resumable sweep, summary, claims")
     p.add_argument("preset", metavar="PRESET",
                    help="wbcd | wbcd-sdp | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
@@ -26,6 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-runs", type=Int(0), default=None, help="stop after this many runs (resume later)")
     p.add_argument("--retry-failed", action="store_true", help="run failed and skipped runs again")
     p.add_argument("--json", action="store_true")
+    add_quiet_flag(p)
     p.set_defaults(handler=handle_reproduce)
 
     q = subparsers.add_parser("plot", help="test error versus epsilon from a results store")
@@ -42,6 +45,7 @@ def register(subparsers) -> None:
 def handle_reproduce(args) -> int:
     from silodp.cli import emit
     from silodp.experiments import format_summary, reproduce
+    from silodp.progress import progress_mode
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers: must be >= 1, got {args.workers}")
@@ -56,7 +60,7 @@ def handle_reproduce(args) -> int:
     payload = reproduce(args.preset, quick=args.quick, store=args.store, workers=args.workers,
                         scheduler=args.scheduler, data_path=args.data_path,
                         calibrations=CALIBRATION_CHOICES.get(args.calibration), max_runs=args.max_runs,
-                        retry_failed=args.retry_failed)
+                        retry_failed=args.retry_failed, progress=progress_mode(args.json, args.quiet))
     runs = payload["runs"]
     if runs.get("recalibrated"):  # cached calibrations that did not re-certify (tampered, or another version)
         print(f"silodp reproduce: note: {runs['recalibrated']} cached calibrations did not re-certify and were redone",

@@ -12,6 +12,8 @@ OUTPUT_RULES = ("random", "last")
 
 
 def register(subparsers) -> None:
+    from silodp.progress import add_quiet_flag
+
     p = subparsers.add_parser("run", help="run one federated algorithm on a dataset")
     p.add_argument("--algorithm", required=True, help="algorithm name, e.g. isrl-spider (see docs/algorithms.md)")
     p.add_argument("--dataset", required=True, choices=DATASETS)
@@ -30,6 +32,7 @@ def register(subparsers) -> None:
                         "(post-processing, no privacy cost); both errors are reported")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true")
+    add_quiet_flag(p)
     g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
     g.add_argument("--local-steps", type=Int(1, 10 ** 5), default=None, help="K local steps per round (default: the algorithm's)")
     g.add_argument("--user-sampling", type=PROBABILITY, default=None, help="l: each user takes part w.p. l per round")
@@ -95,7 +98,7 @@ def handle(args) -> int:
     import torch  # noqa: F401  (heavy import stays inside the handler)
 
     from silodp.algorithms import ALGORITHMS, Problem, get_algorithm, mlp
-    from silodp.cli import emit
+    from silodp.cli import emit, table
 
     if args.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm: must be one of {sorted(ALGORITHMS)}, got {args.algorithm!r}")
@@ -147,8 +150,7 @@ def handle(args) -> int:
         payload.update({k: algo.get_params()[k] for k in ("local_steps", "user_sampling", "data_sampling")})
         payload["batch_size"] = algo.batch(train)
         payload.update({k: privacy.get(k) for k in ("sigma_g", "epsilon_server", "epsilon_third_party")})
-    human = "\n".join(f"{k:>16}: {v}" for k, v in payload.items())
-    emit(payload, args.json, human)
+    emit(payload, args.json, table(payload))
     if cls.private and certified is not None and certified > args.epsilon * (1 + 1e-9):
         import sys  # the run happened, but its noise does not meet the requested budget: say so
 
@@ -163,9 +165,7 @@ def _test_error(problem, w, test) -> float | None:
 
 
 def _run_with_progress(algo, problem, train, args):
-    if args.json:
-        return algo.run(problem, train, seed=args.seed)
-    from tqdm import tqdm
+    from silodp.progress import Progress, progress_mode
 
-    with tqdm(desc=args.algorithm, unit="round", disable=None, leave=False) as bar:  # no bar off a terminal
+    with Progress(args.rounds, args.algorithm, "round", mode=progress_mode(args.json, args.quiet)) as bar:
         return algo.run(problem, train, seed=args.seed, callback=lambda r, w: bar.update(1))

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import collections
 
-LABELS = {
-    "isrl-spider": "ISRL-DP SPIDER", "isrl-fed-spider": "ISRL-DP Fed-SPIDER", "isrl-mb-sgd": "ISRL-DP MB-SGD",
-    "isrl-local-sgd": "ISRL-DP Local SGD", "mb-sgd": "MB-SGD (non-private)", "local-sgd": "Local SGD (non-private)",
-}
-STYLES = {"isrl-spider": ("C3", "o"), "isrl-fed-spider": ("C4", "D"), "isrl-mb-sgd": ("C0", "s"),
-          "isrl-local-sgd": ("C2", "^"), "mb-sgd": ("C0", None), "local-sgd": ("C2", None)}
+from silodp.palette import label, legend_outside, style
+
 CALIBRATION_TITLES = {"tight": "tight accounting (silodp)", "paper": "paper's closed-form noise (App H.2)"}
 
 
 def _style(algorithm: str, index: int):
-    return STYLES.get(algorithm, (f"C{5 + index % 5}", "v"))
+    """(colour, marker) of ``algorithm``: :mod:`silodp.palette`, the same in every panel."""
+    return style(algorithm)[1:]
 
 
 def _by_algorithm(rows: list[dict], calibration: str) -> dict:
@@ -42,17 +39,17 @@ def plot_error_vs_epsilon(rows: list[dict], ax, calibration: str) -> None:
         for i, alg in enumerate(sorted(set(private) & set(tight))):
             color, _ = _style(alg, i)
             ax.plot([r["epsilon"] for r in tight[alg]], [r["mean_test_error"] for r in tight[alg]], color=color,
-                    linestyle=":", alpha=0.6, label=f"{LABELS.get(alg, alg)}, tight accounting")
+                    linestyle=":", alpha=0.6, label=f"{label(alg)}, tight accounting")
     epsilons = sorted({r["epsilon"] for rs in private.values() for r in rs})
     for i, (alg, rs) in enumerate(sorted(private.items())):
         color, marker = _style(alg, i)
         ax.errorbar([r["epsilon"] for r in rs], [r["mean_test_error"] for r in rs],
                     yerr=[r["std_test_error"] for r in rs], color=color, marker=marker, capsize=3,
-                    label=LABELS.get(alg, alg))
+                    label=label(alg))
     for i, r in enumerate(r for r in rows if r["epsilon"] is None):
         color, _ = _style(r["algorithm"], i)
         m, s = r["mean_test_error"], r["std_test_error"]
-        ax.axhline(m, color=color, linestyle="--", linewidth=1, label=LABELS.get(r["algorithm"], r["algorithm"]))
+        ax.axhline(m, color=color, linestyle="--", linewidth=1, label=label(r["algorithm"]))
         ax.axhspan(m - s, m + s, color=color, alpha=0.08)
     if epsilons:
         ax.set_xscale("log")
@@ -86,16 +83,16 @@ def error_vs_epsilon(rows: list[dict], calibrations: tuple[str, ...] | None = No
             missing = sorted({r["algorithm"] for r in mine if r["epsilon"] is not None}
                              - {r["algorithm"] for r in mine if r["calibration"] == cal and r["epsilon"] is not None})
             if missing:
-                ax.text(0.02, 0.02, "no runs: " + ", ".join(LABELS.get(a, a) for a in missing), fontsize=7,
+                ax.text(0.02, 0.02, "no runs: " + ", ".join(label(a) for a in missing), fontsize=7,
                         transform=ax.transAxes, va="bottom", color="0.4")
         for ax in axes[i]:
-            ax.legend(fontsize=7, loc="upper right")
+            legend_outside(ax, fontsize=7)
     if title:
         fig.suptitle(title)
     return fig
 
 
-SCAFFOLD_STYLES = {"dp-scaffold": "o", "dp-scaffold-warm": "^", "dp-fedavg": "s"}
+SCAFFOLD_NAMES = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg")
 
 
 def scaffold_headline(rows: list[dict]):
@@ -114,10 +111,11 @@ def scaffold_headline(rows: list[dict]):
     for ax, setting in zip(axes, settings):
         part = [e for e in table if e["setting"] == setting]
         ks = [e["local_steps"] for e in part]
-        for name, marker in SCAFFOLD_STYLES.items():
+        for name in SCAFFOLD_NAMES:
             if all(name in e for e in part):
+                _, color, marker = style(name)
                 ax.errorbar(ks, [e[name] for e in part], yerr=[e[f"{name}_std"] for e in part], marker=marker,
-                            capsize=3, label=name)
+                            color=color, capsize=3, label=label(name))
         ax.set_xscale("log")
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.minorticks_off()
@@ -125,5 +123,5 @@ def scaffold_headline(rows: list[dict]):
         ax.set_xlabel("local steps K (K T fixed)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy")
-    axes[0].legend(fontsize=8)
+    legend_outside(axes[-1], fontsize=8)
     return fig

@@ -43,7 +43,7 @@ def store_summary(store: Store, hashes=None, calibration: str = "tight", output:
 def reproduce(name: str | Path | GridSpec, quick: bool = False, store: str | Path = "results.db", *,
               workers: int | None = None, scheduler: str | None = None, data_path: str | None = None,
               calibrations: tuple[str, ...] | None = None, max_runs: int | None = None,
-              progress: bool | None = None, retry_failed: bool = False) -> dict:
+              progress: bool | str | None = None, retry_failed: bool = False) -> dict:
     """Run (or resume) a grid into ``store`` and summarize it. Returns a JSON-able payload:
     ``preset``, ``grid``, ``quick``, ``store``, ``runs`` (what the sweep did and the store's
     counts for this grid), ``summary`` (per experiment, calibration, algorithm and epsilon: mean

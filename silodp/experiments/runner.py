@@ -16,7 +16,8 @@ twice. A failing run is recorded with its error and the grid goes on; a run whos
 store's lock (:meth:`.store.Store.sweep_lock`): a second sweep on the same store is refused. A
 cached calibration is re-certified before use (:func:`.execute.recertify`); one that does not
 certify what it says (tampered, or made by another accounting version) is recalibrated, counted
-in ``recalibrated`` and logged. A tqdm bar shows runs done, the ETA and the failures.
+in ``recalibrated`` and logged. Progress (:mod:`silodp.progress`) shows runs done, of the total,
+the ETA and the failures, and the calibration searches.
 """
 
 from __future__ import annotations
@@ -246,11 +247,12 @@ def _registered() -> set[str]:
 
 
 def run_grid(configs: Iterable[RunConfig], store: Store, *, workers: int | None = None, scheduler: str | None = None,
-             progress: bool | None = None, max_runs: int | None = None, retry_failed: bool = False,
+             progress: bool | str | None = None, max_runs: int | None = None, retry_failed: bool = False,
              chunk_size: int | None = None, desc: str = "sweep") -> SweepReport:
     """Run every config of ``configs`` that ``store`` does not hold; see the module docstring.
 
-    ``progress``: True / False / None (a bar when stderr is a terminal). ``max_runs``: stop after
+    ``progress``: a :mod:`silodp.progress` mode, False (none), or True / None (a bar with total and
+    ETA when stderr is a terminal, else a line every 10 s). ``max_runs``: stop after
     executing that many runs (the rest stay pending; a later call resumes).
     """
     configs = list(dict.fromkeys(configs))
@@ -292,16 +294,15 @@ def _run_grid(configs, store, workers, scheduler, progress, max_runs, retry_fail
         report.wall_s = time.perf_counter() - start
         return report
     version = code_version()
-    from tqdm import tqdm
+    from silodp.progress import Progress, as_mode
 
-    bar = tqdm(total=len(pending), desc=desc, unit="run", disable=None if progress is None else not progress,
-               dynamic_ncols=True)
+    bar = Progress(len(pending), desc, "run", mode=as_mode(progress))
 
     def record(cfg: RunConfig, outcome: dict) -> None:
         store.record(cfg, outcome, version)
         setattr(report, outcome["status"], getattr(report, outcome["status"]) + 1)
         bar.update(1)
-        bar.set_postfix(failed=report.failed, skipped=report.skipped, refresh=False)
+        bar.set_postfix(failed=report.failed, skipped=report.skipped)
 
     executor = make_executor(workers, scheduler)
     try:
@@ -318,9 +319,12 @@ def _run_grid(configs, store, workers, scheduler, progress, max_runs, retry_fail
             store.record_calibration(key, request, cached[key], version)
             report.calibrations += 1
 
-        bar.set_description(f"{desc} (calibrating {len(missing)})")
-        _drain(executor, ex.calibrate_request, ((r, (k, r)) for k, r in missing), calibrated)
-        bar.set_description(desc)
+        with Progress(len(missing), f"{desc}: calibrations", "search", mode=as_mode(progress)) as searches:
+            def counted(context, result, exc):
+                calibrated(context, result, exc)
+                searches.update(1)
+
+            _drain(executor, ex.calibrate_request, ((r, (k, r)) for k, r in missing), counted)
 
         runnable = []
         for cfg in sorted((c for c in pending if c not in outcomes), key=_sort_key):

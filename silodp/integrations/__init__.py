@@ -9,12 +9,15 @@
 * :mod:`silodp.integrations.partitions`: a ``Federation`` from any flwr-datasets partitioner.
 
 Every name below is imported lazily, on first use, from its submodule, so ``import silodp`` (and
-``import silodp.integrations``) never needs flwr or opacus. See docs/integrations.md.
+``import silodp.integrations``) never needs flwr or opacus. Where Opacus is installed, ``import
+silodp.integrations`` registers silodp's accountants in Opacus' registry (``silodp-pld``, ...), so
+``PrivacyEngine(accountant="silodp-pld")`` works after it. See docs/integrations.md.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 _EXPORTS = {
@@ -32,6 +35,10 @@ _EXPORTS = {
     "vector_to_state_dict": "modules",
     "federation_from_partitioner": "partitions",
 }
+
+
+if importlib.util.find_spec("opacus") is not None:  # Opacus names its accountant by string
+    importlib.import_module("silodp.integrations.opacus")
 
 
 def __getattr__(name: str) -> Any:

@@ -221,7 +221,7 @@ class SiloLedger:
         event = releases_event(self._merged(release))
         acc = self.accountant
         if acc is None:  # the tightest of the candidates, as `silodp run` certifies
-            return tightest_epsilon(event, delta)[0]
+            return tightest_epsilon(event, delta, ev.REPLACE_ONE)[0]
         return get_accountant(acc, ev.REPLACE_ONE).compose(event).get_epsilon(delta)
 
     def record(self, release: GaussianRelease) -> None:

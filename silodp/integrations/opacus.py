@@ -92,6 +92,12 @@ class SilodpOpacusAccountant(IAccountant):
             self.history.append((z, q, 1))
 
     def __len__(self) -> int:
+        """The number of ``history`` entries, as Opacus' accountants (:attr:`steps` counts steps)."""
+        return len(self.history)
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps recorded."""
         return sum(int(steps) for _, _, steps in self.history)
 
     def event(self) -> ev.DpEvent:
@@ -116,6 +122,11 @@ class SilodpOpacusAccountant(IAccountant):
             raise ValueError(f"kwargs: silodp accountants take no options here, got {sorted(kwargs)}")
         return get_accountant(self.accountant, self.neighbouring).compose(self.event()).get_epsilon(
             check_delta("delta", delta))
+
+    def get_privacy_spent(self, *, delta: float, **kwargs: Any) -> tuple[float, None]:
+        """``(epsilon, None)`` at ``delta``, as Opacus' ``get_privacy_spent`` (no best RDP order:
+        the certificate is :meth:`get_epsilon`'s)."""
+        return self.get_epsilon(delta, **kwargs), None
 
 
 def _batches_per_epoch(sample_rate: float) -> int:

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from silodp.accounting import (
+    REPLACE_ONE,
     GaussianDpEvent,
     Sampling,
     SelfComposedDpEvent,
@@ -63,7 +64,7 @@ def test_thm_e1_constant_8_falls_short_of_prop_d2():
     certifies only rho = eps^2/(4 ln(1/delta)) -- short of its claim under its own Prop D.1."""
     cfg = TranscriptConfig(n=1000, rounds=10, batch_size=100, replacement=False)
     sig = papers.thm_e1(1.0, 1e-5, 1.0, 100)
-    eps_paper_conversion = get_accountant("zcdp", conversion="paper").compose(
+    eps_paper_conversion = get_accountant("zcdp", REPLACE_ONE, conversion="paper").compose(
         privacy_event("isrl-prox-sgd", cfg, sig)).get_epsilon(1e-5)
     assert eps_paper_conversion > 1.0
     # ...yet the exact analytic Gaussian certifies it (the claim survives only through tight accounting)
@@ -74,7 +75,7 @@ def test_thm_f1_spider_double_counts_the_zcdp_budget():
     """Both message types of Alg 3 use the whole budget eps^2/(8 ln(1/delta)) in the proof of Thm F.1."""
     cfg = TranscriptConfig(n=500, rounds=20, batch_size=500, q=4, beta=1.0, replacement=False)
     sig = papers.thm_f1(1.0, 1e-5, 1.0, 1.0, 500, 20, 4)
-    acc = get_accountant("zcdp").compose(privacy_event("isrl-spider", cfg, sig))
+    acc = get_accountant("zcdp", REPLACE_ONE).compose(privacy_event("isrl-spider", cfg, sig))
     assert acc.rho() > 1.0 ** 2 / (8 * math.log(1e5)) * 1.5
 
 
@@ -103,7 +104,7 @@ def test_with_replacement_algorithms_take_the_tighter_of_pld_and_advanced():
     cal = calibrate_algorithm("isrl-prox-svrg", cfg, 4.0, 1e-5)
     ref = algorithm_class("isrl-prox-svrg").reference_sigmas(cfg, 4.0, 1e-5)
     fn = lambda c: privacy_event("isrl-prox-svrg", cfg, {k: v * c for k, v in ref.items()})  # noqa: E731
-    each = {name: calibrate(fn, 4.0, 1e-5, name).noise_multiplier for name in ("pld", "advanced")}
+    each = {name: calibrate(fn, 4.0, 1e-5, name, REPLACE_ONE).noise_multiplier for name in ("pld", "advanced")}
     assert cal.epsilon <= 4.0
     assert cal.sigmas["sigma1"] == pytest.approx(min(each.values()) * ref["sigma1"], rel=1e-12)
     assert cal.accountant.startswith(min(each, key=each.get))

@@ -63,7 +63,8 @@ def test_pld_says_when_delta_is_below_its_round_off(capsys):
 
 def test_noise_json(capsys):
     code, out, _ = run(capsys, "noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100", "--sampling",
-                       "without-replacement", "--q", "0.1", "--dataset-size", "1000", "--accountant", "rdp", "--json")
+                       "without-replacement", "--q", "0.1", "--dataset-size", "1000", "--relation", "replace-one",
+                       "--accountant", "rdp", "--json")
     data = json.loads(out)
     assert code == 0 and set(data) == {"noise_multiplier", "epsilon", "accountant", "relation", "batch_size"}
     assert data["epsilon"] <= 1.0 and data["batch_size"] == 100
@@ -152,7 +153,7 @@ def test_default_accountant_is_the_tightest_for_sampling_with_replacement(capsys
     """Without --accountant, with-replacement sampling gets the better of pld (labelled
     multiplicities) and advanced (BBG18 amplification) -- each a certificate on its own."""
     flags = ["--delta", "1e-5", "--steps", str(steps), "--sampling", "with-replacement", "--q", str(m / n),
-             "--dataset-size", str(n), "--json"]
+             "--dataset-size", str(n), "--relation", "replace-one", "--json"]
     code, out, _ = run(capsys, "epsilon", "--noise-multiplier", str(z), *flags)
     default = json.loads(out)["epsilon"]
     _, out, _ = run(capsys, "epsilon", "--noise-multiplier", str(z), *flags, "--accountant", "all")

@@ -135,7 +135,7 @@ def test_accountant_all_answers_null_where_an_accountant_cannot_certify():
     code, out, _ = invoke(["epsilon", "--noise-multiplier", "0.0005", "--delta", "1e-5", "--accountant", "all",
                            "--json"])
     data = json.loads(out)
-    assert code == 0 and data["pld"] is None and data["relation"] == "replace-one"
+    assert code == 0 and data["pld"] is None and data["relation"] == "add-remove"
 
 
 

@@ -81,7 +81,9 @@ def test_bad_input(argv, match, tmp_path, capsys):
         captured = capsys.readouterr()
         out = json.loads(captured.out)
         assert code == 2 and out["runs"]["ok"] == 0 and "path" in out["failures"][0]["error"]
-        assert captured.err.strip() == (f"silodp reproduce: error: {out['runs']['failed']} of {out['runs']['total']} "
+        *progress, error = captured.err.strip().splitlines()  # --json: progress lines first (stderr)
+        assert all(line.startswith("cifar10") for line in progress)
+        assert error == (f"silodp reproduce: error: {out['runs']['failed']} of {out['runs']['total']} "
                                         f"runs failed (their errors are in the JSON and in {out['store']}; fix the "
                                         "cause and rerun with --retry-failed)")
     else:

@@ -124,7 +124,7 @@ def test_bad_steps_and_state_round_trip():
         acc.step(noise_multiplier=1.0, sample_rate=0.1)
     other = create_accountant("silodp-pld")
     other.load_state_dict(acc.state_dict())
-    assert len(other) == 10 and other.get_epsilon(DELTA) == acc.get_epsilon(DELTA)
+    assert other.steps == 10 and len(other) == 1 and other.get_epsilon(DELTA) == acc.get_epsilon(DELTA)
     with pytest.raises(ValueError):
         create_accountant("silodp-rdp").load_state_dict(acc.state_dict())
 
@@ -149,5 +149,20 @@ def test_make_private_with_epsilon_reports_at_most_the_target(accountant, poisso
             torch.nn.functional.cross_entropy(model(xb), yb).backward()
             optimizer.step()
     assert engine.accountant.mechanism() == accountant
-    assert len(engine.accountant) == 2 * len(loader) or poisson
+    assert engine.accountant.steps == 2 * len(loader) or poisson
+    assert len(engine.accountant) == len(engine.accountant.history)  # Opacus' len: history entries
+    assert engine.accountant.get_privacy_spent(delta=DELTA) == (engine.get_epsilon(DELTA), None)
     assert engine.get_epsilon(DELTA) <= 2.0
+
+
+def test_importing_silodp_integrations_registers_the_names():
+    """Opacus names its accountant by string: ``import silodp.integrations`` alone must register
+    them (a fresh interpreter, so no earlier import of the submodule helps)."""
+    import subprocess
+    import sys
+
+    probe = ("import silodp.integrations; from opacus.accountants.utils import create_accountant; "
+             "print(type(create_accountant('silodp-pld')).__name__)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    assert "silodp" in proc.stdout.lower()

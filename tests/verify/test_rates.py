@@ -95,6 +95,8 @@ def test_figure(results):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("fit: slope" in s for s in labels) and any("privacy term dominates" in s for s in labels)
     assert any("thm2.1-isrl" in s for s in labels) and any("eq20-sampling" in s for s in labels)
+    assert "n=" in ax.get_title() and "delta=" in ax.get_title()  # the fixed parameters; eps is the x axis
+    assert ax.get_legend().get_bbox_to_anchor().x0 > ax.get_window_extent().x1  # the legend is outside the data
 
 
 def test_term_exponents_of_a_bound():

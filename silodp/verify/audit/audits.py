@@ -242,13 +242,13 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
 
 def _calibrate_shape(name: str, cfg, shape: dict, epsilon: float, delta: float):
     """Noise ``c * shape`` with the smallest c the tightest supporting accountant certifies."""
-    from silodp.accounting import tightest_calibration
+    from silodp.accounting import REPLACE_ONE, tightest_calibration
     from silodp.algorithms.privacy import privacy_event
 
     def scaled(c: float) -> dict:
         return {k: v * c for k, v in shape.items()}
 
-    cal = tightest_calibration(lambda c: privacy_event(name, cfg, scaled(c)), epsilon, delta)
+    cal = tightest_calibration(lambda c: privacy_event(name, cfg, scaled(c)), epsilon, delta, None, REPLACE_ONE)
     return scaled(cal.noise_multiplier), cal.epsilon, cal.accountant
 
 

@@ -7,11 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from silodp.palette import label, legend_outside, style
+
 LABELS = {"eps": r"$\epsilon$", "n": "n (records per silo)", "M": "M (silos per round)", "kappa": r"$\kappa = \beta/\mu$",
           "N": "N (silos, M = N)", "d": "d (dimension)"}
 
 
-def _figure(ax, size=(5.5, 4.0)):
+def _figure(ax, size=(8.5, 4.0)):
     if ax is not None:
         return ax.figure, ax
     from matplotlib.figure import Figure
@@ -27,6 +29,13 @@ def _grid_ticks(ax, x: np.ndarray) -> None:
     ax.xaxis.set_major_locator(FixedLocator(x))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _fixed(setup) -> str:
+    """The parameters a figure holds fixed (all but the varied one), epsilon and delta included."""
+    names = [k for k in ("n", "N", "M", "eps", "delta", "d", "rounds") if k != setup.vary]
+    return ", ".join(f"{k}={getattr(setup, k):g}" for k in names if getattr(setup, k) is not None) \
+        + f", noise={setup.noise}, {setup.trials} trials"
 
 
 def _shade(ax, xs: np.ndarray, mask: np.ndarray, label: str) -> None:
@@ -82,9 +91,11 @@ def plot_rates(result, ax=None, title: str | None = None) -> Any:
             label=f"theory slope {result.theory_exponent:.2f} ({result.dominant_term} term)")
     ax.set(xscale="log", yscale="log", xlabel=LABELS.get(setup.vary, setup.vary),
            ylabel=result.theorem.metric,
-           title=title or f"{setup.algorithm} on {setup.family or result.theorem.family}: {result.theorem.theorem}")
+           title=title or f"{label(setup.algorithm)} on {setup.family or result.theorem.family}: "
+                          f"{result.theorem.theorem}\n{_fixed(setup)}")
+    ax.title.set_fontsize(9)
     _grid_ticks(ax, x)
-    ax.legend(fontsize=7, loc="best")
+    legend_outside(ax, fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -97,7 +108,8 @@ def plot_comparison(comparison, ax=None, title: str | None = None) -> Any:
     ratio = np.array([r["ratio"] for r in rows])
     err = np.array([ratio - [r["ci_low"] for r in rows], np.array([r["ci_high"] for r in rows]) - ratio])
     first, second = comparison.first.setup.algorithm, comparison.second.setup.algorithm
-    ax.errorbar(x, ratio, yerr=err, fmt="o", capsize=3, label=f"mean({second}) / mean({first})")
+    ax.errorbar(x, ratio, yerr=err, fmt="o", capsize=3, color=style(second)[1],
+                label=f"mean({label(second)}) / mean({label(first)})")
     fit = comparison.fit
     xs = np.geomspace(x.min(), x.max(), 32)
     lo, hi = fit.slope_ci
@@ -108,8 +120,9 @@ def plot_comparison(comparison, ax=None, title: str | None = None) -> Any:
     ax.axhline(1.0, color="0.6", lw=0.8)
     setup = comparison.first.setup
     ax.set(xscale="log", yscale="log", xlabel=LABELS.get(setup.vary, setup.vary), ylabel="ratio of excess risks",
-           title=title or f"{second} vs {first}")
+           title=title or f"{label(second)} vs {label(first)}\n{_fixed(setup)}")
+    ax.title.set_fontsize(9)
     _grid_ticks(ax, x)
-    ax.legend(fontsize=7, loc="best")
+    legend_outside(ax, fontsize=7)
     fig.tight_layout()
     return fig
