@@ -190,22 +190,22 @@ def certify_releases(releases: Iterable[GaussianRelease], delta: float) -> float
 
 @functools.lru_cache(maxsize=256)
 def _certified(dumped: str, delta: float) -> float:
-    from silodp.accounting import tightest_epsilon
+    from silodp.accounting import REPLACE_ONE, tightest_epsilon
     from silodp.accounting.releases import releases_event
 
     rows = load_releases(dumped)
-    return tightest_epsilon(releases_event(rows), delta)[0] if rows else 0.0
+    return tightest_epsilon(releases_event(rows), delta, REPLACE_ONE)[0] if rows else 0.0
 
 
 def bound_releases(releases: Iterable[GaussianRelease], delta: float) -> float:
     """A fast sound upper bound on :func:`certify_releases` (``rdp``, microseconds where the
     tightest certificate of with-replacement batches takes seconds; the tightest when ``rdp``
     cannot account them): for progress reports, never for the budget."""
-    from silodp.accounting import get_accountant
+    from silodp.accounting import REPLACE_ONE, get_accountant
     from silodp.accounting.releases import releases_event
 
     rows = grouped(releases)
-    acc = get_accountant("rdp")
+    acc = get_accountant("rdp", REPLACE_ONE)
     event = releases_event(rows)
     return acc.compose(event).get_epsilon(delta) if rows and acc.supports(event) else certify_releases(rows, delta)
 

@@ -151,7 +151,7 @@ QUICK_PRESETS = ("prox-sgd-n-prescribed",)
 def sent_epsilon(ctx) -> float:
     """The tightest certificate of what one context's runs (a chunk of stacked trials) really sent:
     per message group its count and smallest noise multiplier, at the run's delta."""
-    from silodp.accounting import tightest_epsilon
+    from silodp.accounting import REPLACE_ONE, tightest_epsilon
     from silodp.accounting.releases import GaussianRelease, releases_event
 
     groups: dict[str, list] = {}
@@ -159,7 +159,7 @@ def sent_epsilon(ctx) -> float:
         groups.setdefault(s.group, []).append(s)
     releases = [GaussianRelease(g, len(v), min(s.noise_multiplier for s in v), v[0].sampling, v[0].batch_size,
                                 min(s.dataset_size for s in v)) for g, v in groups.items()]
-    return float(tightest_epsilon(releases_event(releases), ctx.target[1])[0])
+    return float(tightest_epsilon(releases_event(releases), ctx.target[1], REPLACE_ONE)[0])
 
 
 def verdict(preset: Preset, result: runs.RateResult, sent: list[tuple[float, float]]) -> dict[str, bool]:
