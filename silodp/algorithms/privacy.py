@@ -102,7 +102,7 @@ def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: f
             accountant: str | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
     (cached: a run's certificate is computed once per configuration)."""
-    key = tuple(sorted((k, float(v)) for k, v in sigmas.items()))
+    key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
     return _certify(algorithm_class(algorithm), cfg, key, check_delta("delta", delta), accountant)
 
 
@@ -115,7 +115,11 @@ def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> t
         return tightest_epsilon(event, delta, REPLACE_ONE)
     except ValueError:  # some candidate cannot reach a huge epsilon (tiny explicit noise): the others
         results = []
-        for name in candidate_accountants(event, REPLACE_ONE):
+        try:
+            names = candidate_accountants(event, REPLACE_ONE)
+        except ValueError:  # noise below every accountant's domain (epsilon > 1e8): no guarantee
+            return math.inf, "none"
+        for name in names:
             try:
                 results.append((get_accountant(name, REPLACE_ONE).compose(event).get_epsilon(delta), name))
             except ValueError:

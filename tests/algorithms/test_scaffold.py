@@ -3,13 +3,15 @@ rules against a loop-by-loop reference fed the same released gradients, independ
 users, Poisson user sampling, fresh subsets without replacement, client drift with zero noise, and
 the calibration path."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 from scipy.optimize import minimize
 
-from silodp.accounting import epsilon
+from silodp.accounting import REPLACE_ONE, epsilon
 from silodp.algorithms import ALGORITHMS, L2Squared, Problem, Zero, linear_model
 from silodp.algorithms.fedprox_data import fedprox_synthetic
 from silodp.algorithms.federation import SubsetSampler
@@ -221,7 +223,8 @@ def test_privacy_event_is_the_accounting_layers(small):
     data, problem = small
     algo = DpScaffoldWarm(rounds=3, local_steps=2, data_sampling=0.5, step_size=0.1, sigmas={"sigma": 0.4})
     cfg = algo.transcript_config(problem, data.train)
-    assert cfg.warm_steps == 2 and cfg.batch_size == round(0.5 * data.train.min_size)
+    assert cfg.warm_steps == 2 and cfg.batch_size == math.ceil(0.5 * data.train.min_size)
     ours, theirs = algo.privacy_event(cfg), server_event(cfg, 0.4 / cfg.noise_std(1.0))
     for name in ("pld", "rdp"):  # the declared releases (grad + warm) are the server's worst-case event
-        assert epsilon(ours, 1e-5, name) == pytest.approx(epsilon(theirs, 1e-5, name), rel=1e-9)
+        # rel 1e-7: the two event trees compose the same blocks in another order (float round-off only)
+        assert epsilon(ours, 1e-5, name, REPLACE_ONE) == pytest.approx(epsilon(theirs, 1e-5, name, REPLACE_ONE), rel=1e-7)
