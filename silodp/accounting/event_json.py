@@ -9,9 +9,17 @@ event is an object with ``class_name`` (a dp-accounting event class), optionally
      "event": {"class_name": "PoissonSampledDpEvent", "sampling_probability": 0.01,
                "event": {"class_name": "GaussianDpEvent", "noise_multiplier": 1.0}}}
 
+The classes read are those whose class and fields silodp shares with dp-accounting
+(:data:`silodp.accounting.events._SHARED`), each with dp-accounting's own field names: Gaussian,
+zCDP, the compositions and samplings, ``LaplaceDpEvent(noise_multiplier)``,
+``DiscreteLaplaceDpEvent(noise_parameter, sensitivity)`` and
+``RandomizedResponseDpEvent(noise_parameter, num_buckets)``. silodp's own events without a
+dp-accounting counterpart (``EpsilonDeltaDpEvent``, ``ParallelComposedDpEvent``,
+``DiscreteGaussianDpEvent``) have no dp-accounting JSON and are neither read nor written.
+
 :func:`dumps` writes it from a silodp or a dp-accounting event. Reading fails closed: an unknown
-class (one silodp does not certify, e.g. ``LaplaceDpEvent``), a missing or unknown field, or a
-malformed value is a ``ValueError`` naming it; the tree then converts as
+class (one silodp does not certify, e.g. ``MixtureOfGaussiansDpEvent``), a missing or unknown
+field, or a malformed value is a ``ValueError`` naming it; the tree then converts as
 :func:`silodp.accounting.events.from_dp_accounting` (so dp-accounting's conventions hold:
 ``noise_multiplier`` 0 is non-private, a sampling probability 0 releases nothing).
 """

@@ -90,7 +90,8 @@ def _event_file(args):
         return None
     refuse(args, ("--noise-multiplier", *MECHANISM_FLAGS[:4]), "with --event (the file is the whole mechanism)")
     try:
-        text = open(args.event, encoding="utf-8").read()
+        with open(args.event, encoding="utf-8") as f:
+            text = f.read()
     except OSError as exc:
         raise ValueError(f"--event: cannot read {args.event!r} ({exc.strerror or exc})") from None
     return event_json.loads(text)

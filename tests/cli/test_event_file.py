@@ -29,6 +29,10 @@ EVENTS = [
     dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(2.0), dp_event.ZCDpEvent(0.1),
                               dp_event.SampledWithoutReplacementDpEvent(100, 10, dp_event.GaussianDpEvent(3.0))]),
     dp_event.GaussianDpEvent(0.0),  # dp-accounting's convention: non-private
+    dp_event.LaplaceDpEvent(1.0),
+    dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(10.0), 10),
+    dp_event.DiscreteLaplaceDpEvent(0.5, 2),
+    dp_event.RandomizedResponseDpEvent(0.5, 4),
 ]
 
 
@@ -50,8 +54,35 @@ def test_cli_event_file_certifies_as_the_flags(tmp_path, capsys):
     assert from_file["relation"] == "add-remove"
 
 
+@pytest.mark.parametrize("event,relation", [
+    (dp_event.LaplaceDpEvent(1.0), "add-remove"),
+    (dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(10.0), 10), "add-remove"),
+    (dp_event.DiscreteLaplaceDpEvent(0.5, 2), "add-remove"),
+    (dp_event.RandomizedResponseDpEvent(0.5, 4), "replace-one"),  # dp-accounting: REPLACE_ONE only
+])
+def test_dp_accountings_other_mechanisms_certify_as_its_pld(tmp_path, capsys, event, relation):
+    """dp-accounting's own JSON (its field names) of the Laplace, discrete Laplace and randomized
+    response events: read, and certified within 0.1% of dp-accounting's PLD under the same relation."""
+    from dp_accounting import NeighboringRelation
+    from dp_accounting.pld import PLDAccountant
+
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(_as_json(event.to_named_tuple())))
+    assert main(["epsilon", "--event", str(path), "--delta", "1e-5", "--relation", relation, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    nr = NeighboringRelation.REPLACE_ONE if relation == "replace-one" else NeighboringRelation.ADD_OR_REMOVE_ONE
+    reference = PLDAccountant(neighboring_relation=nr).compose(event).get_epsilon(1e-5)
+    assert data["relation"] == relation and data["epsilon"] == pytest.approx(reference, rel=1e-3)
+
+
 @pytest.mark.parametrize("content,word", [
-    ('{"class_name": "LaplaceDpEvent", "parameter": 1.0}', "class_name"),
+    # a dp-accounting class silodp does not certify
+    ('{"class_name": "MixtureOfGaussiansDpEvent", "standard_deviation": 1.0, "sensitivities": [1.0],'
+     ' "sampling_probs": [1.0]}', "class_name"),
+    ('{"class_name": "NoSuchDpEvent"}', "class_name"),
+    # dp-accounting's LaplaceDpEvent has the field noise_multiplier, not parameter
+    ('{"class_name": "LaplaceDpEvent", "parameter": 1.0}', "parameter"),
+    ('{"class_name": "RandomizedResponseDpEvent", "noise_parameter": 0.5}', "num_buckets"),
     ('{"class_name": "GaussianDpEvent"}', "noise_multiplier"),
     ('{"class_name": "GaussianDpEvent", "noise_multiplier": 1, "extra": 2}', "extra"),
     ('{"class_name": "GaussianDpEvent", "noise_multiplier": "1"}', "noise_multiplier"),
