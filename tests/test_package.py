@@ -33,6 +33,15 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=120, **kw)
 
 
+def _clean_env(**extra) -> dict:
+    """This process' environment without PYTHONPATH and VIRTUAL_ENV: a PYTHONPATH naming the
+    checkout (set by the caller, or left by an earlier test in the same worker) would show pip the
+    checkout's ``silodp.egg-info`` as an installed silodp and make it skip the wheel."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    clean.update(extra)
+    return clean
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     """``python -m build`` of a copy of the source (the build leaves nothing in the worktree);
@@ -67,16 +76,16 @@ def env(dist, tmp_path_factory) -> Path:
     purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     Path(purelib, "_parent_packages.pth").write_text(f"{shadow}\n")
     wheel = next(dist.glob("*.whl"))
+    # --ignore-installed: the wheel is installed whatever the fresh environment's path shows
     proc = _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index",
-                 "--no-compile", "--quiet", wheel])
+                 "--ignore-installed", "--no-compile", "--quiet", wheel], env=_clean_env(PYTHONNOUSERSITE="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return root
 
 
 def _in_env(env: Path, *cmd, tmp_path: Path):
     """Run in the fresh environment, from a folder outside the source tree, without PYTHONPATH."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    clean.update(PYTHONNOUSERSITE="1", PATH=f"{env / 'bin'}{os.pathsep}{clean.get('PATH', '')}")
+    clean = _clean_env(PYTHONNOUSERSITE="1", PATH=f"{env / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     return _run(cmd, cwd=tmp_path, env=clean)
 
 

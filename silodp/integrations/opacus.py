@@ -36,11 +36,22 @@ certified under replace-one only.
 from __future__ import annotations
 
 import enum
+import logging
 import math
 from typing import Any, ClassVar
 
-from opacus.accountants import IAccountant
-from opacus.accountants.registry import _ACCOUNTANTS, register_accountant
+# Importing opacus runs ``logging.basicConfig`` (opacus.utils.module_utils), which gives the root
+# logger a stderr handler: every record of a propagating logger (Flower's) would then print twice.
+# ``import silodp.integrations`` imports this module whenever Opacus is installed, so it must not
+# configure the host's logging: the handlers that import adds are removed again.
+_root_handlers = list(logging.getLogger().handlers)
+try:
+    from opacus.accountants import IAccountant
+    from opacus.accountants.registry import _ACCOUNTANTS, register_accountant
+finally:
+    for _handler in [h for h in logging.getLogger().handlers if h not in _root_handlers]:
+        logging.getLogger().removeHandler(_handler)
+    del _root_handlers
 
 from silodp.accounting import calibrate, get_accountant
 from silodp.accounting import events as ev
