@@ -112,6 +112,19 @@ def test_fewer_summed_silos_need_more_noise_each():
     assert D.certified_epsilon(floor, 1e-5) <= 3.0
 
 
+def _decoding_errors(x, p, gen, trials: int = 200) -> torch.Tensor:
+    """``trials`` rounds of encode (fresh rotation) -> modular sum -> decode of the silos' rows ``x``,
+    minus their true sum: ``[trials, d]``."""
+    from silodp.algorithms import distributed as E
+    from silodp.algorithms.shuffle import rotation_signs
+
+    errs = []
+    for _ in range(trials):
+        signs = rotation_signs(x.shape[1], gen)
+        errs.append(E.decode(E.modular_sum(E.encode(x, p, signs, gen), p.modulus), p, x.shape[0], signs) - x.sum(0))
+    return torch.stack(errs)
+
+
 @pytest.mark.parametrize("mech", D.MECHANISMS)
 def test_monte_carlo_wrap_and_decoding(mech):
     """Encode, sum modulo 2^bits, decode: (a) at the calibrated bits the decoded sum is unbiased
@@ -125,11 +138,7 @@ def test_monte_carlo_wrap_and_decoding(mech):
     x = torch.randn(4, 20, generator=gen, dtype=torch.float64)
     x = x / x.norm(dim=1, keepdim=True)
     p = D.calibrate(mech, 20, 1.0, 4, 14, 3.0, 1e-5, 3)
-    errs = []
-    for _ in range(200):
-        signs = rotation_signs(20, gen)
-        errs.append(E.decode(E.modular_sum(E.encode(x, p, signs, gen), p.modulus), p, 4, signs) - x.sum(0))
-    err = torch.stack(errs)
+    err = _decoding_errors(x, p, gen)
     assert torch.all(err.mean(0).abs() < 5 * err.std(0) / 200 ** 0.5)
     assert 0.9 * p.variance() <= float((err ** 2).mean()) <= 1.1 * p.variance()
 
@@ -210,9 +219,6 @@ def test_record_level_coupled_rounding_moves_at_most_the_charged_shift():
     """Record level: with the silo's private uniform V shared by both neighbours, floor(z + V)
     and floor(z' + V) differ by less than ||z - z'|| + sqrt(d') in l2 (the Delta2 charged), and
     the worst case nearly reaches it; the decoded record-level sum is unbiased."""
-    from silodp.algorithms import distributed as E
-    from silodp.algorithms.shuffle import rotation_signs
-
     gen = torch.Generator().manual_seed(11)
     d, c = 16, 3.0
     l2, l1 = D.sensitivities(c, d, record=True)
@@ -226,11 +232,7 @@ def test_record_level_coupled_rounding_moves_at_most_the_charged_shift():
     p = D.calibrate("skellam", 16, 1.0, 3, 18, 3.0, 1e-5, 2, vector_norm=20.0)
     assert D.certified_epsilon(p, 1e-5) <= 3.0 and p.bound == 20.0
     x = torch.randn(3, 16, generator=gen, dtype=torch.float64) * 4
-    errs = []
-    for _ in range(200):
-        signs = rotation_signs(16, gen)
-        errs.append(E.decode(E.modular_sum(E.encode(x, p, signs, gen), p.modulus), p, 3, signs) - x.sum(0))
-    err = torch.stack(errs)
+    err = _decoding_errors(x, p, gen)
     assert torch.all(err.mean(0).abs() < 5 * err.std(0) / 200 ** 0.5)
     with pytest.raises(ValueError, match="vector_norm"):
         D.calibrate("binomial", 16, 1.0, 3, 18, 3.0, 1e-5, vector_norm=20.0)
