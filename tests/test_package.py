@@ -152,3 +152,18 @@ def test_the_flower_example_names_its_silodp_source_for_uv():
     assert source == ROOT
     project = tomllib.loads((source / "pyproject.toml").read_text())["project"]
     assert project["name"] == "silodp" and "flower" in project["optional-dependencies"]
+
+
+def test_the_flower_example_takes_cpu_torch_under_uv():
+    """uv reads no pip constraints file and, unpinned, resolves torch from PyPI (a CUDA build: with
+    uv 0.13.9, torch 2.15.0 and 43 nvidia packages). The example names torch directly, at
+    constraints.txt's version, from an explicit CPU index (uv applies sources to direct dependencies)."""
+    import tomllib
+
+    example = tomllib.loads((ROOT / "examples" / "flower" / "pyproject.toml").read_text())
+    pinned = [line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()
+              if line.strip().startswith("torch==")]
+    assert pinned and pinned[0] in example["project"]["dependencies"]
+    index = example["tool"]["uv"]["sources"]["torch"]["index"]
+    (entry,) = [i for i in example["tool"]["uv"]["index"] if i["name"] == index]
+    assert entry["url"].endswith("/whl/cpu") and entry["explicit"] is True
