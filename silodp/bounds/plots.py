@@ -12,6 +12,11 @@ import numpy as np
 from silodp.bounds.compare import compare, grid, regime_map
 
 
+def _fixed_label(fixed: Mapping[str, float]) -> str:
+    """The parameters held fixed, for a figure's title (every figure states them)."""
+    return ", ".join(f"{k}={v:g}" for k, v in fixed.items())
+
+
 def regime_map_figure(bound_id: str, x: tuple[str, np.ndarray], y: tuple[str, np.ndarray],
                       fixed: Mapping[str, float]) -> Any:
     """Which term of ``bound_id`` dominates over a log-log grid of two parameters."""
@@ -20,12 +25,14 @@ def regime_map_figure(bound_id: str, x: tuple[str, np.ndarray], y: tuple[str, np
 
     (xn, xs), (yn, ys) = x, y
     idx, names = regime_map(bound_id, {**grid(**{yn: ys, xn: xs}), **fixed})
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
     cmap = ListedColormap(plt.cm.tab10.colors[: len(names)])
     ax.pcolormesh(xs, ys, idx, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, shading="nearest")
-    ax.set(xscale="log", yscale="log", xlabel=xn, ylabel=yn, title=f"{bound_id}: dominant term")
+    ax.set(xscale="log", yscale="log", xlabel=xn, ylabel=yn)
+    ax.set_title(f"{bound_id}: dominant term\n{_fixed_label(fixed)}", fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(len(names))]
-    ax.legend(handles, names, loc="lower left", fontsize=8)
+    ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8,
+              title="term", borderaxespad=0.0)
     fig.tight_layout()
     return fig
 
@@ -41,7 +48,8 @@ def ratio_figure(a: str, b: str, x: tuple[str, np.ndarray], y: tuple[str, np.nda
     mesh = ax.pcolormesh(xs, ys, np.log10(c.ratio), cmap="RdBu_r", shading="nearest",
                          vmin=-3, vmax=3)
     ax.contour(xs, ys, np.log10(c.ratio), levels=[0.0], colors="k")
-    ax.set(xscale="log", yscale="log", xlabel=xn, ylabel=yn, title=f"log10({a} / {b})")
+    ax.set(xscale="log", yscale="log", xlabel=xn, ylabel=yn)
+    ax.set_title(f"log10({a} / {b})\n{_fixed_label(fixed)}", fontsize=9)
     fig.colorbar(mesh, ax=ax)
     fig.tight_layout()
     return fig

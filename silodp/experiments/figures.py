@@ -124,4 +124,25 @@ def scaffold_headline(rows: list[dict]):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy")
     legend_outside(axes[-1], fontsize=8)
+    fig.suptitle(_scaffold_fixed(rows), fontsize=9)
     return fig
+
+
+def _scaffold_fixed(rows: list[dict]) -> str:
+    """What the headline holds fixed (every figure states its epsilon and fixed parameters): the
+    target epsilon, users x records, dimension, K T and the sampling rates, each once if constant."""
+    dp = [r for r in rows if r["algorithm"].startswith("dp-")]
+
+    def values(get) -> str:
+        return "/".join(f"{v:g}" for v in sorted({get(r) for r in dp}))
+
+    def hp(r: dict) -> dict:
+        return dict(r["hyperparameters"].get("params", ()))
+
+    return (f"target \u03b5 = {values(lambda r: r['epsilon'])}, "
+            f"M = {values(lambda r: r['data']['num_users'])} users x "
+            f"{values(lambda r: r['data']['samples_per_user'])} records, "
+            f"d = {values(lambda r: r['data']['dim'])}, "
+            f"K T = {values(lambda r: r['rounds'] * r['hyperparameters']['local_steps'])}, "
+            f"data sampling {values(lambda r: hp(r)['data_sampling'])}, "
+            f"user sampling {values(lambda r: hp(r)['user_sampling'])}")
