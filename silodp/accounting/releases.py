@@ -201,25 +201,41 @@ def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:
     return ev.SelfComposedDpEvent(ev.EpsilonDeltaDpEvent(eps, dl), uses)
 
 
-def pvec_groups(releases: Sequence[Release]) -> tuple:
-    """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`);
-    each must carry its parameters (g, b, 1/2, rotate)."""
+def pvec_event(releases: Sequence[Release]) -> ev.DpEvent:
+    """The event of one silo's shuffle-DP transcript as the ``pvec`` accountants certify it: per
+    message group, its uses (:func:`uses_per_record`) of one P_vec invocation
+    (:class:`~silodp.accounting.events.PvecDpEvent` with the declared parameters (g, b, 1/2,
+    rotate), in the certified d' coordinates with rotation, and the l2 shift of
+    :func:`silodp.accounting.pvec_l2.shift_l2`), sampled with replacement where the batches are.
+    A Gaussian release stays a Gaussian event (which the ``pvec`` accountants refuse)."""
     from silodp.accounting import pvec, pvec_l2
 
-    out = []
+    parts = []
     for r in releases:
-        if not isinstance(r, ShuffleRelease) or r.count == 0:
+        if r.count == 0:
+            continue
+        if not isinstance(r, ShuffleRelease):
+            parts.append(releases_event([r]))
             continue
         if len(r.params) < 3 or float(r.params[2]) != 0.5:
             raise ValueError(f"release {r.group!r}: the P_vec certificate needs params (g, b, 1/2[, rotate]), "
                              f"got {r.params}")
         rotate = bool(r.params[3]) if len(r.params) > 3 else False
         g = int(r.params[0])
-        out.append(pvec.PvecGroup(uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size),
-                                  g, int(r.params[1]), r.messages, pvec.certified_dimension(r.dimension, rotate),
-                                  r.sampling == BatchSampling.WITH_REPLACEMENT, r.batch_size, r.dataset_size,
-                                  pvec_l2.shift_l2(g, r.dimension, rotate)))
-    return tuple(out)
+        step: ev.DpEvent = ev.PvecDpEvent(g, int(r.params[1]), r.messages, pvec.certified_dimension(r.dimension, rotate),
+                                          pvec_l2.shift_l2(g, r.dimension, rotate))
+        if r.sampling == BatchSampling.WITH_REPLACEMENT:
+            step = ev.SampledWithReplacementDpEvent(r.dataset_size, r.batch_size, step)
+        parts.append(ev.SelfComposedDpEvent(step, uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size)))
+    return ev.ComposedDpEvent(parts) if parts else ev.NoOpDpEvent()
+
+
+def pvec_groups(releases: Sequence[Release]) -> tuple:
+    """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`
+    of :func:`pvec_event`); each must carry its parameters (g, b, 1/2, rotate)."""
+    from silodp.accounting.accountants import pvec_items
+
+    return tuple(pvec_items(pvec_event([r for r in releases if isinstance(r, ShuffleRelease)])))
 
 
 def releases_event(releases: Sequence[Release]) -> ev.DpEvent:

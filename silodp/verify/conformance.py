@@ -5,8 +5,11 @@ silodp must satisfy, whoever wrote it.
 inputs included); every supported certificate is sound, at least the exact Gaussian epsilon
 (Balle & Wang 2018's analytic curve of the composed Gaussian, a T-fold composition of multiplier z
 being one Gaussian of multiplier z / sqrt(T)) and at least dp-accounting's *optimistic* PLD of a
-Poisson-subsampled Gaussian (a lower bound of the exact epsilon); monotone: no less epsilon for
-less noise or more steps.
+Poisson-subsampled Gaussian (a lower bound of the exact epsilon); for P_vec invocations
+(:class:`~silodp.accounting.events.PvecDpEvent`), at least the exact epsilon of one coordinate's
+pair (Bin(m, 1/2) + g, Bin(m, 1/2)), summed by scipy's binomial pmf; monotone: no less epsilon
+for less noise or more steps. An accountant answers the cases it supports (the Gaussian ones for
+the Gaussian accountants, the P_vec ones for ``pvec``); each must support at least one.
 
 :func:`check_algorithm` -- one small run: it stays within its declaration (the ledger checked
 every release), the calibration certifies at most the target, and the ledger refuses a run whose
@@ -25,6 +28,8 @@ GAUSSIAN_BATTERY = ((0.8, 1), (1.0, 10), (3.0, 50))
 DELTA = 1e-5
 #: a Poisson-subsampled Gaussian (q, z, steps) compared with dp-accounting's optimistic PLD
 SUBSAMPLED = (0.05, 1.0, 40)
+#: P_vec invocations (levels g, trials b, messages m) of one coordinate, compared with the exact pair
+PVEC_BATTERY = ((2, 4, 100), (4, 2, 200))
 
 
 class _Foreign(ev.DpEvent):
@@ -69,7 +74,52 @@ def check_accountant(make, relation: ev.NeighboringRelation = ev.REPLACE_ONE) ->
         lower = _dp_accounting_lower(relation)
         assert eps >= lower * (1 - 1e-6), f"poisson q={q}, z={z}, steps={steps}: {eps} below dp-accounting's {lower}"
         out[("poisson", q, z, steps)] = eps
+    out.update(_check_pvec(make, relation))
     return out
+
+
+def _pvec(g: int, b: int, m: int, uses: int = 1) -> ev.DpEvent:
+    one = ev.PvecDpEvent(g, b, m, 1, float(g))  # one coordinate: the l2 shift is g
+    return ev.SelfComposedDpEvent(one, uses) if uses > 1 else one
+
+
+def _check_pvec(make, relation) -> dict:
+    """The P_vec cases: sound against :func:`_exact_pvec_epsilon`, monotone in trials and uses."""
+    out = {}
+    for g, b, m in PVEC_BATTERY:
+        eps = _epsilon(make, relation, _pvec(g, b, m))
+        if eps is None:
+            continue
+        exact = _exact_pvec_epsilon(g, m * b)
+        assert eps >= exact * (1 - 1e-6), f"pvec g={g}, b={b}, m={m}: {eps} below the exact {exact}"
+        out[("pvec", g, b, m)] = eps
+    by_noise = [_epsilon(make, relation, _pvec(2, b, 100, 3)) for b in (2, 8)]
+    if None not in by_noise:
+        assert by_noise[0] >= by_noise[1] * (1 - 1e-9), f"pvec not monotone in trials: {by_noise}"
+    by_uses = [_epsilon(make, relation, _pvec(2, 4, 100, t)) for t in (2, 8)]
+    if None not in by_uses:
+        assert by_uses[0] <= by_uses[1] * (1 + 1e-9), f"pvec not monotone in uses: {by_uses}"
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _exact_pvec_epsilon(shift: int, trials: int) -> float:
+    """The exact epsilon at :data:`DELTA` of the pair (Bin(trials, 1/2) + shift, Bin(trials, 1/2))
+    (symmetric, so either order): delta(eps) = sum_x max(0, P(x) - e^eps Q(x)), bisected on eps."""
+    import numpy as np
+    from scipy.stats import binom
+
+    x = np.arange(trials + shift + 1)
+    p, q = binom.pmf(x - shift, trials, 0.5), binom.pmf(x, trials, 0.5)
+
+    def delta(eps: float) -> float:
+        return float(np.sum(np.maximum(0.0, p - math.exp(eps) * q)))
+
+    lo, hi = 0.0, 50.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if delta(mid) > DELTA else (lo, mid)
+    return lo
 
 
 @functools.lru_cache(maxsize=4)

@@ -142,8 +142,10 @@ def test_with_replacement_bound_dominates_a_concrete_instance(eps):
     assert instance > 0.05 * bound  # and it is not vacuous
 
 
-def test_every_registered_accountant_has_a_name():
-    assert set(ACCOUNTANTS) == {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth"}
+def test_every_registered_accountant_has_its_name():
+    """Registered where defined, under its own name (the built-in ones at least)."""
+    assert {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth", "pvec", "pvec-pld"} <= set(ACCOUNTANTS)
+    assert all(cls.name == name for name, cls in ACCOUNTANTS.items())
 
 
 def test_with_replacement_full_size_batch_keeps_multiplicities():

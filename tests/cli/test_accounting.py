@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from silodp.accounting import ACCOUNTANTS
 from silodp.cli import main
 
 
@@ -25,7 +26,8 @@ def test_epsilon_all_has_one_key_per_accountant(capsys):
     code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "2.0", "--steps", "10", "--delta", "1e-5",
                        "--accountant", "all", "--json")
     data = json.loads(out)
-    assert code == 0 and set(data) == {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth", "relation", "pld_settings"}
+    assert code == 0 and set(data) == {*ACCOUNTANTS, "relation", "pld_settings"}
+    assert data["pvec"] is None and data["pvec-pld"] is None  # P_vec accountants: no Gaussian steps
     assert data["gdp"] <= data["pld"] <= data["rdp"] <= data["advanced"]
 
 
