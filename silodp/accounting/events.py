@@ -130,7 +130,8 @@ class NonPrivateDpEvent(DpEvent):
 
 @_event
 class GaussianDpEvent(DpEvent):
-    """A sum released with Gaussian noise of std ``noise_multiplier * sensitivity``."""
+    """A sum of contributions of l2 norm <= C released with Gaussian noise of standard deviation
+    sigma = ``noise_multiplier`` * C (under every relation; the accountant applies its sensitivity)."""
 
     noise_multiplier: float
 

@@ -1,12 +1,19 @@
-"""What a silo releases, declared as data, turned into events, and checked while it runs.
+"""What a silo may release (its declaration), turned into events, and what it did release (its
+ledger), checked while it runs.
+
+Vocabulary: a *declaration* is data, the list of releases an algorithm may send; the *ledger*
+(:class:`ReleaseLedger`) is what it did send, one :class:`Sent` entry per message. A Gaussian
+release is described by its ``noise_multiplier`` (sigma / C); ``sigma`` always names a standard
+deviation.
 
 An algorithm declares its messages as a list of releases (one per message *group*: "grad",
 "diff", "full", ...): how many times the group is sent, how its records are drawn, and either the
 Gaussian noise multiplier (sigma / C, C the per-record contribution bound: the clip norm over the
 batch size) or, for shuffle-DP, the (epsilon, delta) certificate of one invocation of the shuffle
 protocol. :func:`releases_event` is the event of the whole transcript, the one thing the
-calibration, the certificate, the audit and the docs read. While the algorithm runs, each message
-it actually sends is recorded in a :class:`ReleaseLedger`, which refuses (``ValueError`` naming
+calibration, the certificate, the audit and the docs read (:func:`pvec_event`: the same for the
+``pvec`` accountants). While the algorithm runs, each message it actually sends is recorded in
+its :class:`ReleaseLedger`, which refuses (``ValueError`` naming
 the release) any message the declaration does not cover: more messages of a group than declared,
 less noise, another sampling or batch size, other shuffle parameters.
 
@@ -258,10 +265,10 @@ def releases_event(releases: Sequence[Release]) -> ev.DpEvent:
 
 @dataclasses.dataclass(frozen=True)
 class Sent:
-    """One message group instance actually sent at run time (what :class:`ReleaseLedger` records).
+    """One message group instance actually sent at run time (an entry of :class:`ReleaseLedger`).
 
-    ``noise_multiplier``: noise std over the contribution bound (smallest over silos and stacked
-    runs); for shuffle messages ``params`` (the protocol's) and ``messages`` (how many messages
+    ``noise_multiplier``: sigma / C, the noise standard deviation over the contribution bound
+    (smallest over silos and stacked runs); for shuffle messages ``params`` (the protocol's) and ``messages`` (how many messages
     the invocation summed: fewer than declared means less binomial noise) instead.
     """
 
@@ -275,18 +282,18 @@ class Sent:
 
 
 class ReleaseLedger:
-    """Records every message an algorithm sends and refuses those its declaration does not cover.
-
-    ``declared``: the algorithm's releases (``None``: the algorithm declared itself non-private,
-    nothing is checked but everything is recorded).
+    """The ledger of a run: records every message an algorithm sends and refuses those its
+    ``declaration`` (the algorithm's releases) does not cover (``None``: the algorithm declared
+    itself non-private, nothing is checked but everything is recorded).
     """
 
     #: relative slack of the noise check: float32 batch weights (1/K) carry ~6e-8 rounding
     _RTOL = 1e-6
 
-    def __init__(self, declared: Sequence[Release] | None) -> None:
-        self.declared = None if declared is None else {r.group: r for r in declared}
-        if declared is not None and len(self.declared) != len(declared):
+    def __init__(self, declaration: Sequence[Release] | None) -> None:
+        #: the declared release of each message group (None: non-private, nothing checked)
+        self.declaration = None if declaration is None else {r.group: r for r in declaration}
+        if declaration is not None and len(self.declaration) != len(declaration):
             raise ValueError("releases: each message group must be declared once")
         self.sent: list[Sent] = []
         self._counts: dict[str, int] = {}
@@ -295,12 +302,12 @@ class ReleaseLedger:
         """Add ``sent``; ``ValueError`` naming the release when it is not covered."""
         self.sent.append(sent)
         count = self._counts[sent.group] = self._counts.get(sent.group, 0) + 1
-        if self.declared is None:
+        if self.declaration is None:
             return
-        decl = self.declared.get(sent.group)
+        decl = self.declaration.get(sent.group)
         where = f"release {count} of group {sent.group!r}"
         if decl is None:
-            raise ValueError(f"{where}: the algorithm declared no such message group ({sorted(self.declared)})")
+            raise ValueError(f"{where}: the algorithm declared no such message group ({sorted(self.declaration)})")
         if count > decl.count:
             raise ValueError(f"{where}: only {decl.count} were declared")
         if (sent.sampling, sent.batch_size) != (decl.sampling, decl.batch_size) or sent.dataset_size < decl.dataset_size:

@@ -28,6 +28,10 @@ GAUSSIAN_BATTERY = ((0.8, 1), (1.0, 10), (3.0, 50))
 DELTA = 1e-5
 #: a Poisson-subsampled Gaussian (q, z, steps) compared with dp-accounting's optimistic PLD
 SUBSAMPLED = (0.05, 1.0, 40)
+#: the accountant of :func:`check_algorithm`'s refused runs (their certificate is computed before
+#: the ledger refuses them and then discarded: the cheapest sound one serves; shuffle-DP runs keep
+#: their own, cached with the calibration's)
+REFUSED_RUN_ACCOUNTANT = "rdp"
 #: P_vec invocations (levels g, trials b, messages m) of one coordinate, compared with the exact pair
 PVEC_BATTERY = ((2, 4, 100), (4, 2, 200))
 
@@ -148,8 +152,9 @@ def check_algorithm(cls, problem, federation, params: dict, epsilon: float = 4.0
     if not cls.private:
         return
     assert result.epsilon <= epsilon * (1 + 1e-9), f"{cls.name}: certified {result.epsilon} above the target {epsilon}"
-    # the broken runs reuse the calibrated noise (explicit: certified once, cached)
-    noise = dict(shuffle_params=result.shuffle) if cls.shuffled else dict(sigmas=result.sigmas)
+    # the broken runs reuse the calibrated noise (explicit), certified cheaply (REFUSED_RUN_ACCOUNTANT)
+    noise = dict(shuffle_params=result.shuffle) if cls.shuffled else dict(
+        sigmas=result.sigmas, **({} if "accountant" in params else {"accountant": REFUSED_RUN_ACCOUNTANT}))
     if not cls.shuffled:
         halved = cls(**params, **noise, delta=delta)
         halved.context_class = get_mutation("halve-noise").context_class(checked=True)
@@ -175,7 +180,7 @@ def _one_too_many(group: str):
     from silodp.accounting.releases import BatchSampling
 
     def run(self, ctx, w):
-        decl = ctx._ledger.declared[group]
+        decl = ctx._ledger.declaration[group]
         everyone = torch.ones(ctx.num_silos, dtype=torch.bool)
         if decl.sampling == BatchSampling.FULL:
             draw = ctx.full
