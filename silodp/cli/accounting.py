@@ -253,14 +253,12 @@ def _noise_scaffold(args, cls) -> int:
     reads = set(SCAFFOLD_READS) - ({"--local-steps"} if cls.fixed_local_steps else set()) - (
         set() if cls.warm_start else {"--warm-steps"})
     refuse(args, [f for f in ALGORITHM_FLAGS if f not in reads], f"to {cls.name} (it is not in its transcript)")
-    if args.accountant not in (None, "pld"):  # the third-party guarantee is a sampling-pattern mixture
-        raise ValueError(f"--accountant: {cls.name}'s guarantees are accounted by pld only, got {args.accountant!r}")
     warm = args.warm_steps if cls.warm_start else 0
     payload = noise_report(
         args.epsilon, args.delta, num_users=args.silos, records_per_user=args.n, rounds=args.rounds,
         local_steps=cls.fixed_local_steps or args.local_steps,
         user_sampling=args.user_sampling, data_sampling=args.data_sampling, clip=args.clip,
-        warm_steps=warm, accountant=args.accountant or "pld")
+        warm_steps=warm, **({} if args.accountant in (None, "all") else {"accountant": args.accountant}))
     payload["algorithm"] = args.algorithm
     emit(payload, args.json)
     return 0
