@@ -3,6 +3,8 @@ view of a registry's names."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 def register(table: dict, cls: type, kind: str) -> type:
     """Enter ``cls`` in ``table`` under ``cls.name``; a missing name, or one taken by another
@@ -26,7 +28,7 @@ class RegistryView:
     def __contains__(self, name: object) -> bool:
         return name in self._table or name in self._extra
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter((*self._table, *self._extra))
 
     def __repr__(self) -> str:

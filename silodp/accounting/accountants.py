@@ -49,7 +49,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
@@ -59,6 +59,9 @@ from silodp._registry import RegistryView, register
 from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
+
+if TYPE_CHECKING:
+    from silodp.accounting import pvec
 
 _ALL_SAMPLING = frozenset(Sampling)
 _REPLACE_ONE_ONLY = (Sampling.WITH_REPLACEMENT, Sampling.WITHOUT_REPLACEMENT)
@@ -272,10 +275,10 @@ class CalibrationSettings:
     they support, and optionally ``coarse`` settings for a cheaper pre-search whose certificate
     over-estimates the fine one's by about ``coarse_gap``."""
 
-    settings: dict
+    settings: dict[str, Any]
     label: str
     rtol: float
-    coarse: dict | None = None
+    coarse: dict[str, Any] | None = None
     coarse_gap: float = 0.0
 
 
@@ -371,7 +374,8 @@ class PldAccountant(Accountant):
     SETTINGS = ("value_discretization_interval", "log_mass_truncation_bound")
 
     @classmethod
-    def calibration_settings(cls, event, epsilon, delta, settings):
+    def calibration_settings(cls, event: ev.DpEvent, epsilon: float, delta: float,
+                             settings: dict) -> CalibrationSettings | None:
         """The grid from the number of compositions (:func:`pld_discretization`: the pessimistic
         PLD's over-estimate stays below 0.2% of the target, rtol 0.3%), the discarded tails below
         1e-4 delta; a 4x coarser pre-search where the grid is fine (< 5e-4). None when the caller
@@ -421,7 +425,7 @@ class PldAccountant(Accountant):
                     f"discretization {self.value_discretization_interval:g} (epsilon is huge); use 'rdp' "
                     "or a coarser grid")
 
-    def _block_pld(self, block: Block, dtype=np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
+    def _block_pld(self, block: Block, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
         z = block.noise_multiplier
         if block.kind == Mechanism.EPSILON_DELTA:
@@ -441,7 +445,7 @@ class PldAccountant(Accountant):
             one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
         return one.astype(dtype).self_compose(block.count, direct_work)
 
-    def _pld(self, dtype=np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
+    def _pld(self, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         """The composition of every block, computed in ``dtype`` (float64, or :data:`pld.EXTENDED`);
         ``direct_work``: see :meth:`pld.PrivacyLossDistribution.self_compose`."""
         total = None
@@ -657,7 +661,7 @@ class PvecAccountant(Accountant):
                                         "(pass neighbouring=REPLACE_ONE)")
         return items
 
-    def _check_block(self, block) -> None:
+    def _check_block(self, block: Any) -> None:
         """Nothing left to check: the walk (:func:`pvec_items`) validated every item."""
 
     def groups(self, event: ev.DpEvent | None = None) -> tuple:
@@ -692,7 +696,7 @@ def pvec_items(event: ev.DpEvent, count: int = 1, l2: bool = True) -> list:
     return flatten(event, count, leaf=lambda one, uses: [_pvec_group(one, uses, l2)])
 
 
-def _pvec_group(event: ev.DpEvent, uses: int, l2: bool):
+def _pvec_group(event: ev.DpEvent, uses: int, l2: bool) -> "pvec.PvecGroup":
     from silodp.accounting import pvec
 
     sampled = type(event) is ev.SampledWithReplacementDpEvent

@@ -16,6 +16,7 @@ import enum
 import functools
 import math
 import sys
+from collections.abc import Callable
 
 from silodp.accounting import events as ev
 
@@ -131,7 +132,8 @@ def _sampled(event, sampling: Sampling, count: int) -> list[Block]:
     return [Block(Mechanism.GAUSSIAN, count, z, sampling, q=q, dataset_size=n, sample_size=m)]
 
 
-def flatten(event: ev.DpEvent, count: int = 1, leaf=None) -> list:
+def flatten(event: ev.DpEvent, count: int = 1,
+            leaf: Callable[[ev.DpEvent, int], list] | None = None) -> list:
     """The blocks of ``event`` repeated ``count`` times (adaptive composition).
 
     dp-accounting's own events are accepted and read as the silodp events of the same name.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_positive
@@ -32,6 +32,8 @@ from silodp.accounting.blocks import Mechanism, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
 
 EventFn = Callable[[float], ev.DpEvent]
+#: ``(neighbouring, **settings) -> Accountant``: an accountant class, or any factory of one
+AccountantFactory = Callable[..., Accountant]
 
 
 class CalibrationMethod(enum.Enum):
@@ -59,8 +61,8 @@ class Calibration:
     note: str = ""
 
 
-def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant, neighbouring,
-                     kwargs: dict) -> None:
+def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant: AccountantFactory,
+                     neighbouring: ev.NeighboringRelation, kwargs: dict) -> None:
     """ValueError at once (not after a long search) when even the largest noise multiplier the
     search tries does not certify ``epsilon``."""
     floor = _certifier(event_fn, delta, accountant, neighbouring, **kwargs)(MAX_NOISE_MULTIPLIER)
@@ -69,13 +71,14 @@ def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant
                          f"{MAX_NOISE_MULTIPLIER:g} certifies {floor:.3g} at delta={delta:g}")
 
 
-def _certifier(event_fn: EventFn, delta: float, make_accountant, neighbouring, **kwargs) -> Callable[[float], float]:
+def _certifier(event_fn: EventFn, delta: float, make_accountant: AccountantFactory, neighbouring: ev.NeighboringRelation,
+               **kwargs: Any) -> Callable[[float], float]:
     def eps_of(z: float) -> float:
         return make_accountant(neighbouring, **kwargs).compose(event_fn(z)).get_epsilon(delta)
     return eps_of
 
 
-def _maker(accountant) -> Callable[..., Accountant]:
+def _maker(accountant: str | AccountantFactory) -> AccountantFactory:
     """An accountant factory ``(neighbouring, **settings) -> Accountant``: itself, or by registry name."""
     if isinstance(accountant, str):
         if accountant not in ACCOUNTANTS:
@@ -86,11 +89,12 @@ def _maker(accountant) -> Callable[..., Accountant]:
     return accountant
 
 
-def _name(accountant) -> str:
+def _name(accountant: str | AccountantFactory) -> str:
     return accountant if isinstance(accountant, str) else getattr(accountant, "name", "") or repr(accountant)
 
 
-def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float, neighbouring) -> tuple[float, float]:
+def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float,
+               neighbouring: ev.NeighboringRelation) -> tuple[float, float]:
     """Starting point and log-log slope from the Gaussian-DP (CLT) approximation.
 
     Each subsampled Gaussian step contributes mu^2 = q^2 (e^{1/z^2} - 1) (Dong, Roth & Su 2022,
@@ -177,10 +181,10 @@ def calibrate(
     event_fn: EventFn,
     epsilon: float | None = None,
     delta: float | None = None,
-    accountant: str | Callable[..., Accountant] = "pld",
+    accountant: str | AccountantFactory = "pld",
     neighbouring: ev.NeighboringRelation | None = None,
     rtol: float = 0.01,
-    **accountant_kwargs,
+    **accountant_kwargs: Any,
 ) -> Calibration:
     """Smallest noise multiplier z (within ``rtol``) with certified epsilon(event_fn(z), delta) <= epsilon.
 

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, Callable
 
 from silodp.accounting import events as ev
+from silodp.accounting.calibration import AccountantFactory
 
 #: (noise multiplier, steps) of the battery's Gaussian compositions, and its delta
 GAUSSIAN_BATTERY = ((0.8, 1), (1.0, 10), (3.0, 50))
@@ -40,14 +42,14 @@ class _Foreign(ev.DpEvent):
     """An event no accountant knows."""
 
 
-def _epsilon(make, relation, event) -> float | None:
+def _epsilon(make: AccountantFactory, relation: ev.NeighboringRelation, event: ev.DpEvent) -> float | None:
     acc = make(relation)
     if not acc.supports(event):
         return None
     return acc.compose(event).get_epsilon(DELTA)
 
 
-def check_accountant(make, relation: ev.NeighboringRelation = ev.REPLACE_ONE) -> dict:
+def check_accountant(make: AccountantFactory, relation: ev.NeighboringRelation = ev.REPLACE_ONE) -> dict:
     """Run the battery on the accountant factory ``make`` (``(relation) -> Accountant``); raises
     AssertionError naming the failed property; returns the certificates it computed."""
     from silodp.accounting.gaussian import epsilon_for_delta
@@ -87,7 +89,7 @@ def _pvec(g: int, b: int, m: int, uses: int = 1) -> ev.DpEvent:
     return ev.SelfComposedDpEvent(one, uses) if uses > 1 else one
 
 
-def _check_pvec(make, relation) -> dict:
+def _check_pvec(make: AccountantFactory, relation: ev.NeighboringRelation) -> dict:
     """The P_vec cases: sound against :func:`_exact_pvec_epsilon`, monotone in trials and uses."""
     out = {}
     for g, b, m in PVEC_BATTERY:
@@ -127,7 +129,7 @@ def _exact_pvec_epsilon(shift: int, trials: int) -> float:
 
 
 @functools.lru_cache(maxsize=4)
-def _dp_accounting_lower(relation) -> float:
+def _dp_accounting_lower(relation: ev.NeighboringRelation) -> float:
     """dp-accounting's optimistic PLD epsilon of :data:`SUBSAMPLED` under ``relation`` (a lower
     bound of the exact one: the optimistic estimate rounds every privacy loss down)."""
     import dp_accounting as dpa
@@ -140,7 +142,8 @@ def _dp_accounting_lower(relation) -> float:
     return one.self_compose(steps).get_epsilon_for_delta(DELTA)
 
 
-def check_algorithm(cls, problem, federation, params: dict, epsilon: float = 4.0, delta: float = 1e-4) -> None:
+def check_algorithm(cls: type, problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
+                    delta: float = 1e-4) -> None:
     """One small run of ``cls(**params)`` at the target (``epsilon``, ``delta``): within its
     declaration and certified <= target; the ledger refuses halved noise and one message beyond
     each group's declared count. AssertionError names the failed property."""
@@ -164,7 +167,7 @@ def check_algorithm(cls, problem, federation, params: dict, epsilon: float = 4.0
         _refused(lambda: extra.run(problem, federation), "were declared", f"{cls.name}: one more {group!r}")
 
 
-def _refused(run, match: str, what: str) -> None:
+def _refused(run: Callable[[], Any], match: str, what: str) -> None:
     try:
         run()
     except ValueError as exc:
@@ -173,7 +176,7 @@ def _refused(run, match: str, what: str) -> None:
     raise AssertionError(f"{what}: the ledger did not refuse it")
 
 
-def _one_too_many(group: str):
+def _one_too_many(group: str) -> Callable:
     """A ``_run`` sending ``group`` once more than declared, at ample noise and the declared batches."""
     import torch
 
