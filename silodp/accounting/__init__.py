@@ -23,9 +23,11 @@ from silodp.accounting.accountants import (
     PvecPldAccountant,
     RdpAccountant,
     ZcdpAccountant,
+    accountant_choices,
     delta,
     epsilon,
     get_accountant,
+    register_accountant,
 )
 from silodp.accounting.binomial import (
     BinomialProtocolParams,
@@ -84,8 +86,8 @@ __all__ = [
     "PoissonSampledDpEvent", "PvecAccountant", "PvecDpEvent", "PvecPldAccountant", "REPLACE_ONE", "RdpAccountant", "ReleaseLedger", "Sampling",
     "SampledWithReplacementDpEvent", "SampledWithoutReplacementDpEvent", "SelfComposedDpEvent",
     "ShuffleRelease", "UnsupportedEventError", "ZCDpEvent", "ZcdpAccountant", "binomial_protocol_epsilon",
-    "binomial_protocol_params", "binomial_protocol_variance", "calibrate", "candidate_accountants",
+    "accountant_choices", "binomial_protocol_params", "binomial_protocol_variance", "calibrate", "candidate_accountants",
     "cdp_guarantee", "erlingsson2019", "fmt21_closed_form", "fmt21_numerical",
-    "from_dp_accounting", "gaussian_steps", "get_accountant", "releases_event", "sensitivity",
+    "from_dp_accounting", "gaussian_steps", "get_accountant", "register_accountant", "releases_event", "sensitivity",
     "shuffle_bounds", "tightest_calibration", "tightest_epsilon", "to_dp_accounting", "user_level_guarantee",
 ]
