@@ -36,6 +36,12 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 * ``advanced`` -- per-step (eps, delta) from the analytic Gaussian (Balle-Wang 2018) and BBG18
   subsampling (incl. *with replacement*, Thm 10), composed optimally (Kairouz-Oh-Viswanath 2015).
 * ``dwork-roth`` -- the same per-step budgets composed by Dwork-Roth Thm 3.20 (paper Thm D.1).
+* ``pvec`` -- the binomial shuffle protocol P_vec (paper Alg 4-5) only (:class:`~silodp.accounting.events.PvecDpEvent`):
+  the better of the l2-aware Renyi moments and the exact per-coordinate discrete PLD of the whole
+  transcript (:mod:`silodp.accounting.pvec`); ``pvec-pld`` the per-coordinate PLD alone.
+
+Which of them certify by default (:func:`silodp.accounting.candidate_accountants`) is each class's
+``candidacy``; the keyword settings a caller may give, its ``SETTINGS``: no caller switches on names.
 """
 
 from __future__ import annotations
@@ -43,16 +49,19 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
 from silodp.accounting import composition, gaussian, mechanisms, pld as pld_lib, rdp as rdp_lib, subsampling, zcdp
 from silodp.accounting import events as ev
-from silodp._registry import register
+from silodp._registry import RegistryView, register
 from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
+
+if TYPE_CHECKING:
+    from silodp.accounting import pvec
 
 _ALL_SAMPLING = frozenset(Sampling)
 _REPLACE_ONE_ONLY = (Sampling.WITH_REPLACEMENT, Sampling.WITHOUT_REPLACEMENT)
@@ -104,6 +113,16 @@ def unregister_accountant(name: str) -> None:
     ACCOUNTANTS.pop(name, None)
 
 
+def accountant_choices(*extra: str) -> RegistryView:
+    """The registered accountant names, read live, plus ``extra`` ones (the CLI's ``"all"``):
+    ``--accountant``'s ``choices``."""
+    return RegistryView(ACCOUNTANTS, *extra)
+
+
+#: :attr:`Accountant.candidacy` values
+EXACT, TIGHT, FALLBACK = "exact", "tight", "fallback"
+
+
 class Accountant(abc.ABC):
     """Base class: collects blocks; subclasses turn them into (epsilon, delta).
 
@@ -111,9 +130,20 @@ class Accountant(abc.ABC):
     ``get_delta(target_epsilon=)``, and :attr:`ledger` (the event composed so far).
     """
 
-    name: str = ""
+    name: ClassVar[str] = ""
     #: the mechanisms this accountant certifies, and for Gaussian steps the samplings (allow-list)
-    CERTIFIES: dict[Mechanism, frozenset[Sampling]] = {}
+    CERTIFIES: ClassVar[dict[Mechanism, frozenset[Sampling]]] = {}
+    #: the keyword settings a caller may give it (the CLI's ``--value-discretization-interval``...)
+    SETTINGS: ClassVar[tuple[str, ...]] = ()
+    #: how the default certificate (:func:`silodp.accounting.candidate_accountants`) uses it:
+    #: :data:`EXACT` (alone, whenever it supports the event), :data:`TIGHT` (tried whenever it
+    #: supports it), :data:`FALLBACK` (tried when no tight one does, or when :meth:`competes`),
+    #: None (only when named)
+    candidacy: ClassVar[str | None] = None
+    #: order among the candidates, tightest first
+    candidate_rank: ClassVar[int] = 0
+    #: a calibration skips it once a tighter candidate calibrated (its noise is never smaller)
+    calibrates_as_fallback: ClassVar[bool] = False
 
     def __init__(self, neighbouring: ev.NeighboringRelation | None = None, *,
                  neighboring_relation: ev.NeighboringRelation | None = None) -> None:
@@ -143,11 +173,25 @@ class Accountant(abc.ABC):
     def __len__(self) -> int:
         return sum(b.count for b in self._blocks)
 
+    def settings(self) -> dict[str, Any]:
+        """The settings (:attr:`SETTINGS`) a certificate of this accountant depends on."""
+        return {k: getattr(self, k) for k in self.SETTINGS}
+
+    @classmethod
+    def competes(cls, event: ev.DpEvent) -> bool:
+        """Whether a :data:`FALLBACK` candidate also competes with the tight ones for ``event``
+        (called only when it supports ``event``)."""
+        return False
+
+    def _flatten(self, event: ev.DpEvent, count: int = 1) -> list:
+        """The items this accountant composes (blocks, :func:`~silodp.accounting.blocks.flatten`)."""
+        return flatten(event, count)
+
     def unsupported_reason(self, event: ev.DpEvent) -> str | None:
         """Why ``event`` cannot be accounted here (``None`` if it can): a dry run of ``compose``.
         Never raises: a malformed or unknown event is a reason, not an exception."""
         try:
-            for block in flatten(event):
+            for block in self._flatten(event):
                 self._check_block(block)
         except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
             return str(exc) or type(exc).__name__
@@ -158,7 +202,7 @@ class Accountant(abc.ABC):
         return self.unsupported_reason(event) is None
 
     def compose(self, event: ev.DpEvent, count: int = 1) -> "Accountant":
-        blocks = flatten(event, check_count("count", count))
+        blocks = self._flatten(event, check_count("count", count))
         for block in blocks:
             self._check_block(block)
         self._blocks.extend(blocks)
@@ -181,6 +225,9 @@ class Accountant(abc.ABC):
     def _check(self, block: Block) -> None:
         """Raise UnsupportedEventError for an allowed ``block`` that is out of this accountant's range."""
 
+    def _non_private(self) -> bool:
+        return any(getattr(b, "kind", None) == Mechanism.NON_PRIVATE for b in self._blocks)
+
     @classmethod
     def calibration_settings(cls, event: ev.DpEvent, epsilon: float, delta: float,
                              settings: dict) -> "CalibrationSettings | None":
@@ -195,7 +242,7 @@ class Accountant(abc.ABC):
     def get_epsilon(self, delta: float | None = None, *, target_delta: float | None = None) -> float:
         """Certified epsilon at ``delta`` for everything composed so far (rounded up)."""
         dl = check_delta("delta", _alias("delta", delta, "target_delta", target_delta))
-        if any(b.kind == Mechanism.NON_PRIVATE for b in self._blocks):
+        if self._non_private():
             return math.inf
         if not self._blocks:
             return 0.0
@@ -204,7 +251,7 @@ class Accountant(abc.ABC):
     def get_delta(self, epsilon: float | None = None, *, target_epsilon: float | None = None) -> float:
         """Certified delta at ``epsilon`` (rounded up); default: invert ``get_epsilon``."""
         eps = check_nonnegative("epsilon", _alias("epsilon", epsilon, "target_epsilon", target_epsilon))
-        if any(b.kind == Mechanism.NON_PRIVATE for b in self._blocks):
+        if self._non_private():
             return 1.0
         if not self._blocks:
             return 0.0
@@ -228,10 +275,10 @@ class CalibrationSettings:
     they support, and optionally ``coarse`` settings for a cheaper pre-search whose certificate
     over-estimates the fine one's by about ``coarse_gap``."""
 
-    settings: dict
+    settings: dict[str, Any]
     label: str
     rtol: float
-    coarse: dict | None = None
+    coarse: dict[str, Any] | None = None
     coarse_gap: float = 0.0
 
 
@@ -258,6 +305,7 @@ class GdpAccountant(Accountant):
     """
 
     name = "gdp"
+    candidacy, candidate_rank = EXACT, 0
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.NON_PRIVATE: frozenset()}
 
     def _check(self, block: Block) -> None:
@@ -282,6 +330,7 @@ class RdpAccountant(Accountant):
     """Renyi-DP accountant (:mod:`silodp.accounting.rdp`) under the dominating relation."""
 
     name = "rdp"
+    candidacy, candidate_rank, calibrates_as_fallback = TIGHT, 2, True
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.ZCDP: frozenset(), Mechanism.NON_PRIVATE: frozenset()}
 
     def _block_rdp(self, block: Block) -> np.ndarray:
@@ -321,9 +370,12 @@ class PldAccountant(Accountant):
     """Privacy-loss-distribution accountant (:mod:`silodp.accounting.pld`, pessimistic)."""
 
     name = "pld"
+    candidacy, candidate_rank = TIGHT, 1
+    SETTINGS = ("value_discretization_interval", "log_mass_truncation_bound")
 
     @classmethod
-    def calibration_settings(cls, event, epsilon, delta, settings):
+    def calibration_settings(cls, event: ev.DpEvent, epsilon: float, delta: float,
+                             settings: dict) -> CalibrationSettings | None:
         """The grid from the number of compositions (:func:`pld_discretization`: the pessimistic
         PLD's over-estimate stays below 0.2% of the target, rtol 0.3%), the discarded tails below
         1e-4 delta; a 4x coarser pre-search where the grid is fine (< 5e-4). None when the caller
@@ -373,7 +425,7 @@ class PldAccountant(Accountant):
                     f"discretization {self.value_discretization_interval:g} (epsilon is huge); use 'rdp' "
                     "or a coarser grid")
 
-    def _block_pld(self, block: Block, dtype=np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
+    def _block_pld(self, block: Block, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
         z = block.noise_multiplier
         if block.kind == Mechanism.EPSILON_DELTA:
@@ -393,7 +445,7 @@ class PldAccountant(Accountant):
             one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
         return one.astype(dtype).self_compose(block.count, direct_work)
 
-    def _pld(self, dtype=np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
+    def _pld(self, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         """The composition of every block, computed in ``dtype`` (float64, or :data:`pld.EXTENDED`);
         ``direct_work``: see :meth:`pld.PrivacyLossDistribution.self_compose`."""
         total = None
@@ -409,11 +461,6 @@ class PldAccountant(Accountant):
     #: Above this share of delta the worst-case charge is replaced by the one by the magnitudes
     #: present (a second pass, :data:`pld.DIRECT_WORK`), so that it costs < 0.1% of delta.
     DIRECT_SHARE = 1e-3
-
-    def settings(self) -> dict[str, float]:
-        """The discretization settings a certificate of this accountant depends on."""
-        return {"value_discretization_interval": self.value_discretization_interval,
-                "log_mass_truncation_bound": self.log_mass_truncation_bound}
 
     def _certifiable_pld(self, delta: float) -> pld_lib.PrivacyLossDistribution:
         """The composed PLD, or :class:`~silodp.accounting.pld.UncertifiableDeltaError` when its
@@ -517,10 +564,17 @@ class AdvancedAccountant(Accountant):
     """
 
     name = "advanced"
+    candidacy, candidate_rank = FALLBACK, 3
     theorem = "kov"
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
                  Mechanism.NON_PRIVATE: frozenset()}
     _ETAS = tuple(np.geomspace(1e-3, 0.9, 16))
+
+    @classmethod
+    def competes(cls, event: ev.DpEvent) -> bool:
+        """With-replacement sampling: BBG18's amplification can beat the labelled-multiplicity
+        bound of the tight accountants when a record is rarely drawn."""
+        return any(b.sampling == Sampling.WITH_REPLACEMENT for b in flatten(event))
 
     def _epsilon(self, delta: float) -> float:
         fixed = [b for b in self._blocks if b.kind == Mechanism.EPSILON_DELTA]
@@ -560,6 +614,7 @@ class DworkRothAccountant(AdvancedAccountant):
     the same form with sum eps_i^2 (Dwork, Rothblum & Vadhan 2010, Thm III.3)."""
 
     name = "dwork-roth"
+    candidacy = None
     theorem = "dwork-roth"
 
     def _compose(self, eps: list[float], dls: list[float], counts: list[int], slack: float, delta: float) -> float:
@@ -568,8 +623,96 @@ class DworkRothAccountant(AdvancedAccountant):
 
 
 
+@register_accountant
+class PvecAccountant(Accountant):
+    """The exact certificates of the binomial protocol P_vec (paper Alg 4-5, Thm D.2) over a
+    whole transcript of :class:`~silodp.accounting.events.PvecDpEvent` invocations: the better of
+    the l2-aware Renyi moments (:mod:`silodp.accounting.pvec_l2`) and the per-coordinate discrete
+    PLD composed over coordinates, invocations and with-replacement multiplicities
+    (:func:`silodp.accounting.pvec.transcript_epsilon`; both are sound, so is their minimum).
+
+    Understands compositions (adaptive and parallel) of P_vec invocations, each alone or inside a
+    :class:`~silodp.accounting.events.SampledWithReplacementDpEvent` (a record drawn k ~ Bin(K, 1/n)
+    times moves k messages), and non-private releases; anything else (a Gaussian step) is refused.
+    Defined under ``REPLACE_ONE`` only (one record's message replaced shifts the levels by at most
+    g; removing it would also change the noise trials). ``value_discretization_interval``: the PLD
+    grid (default :func:`silodp.accounting.pvec.default_interval` at epsilon 1).
+    """
+
+    name = "pvec"
+    SETTINGS = ("value_discretization_interval",)
+    #: whether the l2-aware certificate competes (False: the per-coordinate PLD alone)
+    l2_aware: ClassVar[bool] = True
+
+    def __init__(self, neighbouring: ev.NeighboringRelation | None = None,
+                 value_discretization_interval: float | None = None, *,
+                 neighboring_relation: ev.NeighboringRelation | None = None) -> None:
+        from silodp.accounting import pvec
+
+        super().__init__(neighbouring, neighboring_relation=neighboring_relation)
+        self.value_discretization_interval = (pvec.default_interval(1.0) if value_discretization_interval is None
+                                              else check_positive("value_discretization_interval",
+                                                                  value_discretization_interval))
+
+    def _flatten(self, event: ev.DpEvent, count: int = 1) -> list:
+        items = pvec_items(event, count, self.l2_aware)
+        if items and self.neighbouring != ev.REPLACE_ONE:
+            raise UnsupportedEventError(f"{self.name} certifies P_vec under REPLACE_ONE only "
+                                        "(pass neighbouring=REPLACE_ONE)")
+        return items
+
+    def _check_block(self, block: Any) -> None:
+        """Nothing left to check: the walk (:func:`pvec_items`) validated every item."""
+
+    def groups(self, event: ev.DpEvent | None = None) -> tuple:
+        """The :class:`~silodp.accounting.pvec.PvecGroup` of every invocation composed so far (of
+        ``event`` alone, when given), as this accountant certifies them."""
+        items = self._blocks if event is None else self._flatten(event)
+        return tuple(b for b in items if getattr(b, "kind", None) is None)
+
+    def __len__(self) -> int:
+        return sum(getattr(b, "count", getattr(b, "uses", 0)) for b in self._blocks)
+
+    def _epsilon(self, delta: float) -> float:
+        from silodp.accounting import pvec
+
+        return float(pvec.transcript_epsilon(self.groups(), delta, self.value_discretization_interval))
+
+
+@register_accountant
+class PvecPldAccountant(PvecAccountant):
+    """:class:`PvecAccountant`'s per-coordinate discrete PLD alone (no l2 bound): the certificate
+    before the l2-aware one, for comparison (docs/shuffle.md)."""
+
+    name = "pvec-pld"
+    l2_aware = False
+
+
+def pvec_items(event: ev.DpEvent, count: int = 1, l2: bool = True) -> list:
+    """The P_vec groups (:class:`silodp.accounting.pvec.PvecGroup`, ``uses`` invocations each) and
+    non-private blocks of ``event`` repeated ``count`` times; without ``l2`` the groups carry no l2
+    bound. Fail closed: anything but compositions of P_vec invocations (alone or sampled with
+    replacement) and non-private releases is an :class:`UnsupportedEventError` naming it."""
+    return flatten(event, count, leaf=lambda one, uses: [_pvec_group(one, uses, l2)])
+
+
+def _pvec_group(event: ev.DpEvent, uses: int, l2: bool) -> "pvec.PvecGroup":
+    from silodp.accounting import pvec
+
+    sampled = type(event) is ev.SampledWithReplacementDpEvent
+    one = event.event if sampled else event
+    if type(one) is not ev.PvecDpEvent:
+        raise UnsupportedEventError(f"pvec certifies P_vec invocations only (PvecDpEvent), got {one}")
+    ev.revalidate(one)
+    extra = dict(with_replacement=True, batch_size=event.sample_size, dataset_size=event.source_dataset_size) \
+        if sampled else {}
+    return pvec.PvecGroup(uses, one.levels, one.trials, one.messages, one.dimension,
+                          l2=one.l2_shift if l2 else None, **extra)
+
+
 def get_accountant(name: str, neighbouring: ev.NeighboringRelation | None = None, **kwargs) -> Accountant:
-    """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``);
+    """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``,
+    ``pvec``, ``pvec-pld``, and any registered later);
     ``neighbouring`` (or ``neighboring_relation=``) defaults to :data:`DEFAULT_RELATION`."""
     if name not in ACCOUNTANTS:
         raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {name!r}")

@@ -16,6 +16,7 @@ import enum
 import functools
 import math
 import sys
+from collections.abc import Callable
 
 from silodp.accounting import events as ev
 
@@ -131,10 +132,14 @@ def _sampled(event, sampling: Sampling, count: int) -> list[Block]:
     return [Block(Mechanism.GAUSSIAN, count, z, sampling, q=q, dataset_size=n, sample_size=m)]
 
 
-def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
+def flatten(event: ev.DpEvent, count: int = 1,
+            leaf: Callable[[ev.DpEvent, int], list] | None = None) -> list:
     """The blocks of ``event`` repeated ``count`` times (adaptive composition).
 
     dp-accounting's own events are accepted and read as the silodp events of the same name.
+    ``leaf(event, count)``: the items of every event that is not a composition (NoOp, non-private,
+    self-, parallel or sequential composition), for an accountant of other primitives (the
+    ``pvec`` ones); default: the blocks of the primitive mechanisms below.
     """
     if ev.is_dp_accounting_event(event):
         try:
@@ -148,11 +153,13 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
     if kind is ev.NonPrivateDpEvent:
         return [Block(Mechanism.NON_PRIVATE, count)]
     if kind is ev.SelfComposedDpEvent:
-        return flatten(event.event, count * event.count)
+        return flatten(event.event, count * event.count, leaf)
     if kind is ev.ComposedDpEvent:
-        return [b for e in event.events for b in flatten(e, count)]
+        return [b for e in event.events for b in flatten(e, count, leaf)]
     if kind is ev.ParallelComposedDpEvent:
-        return flatten(event.event, count)
+        return flatten(event.event, count, leaf)
+    if leaf is not None:
+        return leaf(event, count)
     if kind is ev.GaussianDpEvent:
         return [Block(Mechanism.GAUSSIAN, count, noise_multiplier=float(event.noise_multiplier))]
     if kind is ev.PoissonSampledDpEvent:

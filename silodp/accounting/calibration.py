@@ -20,17 +20,20 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, neighbouring_arg, pld_discretization  # noqa: F401 (re-export)
+from silodp.accounting.accountants import EXACT, FALLBACK, TIGHT
 from silodp.accounting.pld import UncertifiableDeltaError
-from silodp.accounting.blocks import Mechanism, Sampling, flatten
+from silodp.accounting.blocks import Mechanism, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
 
 EventFn = Callable[[float], ev.DpEvent]
+#: ``(neighbouring, **settings) -> Accountant``: an accountant class, or any factory of one
+AccountantFactory = Callable[..., Accountant]
 
 
 class CalibrationMethod(enum.Enum):
@@ -58,8 +61,8 @@ class Calibration:
     note: str = ""
 
 
-def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant, neighbouring,
-                     kwargs: dict) -> None:
+def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant: AccountantFactory,
+                     neighbouring: ev.NeighboringRelation, kwargs: dict) -> None:
     """ValueError at once (not after a long search) when even the largest noise multiplier the
     search tries does not certify ``epsilon``."""
     floor = _certifier(event_fn, delta, accountant, neighbouring, **kwargs)(MAX_NOISE_MULTIPLIER)
@@ -68,13 +71,14 @@ def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant
                          f"{MAX_NOISE_MULTIPLIER:g} certifies {floor:.3g} at delta={delta:g}")
 
 
-def _certifier(event_fn: EventFn, delta: float, make_accountant, neighbouring, **kwargs) -> Callable[[float], float]:
+def _certifier(event_fn: EventFn, delta: float, make_accountant: AccountantFactory, neighbouring: ev.NeighboringRelation,
+               **kwargs: Any) -> Callable[[float], float]:
     def eps_of(z: float) -> float:
         return make_accountant(neighbouring, **kwargs).compose(event_fn(z)).get_epsilon(delta)
     return eps_of
 
 
-def _maker(accountant) -> Callable[..., Accountant]:
+def _maker(accountant: str | AccountantFactory) -> AccountantFactory:
     """An accountant factory ``(neighbouring, **settings) -> Accountant``: itself, or by registry name."""
     if isinstance(accountant, str):
         if accountant not in ACCOUNTANTS:
@@ -85,11 +89,12 @@ def _maker(accountant) -> Callable[..., Accountant]:
     return accountant
 
 
-def _name(accountant) -> str:
+def _name(accountant: str | AccountantFactory) -> str:
     return accountant if isinstance(accountant, str) else getattr(accountant, "name", "") or repr(accountant)
 
 
-def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float, neighbouring) -> tuple[float, float]:
+def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float,
+               neighbouring: ev.NeighboringRelation) -> tuple[float, float]:
     """Starting point and log-log slope from the Gaussian-DP (CLT) approximation.
 
     Each subsampled Gaussian step contributes mu^2 = q^2 (e^{1/z^2} - 1) (Dong, Roth & Su 2022,
@@ -176,10 +181,10 @@ def calibrate(
     event_fn: EventFn,
     epsilon: float | None = None,
     delta: float | None = None,
-    accountant: str | Callable[..., Accountant] = "pld",
+    accountant: str | AccountantFactory = "pld",
     neighbouring: ev.NeighboringRelation | None = None,
     rtol: float = 0.01,
-    **accountant_kwargs,
+    **accountant_kwargs: Any,
 ) -> Calibration:
     """Smallest noise multiplier z (within ``rtol``) with certified epsilon(event_fn(z), delta) <= epsilon.
 
@@ -225,45 +230,62 @@ def calibrate(
     return Calibration(z, certified, dl, eps, name, dict(accountant_kwargs), note)
 
 
-#: Accountants :func:`candidate_accountants` tries, tightest first.
-CANDIDATES = ("gdp", "pld", "rdp", "advanced")
+def _candidates() -> list[type]:
+    """The registered accountants that compete for the default certificate, tightest first
+    (their :attr:`~silodp.accounting.accountants.Accountant.candidacy` and ``candidate_rank``)."""
+    return sorted((cls for cls in ACCOUNTANTS.values() if getattr(cls, "candidacy", None)),
+                  key=lambda cls: cls.candidate_rank)
 
 
 def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelation | None = None) -> list[str]:
-    """Accountants worth trying for ``event``, tightest first: ``gdp`` alone when it supports the
-    event (exact); otherwise ``pld`` and ``rdp`` (``pld`` is tighter but refuses deltas below its
-    floating-point charge, and the smaller of two certificates is one), or the first of ``rdp``,
-    ``advanced`` that supports it; for with-replacement sampling also ``advanced`` (its BBG18
-    amplification can beat the labelled-multiplicity bound of pld/rdp when a record is rarely
-    drawn)."""
+    """Accountants worth trying for ``event``, tightest first, by each registered class's
+    ``candidacy``: an ``exact`` one alone when it supports the event (``gdp``); otherwise every
+    ``tight`` one that supports it (``pld`` and ``rdp``: ``pld`` is tighter but refuses deltas
+    below its floating-point charge, and the smaller of two certificates is one), or else the
+    first ``fallback`` (``advanced``); a ``fallback`` also joins where it ``competes`` (``advanced``
+    for with-replacement sampling: its BBG18 amplification can beat the labelled-multiplicity
+    bound of pld/rdp when a record is rarely drawn)."""
     neighbouring = neighbouring_arg(neighbouring)
-    names = [name for name in CANDIDATES if get_accountant(name, neighbouring).supports(event)]
+    pool = _candidates()
+    names = [cls for cls in pool if cls(neighbouring).supports(event)]
     if not names:
-        reasons = "; ".join(f"{n}: {get_accountant(n, neighbouring).unsupported_reason(event)}" for n in CANDIDATES)
+        reasons = "; ".join(f"{c.name}: {c(neighbouring).unsupported_reason(event)}" for c in pool)
         raise ValueError(f"event: no accountant certifies it ({reasons})")
-    if names[0] == "gdp":
-        return names[:1]
-    tight = [n for n in names if n in ("pld", "rdp")] or names[:1]
-    with_replacement = any(b.sampling == Sampling.WITH_REPLACEMENT for b in flatten(event))
-    return tight + ["advanced"] if with_replacement and "advanced" in names and "advanced" not in tight else tight
+    exact = [c for c in names if c.candidacy == EXACT]
+    if exact:
+        return [exact[0].name]
+    tight = [c for c in names if c.candidacy == TIGHT] or names[:1]
+    extra = [c for c in names if c.candidacy == FALLBACK and c not in tight and c.competes(event)]
+    return [c.name for c in tight + extra]
 
 
-def _pld_kwargs(name: str, pld_settings: dict | None) -> dict:
-    return dict(pld_settings or {}) if name == "pld" else {}
+def settings_for(name: str, settings: dict | None) -> dict:
+    """The entries of ``settings`` that the accountant ``name`` takes (its ``SETTINGS``)."""
+    taken = getattr(_maker(name), "SETTINGS", ())
+    return {k: v for k, v in (settings or {}).items() if k in taken}
+
+
+def _check_settings(settings: dict | None) -> None:
+    known = {k for cls in ACCOUNTANTS.values() for k in getattr(cls, "SETTINGS", ())}
+    unknown = sorted(set(settings or {}) - known)
+    if unknown:
+        raise ValueError(f"settings: {unknown} are no registered accountant's settings ({sorted(known)})")
 
 
 def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.NeighboringRelation | None = None,
                      pld_settings: dict | None = None) -> tuple[float, str]:
     """The smallest certified epsilon of ``event`` at ``delta`` among
-    :func:`candidate_accountants` (``pld`` with ``pld_settings``, its keyword arguments), and the
-    accountant that certifies it. A candidate that cannot certify at this delta (``pld`` below its
-    floating-point charge) is skipped; if none can, the last one's error is raised."""
+    :func:`candidate_accountants` (each given the entries of ``pld_settings`` it takes, its
+    ``SETTINGS``: the ``pld`` grid), and the accountant that certifies it. A candidate that cannot
+    certify at this delta (``pld`` below its floating-point charge) is skipped; if none can, the
+    last one's error is raised."""
     dl = check_delta("delta", delta)
     neighbouring = neighbouring_arg(neighbouring)
+    _check_settings(pld_settings)
     results, error = [], None
     for name in candidate_accountants(event, neighbouring):
         try:
-            results.append((get_accountant(name, neighbouring, **_pld_kwargs(name, pld_settings))
+            results.append((get_accountant(name, neighbouring, **settings_for(name, pld_settings))
                             .compose(event).get_epsilon(dl), name))
         except UncertifiableDeltaError as exc:
             error = exc
@@ -276,17 +298,20 @@ def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accoun
                          neighbouring: ev.NeighboringRelation | None = None,
                          pld_settings: dict | None = None) -> Calibration:
     """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
-    certified noise multiplier (each candidate's result is a certificate on its own); ``rdp`` is
-    only a fallback for a ``pld`` that cannot certify at ``delta`` (its noise is not smaller).
-    ``pld_settings``: keyword arguments of ``pld`` (default: chosen by ``calibrate``)."""
+    certified noise multiplier (each candidate's result is a certificate on its own); one that
+    ``calibrates_as_fallback`` (``rdp``) is only tried when no tighter candidate could calibrate
+    (a ``pld`` that cannot certify at ``delta``): its noise is not smaller.
+    ``pld_settings``: accountants' keyword settings, each given to those that take it (default:
+    chosen by ``calibrate``)."""
     neighbouring = neighbouring_arg(neighbouring)
+    _check_settings(pld_settings)
     names = [accountant] if accountant else candidate_accountants(event_fn(1.0), neighbouring)
     results, error = [], None
     for name in names:
-        if name == "rdp" and any(c.accountant.startswith("pld") for c in results):
+        if results and getattr(_maker(name), "calibrates_as_fallback", False):
             continue
         try:
-            results.append(calibrate(event_fn, epsilon, delta, name, neighbouring, **_pld_kwargs(name, pld_settings)))
+            results.append(calibrate(event_fn, epsilon, delta, name, neighbouring, **settings_for(name, pld_settings)))
         except UncertifiableDeltaError as exc:
             if accountant:
                 raise

@@ -17,6 +17,8 @@ Added for the two papers:
   record touches at most one of them, so the whole is exactly as private as one.
 * :class:`EpsilonDeltaDpEvent` -- a black-box mechanism known only to be (epsilon, delta)-DP, e.g.
   one invocation of the shuffle protocol P_vec under Cheu et al. (2021), paper Thm D.2.
+* :class:`PvecDpEvent` -- one invocation of P_vec itself (its levels, trials, messages and
+  coordinates), which the ``pvec`` accountants certify exactly.
 
 Units (as dp-accounting's PLD accountant, Opacus and Flower). A ``GaussianDpEvent(z)`` releases
 a sum of per-record contributions, each of l2 norm at most C (the *contribution bound*: the clip
@@ -38,7 +40,7 @@ import dataclasses
 import enum
 import math
 from numbers import Integral, Real
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 
 class NeighboringRelation(enum.Enum):
@@ -128,7 +130,8 @@ class NonPrivateDpEvent(DpEvent):
 
 @_event
 class GaussianDpEvent(DpEvent):
-    """A sum released with Gaussian noise of std ``noise_multiplier * sensitivity``."""
+    """A sum of contributions of l2 norm <= C released with Gaussian noise of standard deviation
+    sigma = ``noise_multiplier`` * C (under every relation; the accountant applies its sensitivity)."""
 
     noise_multiplier: float
 
@@ -187,37 +190,37 @@ class PoissonSampledDpEvent(DpEvent):
         _child(self)
 
 
-def _sizes(event: DpEvent) -> None:
-    _count(event, "source_dataset_size")
-    _count(event, "sample_size")
-    if event.sample_size > event.source_dataset_size and isinstance(event, SampledWithoutReplacementDpEvent):
-        raise ValueError(f"{_field(event, 'sample_size')}: must be <= source_dataset_size, "
-                         f"got {event.sample_size} > {event.source_dataset_size}")
-    _child(event)
+@_event
+class _FixedSizeSampledDpEvent(DpEvent):
+    """``event`` applied to ``sample_size`` records drawn uniformly from ``source_dataset_size``
+    (the fields and checks of dp-accounting's two fixed-size samplings, defined once; the
+    subclass says how the records are drawn)."""
+
+    source_dataset_size: int
+    sample_size: int
+    event: DpEvent
+    #: whether an index may be drawn more than once
+    replacement: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _count(self, "source_dataset_size")
+        _count(self, "sample_size")
+        if not self.replacement and self.sample_size > self.source_dataset_size:
+            raise ValueError(f"{_field(self, 'sample_size')}: must be <= source_dataset_size, "
+                             f"got {self.sample_size} > {self.source_dataset_size}")
+        _child(self)
 
 
 @_event
-class SampledWithoutReplacementDpEvent(DpEvent):
+class SampledWithoutReplacementDpEvent(_FixedSizeSampledDpEvent):
     """``event`` applied to ``sample_size`` distinct records drawn uniformly from ``source_dataset_size``."""
 
-    source_dataset_size: int
-    sample_size: int
-    event: DpEvent
-
-    def __post_init__(self) -> None:
-        _sizes(self)
-
 
 @_event
-class SampledWithReplacementDpEvent(DpEvent):
+class SampledWithReplacementDpEvent(_FixedSizeSampledDpEvent):
     """``event`` applied to ``sample_size`` indices drawn uniformly with replacement."""
 
-    source_dataset_size: int
-    sample_size: int
-    event: DpEvent
-
-    def __post_init__(self) -> None:
-        _sizes(self)
+    replacement: ClassVar[bool] = True
 
 
 @_event
@@ -293,6 +296,29 @@ class RandomizedResponseDpEvent(DpEvent):
     def __post_init__(self) -> None:
         _real(self, "noise_parameter", 0.0, 1.0, True, False)
         _count(self, "num_buckets", 2)
+
+
+@_event
+class PvecDpEvent(DpEvent):
+    """One invocation of the binomial vector-summation protocol P_vec at p = 1/2 (paper Alg 4-5,
+    Thm D.2; Cheu, Joseph, Mao & Peng 2021): per coordinate of ``dimension``, the sum of at least
+    ``messages`` messages' levels in {0, ..., ``levels``} plus Bin(``messages`` * ``trials``, 1/2)
+    noise. Replacing one record moves its message's levels by at most ``levels`` per coordinate
+    and, when ``l2_shift`` is given, by at most ``l2_shift`` in l2 (None: no l2 bound). Certified
+    by the ``pvec`` accountants only (:class:`silodp.accounting.accountants.PvecAccountant`);
+    wrapped in :class:`SampledWithReplacementDpEvent` when a record may enter it several times."""
+
+    levels: int
+    trials: int
+    messages: int
+    dimension: int
+    l2_shift: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("levels", "trials", "messages", "dimension"):
+            _count(self, name)
+        if self.l2_shift is not None:
+            _real(self, "l2_shift", 0.0, math.inf, True, True)
 
 
 #: Events whose class and fields are the same in dp-accounting (by name).
@@ -375,6 +401,7 @@ __all__ = [
     "NonPrivateDpEvent",
     "ParallelComposedDpEvent",
     "PoissonSampledDpEvent",
+    "PvecDpEvent",
     "REPLACE_ONE",
     "RandomizedResponseDpEvent",
     "SampledWithReplacementDpEvent",

@@ -28,12 +28,6 @@ from silodp.accounting import zcdp
 METHODS = ("classical", "zcdp", "analytic")
 
 
-def _check_method(method: str) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
-    return method
-
-
 def _classical_range(eps: float) -> float:
     if eps >= 1:
         raise ValueError("epsilon: must be < 1 for the classical Gaussian bound (Dwork-Roth Thm A.1)")
@@ -53,73 +47,68 @@ def analytic_log_delta(epsilon: float | np.ndarray, ratio: float | np.ndarray) -
         return a + np.log(-np.expm1(np.minimum(b - a, 0.0)))
 
 
+def _classical_epsilon(ratio: float, delta: float) -> float:
+    eps = math.sqrt(2.0 * math.log(1.25 / delta)) / ratio
+    if eps >= 1:
+        raise ValueError("the classical Gaussian bound (Dwork-Roth Thm A.1) only covers epsilon < 1; "
+                         f"this sigma would need epsilon = {eps:.3g}")
+    return eps
+
+
+def _analytic_epsilon(ratio: float, delta: float) -> float:
+    log_target = math.log(delta)
+    if analytic_log_delta(0.0, ratio) <= log_target:
+        return 0.0
+    return monotone_root(lambda e: float(analytic_log_delta(e, ratio)), log_target, 1e-6, 1.0,
+                         increasing=False, safe="above", name="epsilon")
+
+
+def _analytic_ratio(epsilon: float, delta: float) -> float:
+    return monotone_root(lambda r: float(analytic_log_delta(epsilon, r)), math.log(delta), 1e-3, 10.0,
+                         increasing=False, safe="above", name="sigma")
+
+
+#: per method, in units of ``ratio = sigma / sensitivity`` (each inverse rounded toward more
+#: privacy): delta(epsilon, ratio), epsilon(ratio, delta), ratio(epsilon, delta)
+_FORMULAS = {
+    "classical": (lambda eps, r: min(1.0, 1.25 * math.exp(-0.5 * (r * _classical_range(eps)) ** 2)),
+                  _classical_epsilon,
+                  lambda eps, dl: math.sqrt(2.0 * math.log(1.25 / dl)) / _classical_range(eps)),
+    "zcdp": (lambda eps, r: zcdp.delta_for_epsilon(zcdp.gaussian_rho(r, 1.0), eps),
+             lambda r, dl: zcdp.epsilon_for_rho(zcdp.gaussian_rho(r, 1.0), dl),
+             lambda eps, dl: 1.0 / math.sqrt(2.0 * zcdp.rho_for_budget(eps, dl))),
+    "analytic": (lambda eps, r: float(np.exp(analytic_log_delta(eps, r))), _analytic_epsilon, _analytic_ratio),
+}
+
+
+def _formulas(method: str) -> tuple:
+    if method not in METHODS:
+        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    return _FORMULAS[method]
+
+
 def delta_for_epsilon(
     epsilon: float, sigma: float, sensitivity: float = 1.0, method: str = "analytic"
 ) -> float:
     """Smallest delta such that the Gaussian mechanism is (epsilon, delta)-DP (per ``method``)."""
-    _check_method(method)
-    eps = check_positive("epsilon", epsilon)
-    s = check_positive("sigma", sigma)
-    d = check_positive("sensitivity", sensitivity)
-    if method == "classical":
-        return min(1.0, 1.25 * math.exp(-0.5 * (s * _classical_range(eps) / d) ** 2))
-    if method == "zcdp":
-        return zcdp.delta_for_epsilon(zcdp.gaussian_rho(s, d), eps)
-    return float(np.exp(analytic_log_delta(eps, s / d)))
+    formula = _formulas(method)[0]
+    eps, s = check_positive("epsilon", epsilon), check_positive("sigma", sigma)
+    return formula(eps, s / check_positive("sensitivity", sensitivity))
 
 
 def epsilon_for_delta(
     sigma: float, delta: float, sensitivity: float = 1.0, method: str = "analytic"
 ) -> float:
     """Smallest epsilon (rounded up) such that the mechanism is (epsilon, delta)-DP."""
-    _check_method(method)
-    s = check_positive("sigma", sigma)
-    dl = check_delta("delta", delta)
-    d = check_positive("sensitivity", sensitivity)
-    if method == "classical":
-        eps = d * math.sqrt(2.0 * math.log(1.25 / dl)) / s
-        if eps >= 1:
-            raise ValueError(
-                "the classical Gaussian bound (Dwork-Roth Thm A.1) only covers epsilon < 1; "
-                f"this sigma would need epsilon = {eps:.3g}"
-            )
-        return eps
-    if method == "zcdp":
-        return zcdp.epsilon_for_rho(zcdp.gaussian_rho(s, d), dl)
-    log_target = math.log(dl)
-    if analytic_log_delta(0.0, s / d) <= log_target:
-        return 0.0
-    return monotone_root(
-        lambda e: float(analytic_log_delta(e, s / d)),
-        log_target,
-        1e-6,
-        1.0,
-        increasing=False,
-        safe="above",
-        name="epsilon",
-    )
+    formula = _formulas(method)[1]
+    s, dl = check_positive("sigma", sigma), check_delta("delta", delta)
+    return formula(s / check_positive("sensitivity", sensitivity), dl)
 
 
 def sigma_for_budget(
     epsilon: float, delta: float, sensitivity: float = 1.0, method: str = "analytic"
 ) -> float:
-    """Smallest noise standard deviation (rounded up) giving (epsilon, delta)-DP."""
-    _check_method(method)
-    eps = check_positive("epsilon", epsilon)
-    dl = check_delta("delta", delta)
-    d = check_positive("sensitivity", sensitivity)
-    if method == "classical":
-        return d * math.sqrt(2.0 * math.log(1.25 / dl)) / _classical_range(eps)
-    if method == "zcdp":
-        return d / math.sqrt(2.0 * zcdp.rho_for_budget(eps, dl))
-    log_target = math.log(dl)
-    ratio = monotone_root(
-        lambda r: float(analytic_log_delta(eps, r)),
-        log_target,
-        1e-3,
-        10.0,
-        increasing=False,
-        safe="above",
-        name="sigma",
-    )
-    return ratio * d
+    """Smallest noise standard deviation sigma (rounded up) giving (epsilon, delta)-DP."""
+    formula = _formulas(method)[2]
+    eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
+    return formula(eps, dl) * check_positive("sensitivity", sensitivity)

@@ -1,12 +1,19 @@
-"""What a silo releases, declared as data, turned into events, and checked while it runs.
+"""What a silo may release (its declaration), turned into events, and what it did release (its
+ledger), checked while it runs.
+
+Vocabulary: a *declaration* is data, the list of releases an algorithm may send; the *ledger*
+(:class:`ReleaseLedger`) is what it did send, one :class:`Sent` entry per message. A Gaussian
+release is described by its ``noise_multiplier`` (sigma / C); ``sigma`` always names a standard
+deviation.
 
 An algorithm declares its messages as a list of releases (one per message *group*: "grad",
 "diff", "full", ...): how many times the group is sent, how its records are drawn, and either the
 Gaussian noise multiplier (sigma / C, C the per-record contribution bound: the clip norm over the
 batch size) or, for shuffle-DP, the (epsilon, delta) certificate of one invocation of the shuffle
 protocol. :func:`releases_event` is the event of the whole transcript, the one thing the
-calibration, the certificate, the audit and the docs read. While the algorithm runs, each message
-it actually sends is recorded in a :class:`ReleaseLedger`, which refuses (``ValueError`` naming
+calibration, the certificate, the audit and the docs read (:func:`pvec_event`: the same for the
+``pvec`` accountants). While the algorithm runs, each message it actually sends is recorded in
+its :class:`ReleaseLedger`, which refuses (``ValueError`` naming
 the release) any message the declaration does not cover: more messages of a group than declared,
 less noise, another sampling or batch size, other shuffle parameters.
 
@@ -201,25 +208,41 @@ def _shuffle_event(r: ShuffleRelease) -> ev.DpEvent:
     return ev.SelfComposedDpEvent(ev.EpsilonDeltaDpEvent(eps, dl), uses)
 
 
-def pvec_groups(releases: Sequence[Release]) -> tuple:
-    """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`);
-    each must carry its parameters (g, b, 1/2, rotate)."""
+def pvec_event(releases: Sequence[Release]) -> ev.DpEvent:
+    """The event of one silo's shuffle-DP transcript as the ``pvec`` accountants certify it: per
+    message group, its uses (:func:`uses_per_record`) of one P_vec invocation
+    (:class:`~silodp.accounting.events.PvecDpEvent` with the declared parameters (g, b, 1/2,
+    rotate), in the certified d' coordinates with rotation, and the l2 shift of
+    :func:`silodp.accounting.pvec_l2.shift_l2`), sampled with replacement where the batches are.
+    A Gaussian release stays a Gaussian event (which the ``pvec`` accountants refuse)."""
     from silodp.accounting import pvec, pvec_l2
 
-    out = []
+    parts = []
     for r in releases:
-        if not isinstance(r, ShuffleRelease) or r.count == 0:
+        if r.count == 0:
+            continue
+        if not isinstance(r, ShuffleRelease):
+            parts.append(releases_event([r]))
             continue
         if len(r.params) < 3 or float(r.params[2]) != 0.5:
             raise ValueError(f"release {r.group!r}: the P_vec certificate needs params (g, b, 1/2[, rotate]), "
                              f"got {r.params}")
         rotate = bool(r.params[3]) if len(r.params) > 3 else False
         g = int(r.params[0])
-        out.append(pvec.PvecGroup(uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size),
-                                  g, int(r.params[1]), r.messages, pvec.certified_dimension(r.dimension, rotate),
-                                  r.sampling == BatchSampling.WITH_REPLACEMENT, r.batch_size, r.dataset_size,
-                                  pvec_l2.shift_l2(g, r.dimension, rotate)))
-    return tuple(out)
+        step: ev.DpEvent = ev.PvecDpEvent(g, int(r.params[1]), r.messages, pvec.certified_dimension(r.dimension, rotate),
+                                          pvec_l2.shift_l2(g, r.dimension, rotate))
+        if r.sampling == BatchSampling.WITH_REPLACEMENT:
+            step = ev.SampledWithReplacementDpEvent(r.dataset_size, r.batch_size, step)
+        parts.append(ev.SelfComposedDpEvent(step, uses_per_record(r.sampling, r.count, r.batch_size, r.dataset_size)))
+    return ev.ComposedDpEvent(parts) if parts else ev.NoOpDpEvent()
+
+
+def pvec_groups(releases: Sequence[Release]) -> tuple:
+    """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`
+    of :func:`pvec_event`); each must carry its parameters (g, b, 1/2, rotate)."""
+    from silodp.accounting.accountants import pvec_items
+
+    return tuple(pvec_items(pvec_event([r for r in releases if isinstance(r, ShuffleRelease)])))
 
 
 def releases_event(releases: Sequence[Release]) -> ev.DpEvent:
@@ -242,10 +265,10 @@ def releases_event(releases: Sequence[Release]) -> ev.DpEvent:
 
 @dataclasses.dataclass(frozen=True)
 class Sent:
-    """One message group instance actually sent at run time (what :class:`ReleaseLedger` records).
+    """One message group instance actually sent at run time (an entry of :class:`ReleaseLedger`).
 
-    ``noise_multiplier``: noise std over the contribution bound (smallest over silos and stacked
-    runs); for shuffle messages ``params`` (the protocol's) and ``messages`` (how many messages
+    ``noise_multiplier``: sigma / C, the noise standard deviation over the contribution bound
+    (smallest over silos and stacked runs); for shuffle messages ``params`` (the protocol's) and ``messages`` (how many messages
     the invocation summed: fewer than declared means less binomial noise) instead.
     """
 
@@ -259,18 +282,18 @@ class Sent:
 
 
 class ReleaseLedger:
-    """Records every message an algorithm sends and refuses those its declaration does not cover.
-
-    ``declared``: the algorithm's releases (``None``: the algorithm declared itself non-private,
-    nothing is checked but everything is recorded).
+    """The ledger of a run: records every message an algorithm sends and refuses those its
+    ``declaration`` (the algorithm's releases) does not cover (``None``: the algorithm declared
+    itself non-private, nothing is checked but everything is recorded).
     """
 
     #: relative slack of the noise check: float32 batch weights (1/K) carry ~6e-8 rounding
     _RTOL = 1e-6
 
-    def __init__(self, declared: Sequence[Release] | None) -> None:
-        self.declared = None if declared is None else {r.group: r for r in declared}
-        if declared is not None and len(self.declared) != len(declared):
+    def __init__(self, declaration: Sequence[Release] | None) -> None:
+        #: the declared release of each message group (None: non-private, nothing checked)
+        self.declaration = None if declaration is None else {r.group: r for r in declaration}
+        if declaration is not None and len(self.declaration) != len(declaration):
             raise ValueError("releases: each message group must be declared once")
         self.sent: list[Sent] = []
         self._counts: dict[str, int] = {}
@@ -279,12 +302,12 @@ class ReleaseLedger:
         """Add ``sent``; ``ValueError`` naming the release when it is not covered."""
         self.sent.append(sent)
         count = self._counts[sent.group] = self._counts.get(sent.group, 0) + 1
-        if self.declared is None:
+        if self.declaration is None:
             return
-        decl = self.declared.get(sent.group)
+        decl = self.declaration.get(sent.group)
         where = f"release {count} of group {sent.group!r}"
         if decl is None:
-            raise ValueError(f"{where}: the algorithm declared no such message group ({sorted(self.declared)})")
+            raise ValueError(f"{where}: the algorithm declared no such message group ({sorted(self.declaration)})")
         if count > decl.count:
             raise ValueError(f"{where}: only {decl.count} were declared")
         if (sent.sampling, sent.batch_size) != (decl.sampling, decl.batch_size) or sent.dataset_size < decl.dataset_size:

@@ -645,7 +645,7 @@ class Context:
             sent = Sent(group, data.sampling, batch, self._fed.min_size, params=p.key(), messages=messages)
         else:
             z = math.inf
-            if self._ledger.declared is not None or bound is not None:
+            if self._ledger.declaration is not None or bound is not None:
                 if bound is None:
                     raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
                 weight = float(data._weights.max())

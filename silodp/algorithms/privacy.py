@@ -23,7 +23,7 @@ import math
 from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
-from silodp.accounting.releases import releases_event
+from silodp.accounting.releases import pvec_event, releases_event
 
 from .registry import algorithm_class
 
@@ -137,26 +137,27 @@ def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], 
     from silodp.accounting import pvec
 
     cls, dl = algorithm_class(algorithm), check_delta("delta", delta)
-    l2 = _pvec_l2(accountant)
+    acc = _shuffle_accountant(accountant, pvec.default_interval(target or 1.0))
     releases = [r for r in cls.shuffle_releases(cfg, None, params) if r.count]
     if any(len(r.params) < 3 or float(r.params[2]) != 0.5 for r in releases):
-        return math.inf, accountant or PVEC_ACCOUNTANT
-    groups = _pvec_groups(releases, l2)
-    return pvec.transcript_epsilon(groups, dl, pvec.default_interval(target or 1.0)), accountant or PVEC_ACCOUNTANT
+        return math.inf, acc.name
+    return acc.compose(pvec_event(releases)).get_epsilon(dl), acc.name
 
 
-def _pvec_l2(accountant: str | None) -> bool:
-    if accountant not in (None, PVEC_ACCOUNTANT, PVEC_PER_COORDINATE):
-        raise ValueError(f"accountant: shuffle-DP algorithms are certified by {PVEC_ACCOUNTANT!r} "
-                         f"(the exact P_vec certificates) or {PVEC_PER_COORDINATE!r}, got {accountant!r}")
-    return accountant != PVEC_PER_COORDINATE
+def _shuffle_accountant(accountant: str | None, interval: float):
+    """The registered accountant ``accountant`` (default :data:`PVEC_ACCOUNTANT`) at the P_vec
+    grid ``interval``; one that does not certify P_vec invocations is refused, naming those that do."""
+    from silodp.accounting import ACCOUNTANTS, PvecDpEvent
+    from silodp.accounting.calibration import settings_for
 
-
-def _pvec_groups(releases, l2: bool) -> tuple:
-    """The P_vec groups of ``releases``; without ``l2``, the per-coordinate PLD alone."""
-    from silodp.accounting.releases import pvec_groups
-
-    return tuple(g if l2 else dataclasses.replace(g, l2=None) for g in pvec_groups(releases))
+    name = accountant or PVEC_ACCOUNTANT
+    acc = get_accountant(name, REPLACE_ONE, **settings_for(name, {"value_discretization_interval": interval}))
+    probe = PvecDpEvent(4, 1, 1, 1)
+    if not acc.supports(probe):
+        able = sorted(n for n, c in ACCOUNTANTS.items() if c(REPLACE_ONE).supports(probe))
+        raise ValueError(f"accountant: shuffle-DP transcripts are certified by {able}, not {name!r} "
+                         f"({acc.unsupported_reason(probe)})")
+    return acc
 
 
 def _method(method: str) -> CalibrationMethod:
@@ -189,11 +190,9 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
 
 
-#: The accountant name of the P_vec certificates (the l2-aware Renyi moments of
-#: :mod:`silodp.accounting.pvec_l2`, the per-coordinate PLD of :mod:`silodp.accounting.pvec`).
+#: The default accountant of shuffle-DP transcripts (the better of the l2-aware Renyi moments of
+#: :mod:`silodp.accounting.pvec_l2` and the per-coordinate PLD of :mod:`silodp.accounting.pvec`).
 PVEC_ACCOUNTANT = "pvec"
-#: The per-coordinate PLD alone (no l2 bound; the certificate before the l2-aware one).
-PVEC_PER_COORDINATE = "pvec-pld"
 
 
 def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, accountant: str | None) -> NoiseCalibration:
@@ -209,22 +208,22 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
     grid whose certificate is <= ``eps``. ``paper``: Alg 5 as printed (no rotation), every
     invocation calibrated alone to the paper's (eps~, delta~); the certificate of the whole
     transcript is reported (it may exceed ``eps`` where the paper's budgets do not compose).
-    ``accountant``: the certificate is its own accountant: None or "pvec" (the best of both
-    certificates), or "pvec-pld" (the per-coordinate PLD alone, for comparison).
+    ``accountant``: a registered accountant of P_vec invocations: None or "pvec" (the best of
+    both certificates), or "pvec-pld" (the per-coordinate PLD alone, for comparison).
     """
     from silodp.accounting import pvec
 
-    l2 = _pvec_l2(accountant)
+    h = pvec.default_interval(eps)
+    acc = _shuffle_accountant(accountant, h)
 
     def groups(releases) -> tuple:
-        return _pvec_groups(releases, l2)
+        return acc.groups(pvec_event(releases))
 
     total, dl = dl, dl - cfg.charged_delta  # the certificates get what availability left
     if dl <= 0:
         raise ValueError(f"delta: {total:g} is spent by the availability tail ({cfg.charged_delta:g})")
     plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
     rotate = how == CalibrationMethod.TIGHT
-    h = pvec.default_interval(eps)
 
     def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:
         params = (pvec.levels(r.messages), b, 0.5, rotate)
@@ -241,11 +240,11 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
                                         pvec.default_interval(r.epsilon))[0][0] for r in plan)
     params = {r.group: (pvec.levels(r.messages), b, 0.5, rotate) for r, b in zip(plan, bs)}
     releases = cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}, params)
-    certified = pvec.transcript_epsilon(groups(releases), dl, h)
+    certified = acc.compose(pvec_event(releases)).get_epsilon(dl)
     shuffle = {r.group: dict(zip(("g", "b", "p", "rotate"), r.params), count=r.count, epsilon=r.epsilon,
                              delta=r.delta, messages=r.messages, bound=r.bound)
                for r in releases if r.count}
-    return NoiseCalibration(cls.name, {}, certified, total, accountant or PVEC_ACCOUNTANT, how.value, shuffle)
+    return NoiseCalibration(cls.name, {}, certified, total, acc.name, how.value, shuffle)
 
 
 def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,

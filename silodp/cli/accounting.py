@@ -7,6 +7,7 @@ import math
 
 from silodp._validation import round_up
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
+from silodp.accounting.accountants import accountant_choices
 from silodp.cli import emit, refuse
 from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, PathArg, Real
 
@@ -30,18 +31,8 @@ SCAFFOLD_FLAGS = ("--user-sampling", "--data-sampling", "--warm-steps")
 SCAFFOLD_READS = ("--n", "--rounds", "--clip", "--local-steps", "--silos", *SCAFFOLD_FLAGS)
 
 
-class _Registered:
-    """``--accountant`` choices read live from the registry (an accountant registered after this
-    import is a choice too)."""
-
-    def __contains__(self, name) -> bool:
-        return name in ACCOUNTANTS or name == "all"
-
-    def __iter__(self):
-        return iter((*ACCOUNTANTS, "all"))
-
-
-ACCOUNTANT_CHOICES = _Registered()
+#: ``--accountant`` choices read live from the registry (one registered after this import is a choice too)
+ACCOUNTANT_CHOICES = accountant_choices("all")
 SAMPLING_CHOICES = tuple(s.value for s in Sampling)
 METHOD_CHOICES = (*(m.value for m in CalibrationMethod), "both")
 
@@ -67,19 +58,32 @@ def _mechanism_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _flag_setting(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
 def _pld_settings(args) -> dict:
-    """The pld keyword arguments given on the command line (validated by the accountant); with
-    an accountant other than pld (or all) they would be ignored, so they are refused."""
-    if args.accountant not in (None, "pld", "all"):
-        refuse(args, PLD_FLAGS, f"to --accountant {args.accountant} (pld settings)")
-    names = ("value_discretization_interval", "log_mass_truncation_bound")
+    """The accountant settings given on the command line (validated by the accountant); those
+    the named accountant does not take (its ``SETTINGS``) would be ignored, so they are refused."""
+    if args.accountant not in (None, "all"):
+        taken = getattr(ACCOUNTANTS[args.accountant], "SETTINGS", ())
+        refuse(args, [f for f in PLD_FLAGS if _flag_setting(f) not in taken],
+               f"to --accountant {args.accountant} (not its settings)")
+    names = [_flag_setting(f) for f in PLD_FLAGS]
     return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
 
 
-def _settings_used(args) -> dict:
-    """The complete pld settings an ``epsilon`` certificate depends on (defaults filled in)."""
+def _settings_used(args, name: str) -> dict:
+    """The complete settings (defaults filled in) an ``epsilon`` certificate of ``name`` depends on."""
     from silodp.accounting import get_accountant
-    return get_accountant("pld", _relation(args), **_pld_settings(args)).settings()
+    return get_accountant(name, _relation(args), **_kwargs(args, name)).settings()
+
+
+def _with_settings(args, payload: dict, names) -> None:
+    """``payload["<name>_settings"]`` for each of ``names`` that takes settings (``pld_settings``)."""
+    for name in names:
+        if getattr(ACCOUNTANTS[name], "SETTINGS", ()):
+            payload[f"{name}_settings"] = _settings_used(args, name)
 
 
 def _event_file(args):
@@ -129,7 +133,8 @@ def _names(args) -> list[str]:
 
 
 def _kwargs(args, name: str) -> dict:
-    return _pld_settings(args) if name == "pld" else {}
+    from silodp.accounting.calibration import settings_for
+    return settings_for(name, _pld_settings(args))
 
 
 def _for_each(args, compute, event=None):
@@ -170,16 +175,14 @@ def _epsilon(args) -> int:
     if args.accountant is None:  # the tightest certificate among the accountants that support it
         eps, name = tightest_epsilon(event, delta, _relation(args), _pld_settings(args))
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
-        if name == "pld":
-            payload["pld_settings"] = _settings_used(args)
+        _with_settings(args, payload, [name])
         batch = _batch(args, payload)
         emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{name:>11}: {round_up(eps)}")
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)), event)
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
-    if "pld" in _names(args):
-        payload["pld_settings"] = _settings_used(args)
+    _with_settings(args, payload, [n for n in _names(args) if results[n] is not None])
     batch = _batch(args, payload)
     human = "\n".join(f"{k:>11}: {'unsupported' if v is None else round_up(v)}" for k, v in results.items())
     emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{human}")
@@ -250,14 +253,12 @@ def _noise_scaffold(args, cls) -> int:
     reads = set(SCAFFOLD_READS) - ({"--local-steps"} if cls.fixed_local_steps else set()) - (
         set() if cls.warm_start else {"--warm-steps"})
     refuse(args, [f for f in ALGORITHM_FLAGS if f not in reads], f"to {cls.name} (it is not in its transcript)")
-    if args.accountant not in (None, "pld"):  # the third-party guarantee is a sampling-pattern mixture
-        raise ValueError(f"--accountant: {cls.name}'s guarantees are accounted by pld only, got {args.accountant!r}")
     warm = args.warm_steps if cls.warm_start else 0
     payload = noise_report(
         args.epsilon, args.delta, num_users=args.silos, records_per_user=args.n, rounds=args.rounds,
         local_steps=cls.fixed_local_steps or args.local_steps,
         user_sampling=args.user_sampling, data_sampling=args.data_sampling, clip=args.clip,
-        warm_steps=warm, accountant=args.accountant or "pld")
+        warm_steps=warm, **({} if args.accountant in (None, "all") else {"accountant": args.accountant}))
     payload["algorithm"] = args.algorithm
     emit(payload, args.json)
     return 0

@@ -151,15 +151,8 @@ def _certified(request: dict, result: dict) -> float:
     cls, delta = privacy.algorithm_class(request["algorithm"]), request["delta"]
     if not cls.shuffled:
         return privacy.certify(cls, tc, result["sigmas"], delta, result["accountant"])[0]
-    from silodp.accounting import pvec
-    from silodp.accounting.releases import pvec_groups
-
-    budgets = {"epsilon": request["epsilon"], "delta": delta}
     params = {grp: (v["g"], v["b"], v["p"], v["rotate"]) for grp, v in result["shuffle"].items()}
-    groups = pvec_groups(cls.shuffle_releases(tc, budgets, params))
-    if result["accountant"] == privacy.PVEC_PER_COORDINATE:
-        groups = tuple(dataclasses.replace(g, l2=None) for g in groups)
-    return pvec.transcript_epsilon(tuple(groups), delta, pvec.default_interval(request["epsilon"]))
+    return privacy.certify_shuffle(cls, tc, params, delta, result["accountant"], target=request["epsilon"])[0]
 
 
 def recertify(request: dict, result: dict, stored_request: dict | None = None) -> str | None:

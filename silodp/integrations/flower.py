@@ -51,11 +51,21 @@ EPSILON_KEY = "silodp_epsilon"
 #: Where :class:`SiloLedger` lives in a node's ``Context.state``.
 LEDGER_KEY = "silodp.ledger"
 _STATE_SCHEMA_VERSION = 1
-_BACKENDS = ("pld", "rdp")
+
+
+def _check_backend(accountant: str, probe: ev.DpEvent, relation: ev.NeighboringRelation) -> None:
+    """Refuse an ``accountant`` the registry does not have, or whose ``supports()`` refuses ``probe``."""
+    from silodp.accounting import ACCOUNTANTS
+
+    if accountant not in ACCOUNTANTS or not get_accountant(accountant, relation).supports(probe):
+        able = [n for n in ACCOUNTANTS if get_accountant(n, relation).supports(probe)]
+        raise ValueError(f"accountant: must be a registered accountant certifying this sampling {able}, "
+                         f"got {accountant!r}")
 
 
 class SilodpAccountant:
-    """Flower's ``PrivacyAccountant`` protocol on a silodp accountant (``"pld"`` or ``"rdp"``).
+    """Flower's ``PrivacyAccountant`` protocol on a registered silodp accountant that supports the
+    configured sampling (``"pld"``, ``"rdp"``, ...).
 
     Each ``GaussianPrivacyEvent`` becomes the silodp event of Flower's ``sampling_method``:
     ``POISSON`` -> ``PoissonSampledDpEvent(sample_size / population_size, Gaussian)``,
@@ -72,9 +82,9 @@ class SilodpAccountant:
     def __init__(self, config: PrivacyConfig, accountant: str = "pld") -> None:
         if not isinstance(config, PrivacyConfig):
             raise ValueError(f"config must be a flwr PrivacyConfig, got {type(config).__name__}")
-        if accountant not in _BACKENDS:
-            raise ValueError(f"accountant must be one of {_BACKENDS}, got {accountant!r}")
         self._config = config
+        _check_backend(accountant, self._event(GaussianPrivacyEvent(1.0, 1, config.population_size)),
+                       ev.relation(config.neighboring_relation))
         self.accountant = accountant
         self._compositions: dict[GaussianPrivacyEvent, int] = {}
         self._composed = None  # the silodp accountant of _compositions, built on first query

@@ -53,12 +53,13 @@ finally:
         logging.getLogger().removeHandler(_handler)
     del _root_handlers
 
-from silodp.accounting import calibrate, get_accountant
+from silodp.accounting import ACCOUNTANTS, calibrate, get_accountant
 from silodp.accounting import events as ev
 from silodp._validation import check_count, check_delta, check_positive, check_probability
 from silodp.accounting.releases import BatchSampling, gaussian_steps
 
-#: silodp accountants offered to Opacus (tight PLD first; RDP as Opacus' own default).
+#: silodp accountants registered in Opacus by default (tight PLD first; RDP as Opacus' own
+#: default); :func:`opacus_accountant` takes any registered one that supports the steps.
 ACCOUNTANT_NAMES = ("pld", "rdp")
 
 
@@ -196,13 +197,12 @@ def opacus_accountant(accountant: str = "pld", sampling: OpacusSampling | str = 
     """Register (once) the Opacus accountant for this configuration and return its name, for
     ``PrivacyEngine(accountant=name)``.
 
-    ``accountant``: ``"pld"`` or ``"rdp"`` (silodp's; see :mod:`silodp.accounting.accountants`).
+    ``accountant``: a registered silodp accountant that supports these steps (``"pld"``, ``"rdp"``, ...;
+    see :mod:`silodp.accounting.accountants`).
     ``sampling``: ``"poisson"`` (Opacus' default loader), ``"shuffled"`` (``poisson_sampling=False``;
     replace-one only) or ``"with-replacement"`` (a loader drawing ``batch_size`` indices i.i.d. from
     ``dataset_size`` records each step; replace-one only).
     """
-    if accountant not in ACCOUNTANT_NAMES:
-        raise ValueError(f"accountant must be one of {ACCOUNTANT_NAMES}, got {accountant!r}")
     try:
         how = OpacusSampling(sampling)
     except ValueError:
@@ -218,6 +218,12 @@ def opacus_accountant(accountant: str = "pld", sampling: OpacusSampling | str = 
     name = name or _default_name(accountant, how, rel, dataset_size, batch_size)
     config = dict(accountant=accountant, sampling=how, neighbouring=rel, dataset_size=dataset_size,
                   batch_size=batch_size, name=name)
+    probe = type("Probe", (SilodpOpacusAccountant,), config)()
+    probe.history = [(1.0, 0.5, 2)]  # two subsampled steps: what the registry's accountant must support
+    if accountant not in ACCOUNTANTS or not get_accountant(accountant, rel).supports(probe.event()):
+        able = [n for n in ACCOUNTANTS if get_accountant(n, rel).supports(probe.event())]
+        raise ValueError(f"accountant: must be a registered accountant certifying {how.value} steps {able}, "
+                         f"got {accountant!r}")
     existing = _ACCOUNTANTS.get(name)
     if existing is not None:
         if not (isinstance(existing, type) and issubclass(existing, SilodpOpacusAccountant)

@@ -13,6 +13,7 @@ from silodp.accounting import (
     ComposedDpEvent,
     EpsilonDeltaDpEvent,
     GaussianDpEvent,
+    NonPrivateDpEvent,
     ParallelComposedDpEvent,
     PoissonSampledDpEvent,
     SampledWithoutReplacementDpEvent,
@@ -142,8 +143,10 @@ def test_with_replacement_bound_dominates_a_concrete_instance(eps):
     assert instance > 0.05 * bound  # and it is not vacuous
 
 
-def test_every_registered_accountant_has_a_name():
-    assert set(ACCOUNTANTS) == {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth"}
+def test_every_registered_accountant_has_its_name():
+    """Registered where defined, under its own name (the built-in ones at least)."""
+    assert {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth", "pvec", "pvec-pld"} <= set(ACCOUNTANTS)
+    assert all(cls.name == name for name, cls in ACCOUNTANTS.items())
 
 
 def test_with_replacement_full_size_batch_keeps_multiplicities():
@@ -162,3 +165,48 @@ def test_with_replacement_full_size_batch_keeps_multiplicities():
                 np.trapezoid(np.maximum(Q - math.exp(eps) * P, 0), x))
     assert exact <= delta
     assert eps > epsilon(GaussianDpEvent(z), delta, "advanced")
+
+
+def test_pvec_accountants_are_the_p_vec_certificates():
+    """pvec: the transcript certificate of the groups (both bounds); pvec-pld: the PLD alone;
+    both refuse Gaussian steps and add/remove, and their supports() never raises."""
+    import dataclasses
+
+    from silodp.accounting import PvecDpEvent, pvec
+    from silodp.accounting.events import ADD_OR_REMOVE_ONE, REPLACE_ONE
+    from silodp.accounting.releases import BatchSampling, ShuffleRelease, pvec_event, pvec_groups
+
+    releases = [ShuffleRelease("grad", 6, 1.0, 1e-7, BatchSampling.WITH_REPLACEMENT, 10, 200, 30, 1.0, (6, 40, 0.5, True), 8),
+                ShuffleRelease("diff", 4, 1.0, 1e-7, BatchSampling.SHUFFLED, 50, 200, 30, 1.0, (6, 90, 0.5, False), 8)]
+    event, groups, h = pvec_event(releases), pvec_groups(releases), 1e-4
+    assert [g.uses for g in groups] == [6, 1] and groups[0].with_replacement and groups[0].l2 is not None
+    both = get_accountant("pvec", REPLACE_ONE, value_discretization_interval=h).compose(event).get_epsilon(1e-6)
+    alone = get_accountant("pvec-pld", REPLACE_ONE, value_discretization_interval=h).compose(event).get_epsilon(1e-6)
+    assert both == pvec.transcript_epsilon(groups, 1e-6, h)
+    assert alone == pvec.transcript_epsilon(tuple(dataclasses.replace(g, l2=None) for g in groups), 1e-6, h)
+    assert both <= alone
+    for name in ("pvec", "pvec-pld"):
+        acc = get_accountant(name, REPLACE_ONE)
+        assert not acc.supports(GaussianDpEvent(1.0)) and not acc.supports(object())
+        assert not get_accountant(name, ADD_OR_REMOVE_ONE).supports(event)
+        assert acc.supports(ComposedDpEvent([event, NonPrivateDpEvent()]))
+        assert acc.compose(NonPrivateDpEvent()).get_epsilon(1e-6) == math.inf
+    for name in ("gdp", "rdp", "pld", "advanced"):  # the Gaussian accountants refuse P_vec invocations
+        assert not get_accountant(name, REPLACE_ONE).supports(PvecDpEvent(4, 1, 1, 1))
+    with pytest.raises(ValueError, match="PvecDpEvent.trials"):
+        PvecDpEvent(4, 0, 1, 1)
+    with pytest.raises(ValueError, match="PvecDpEvent.l2_shift"):
+        PvecDpEvent(4, 1, 1, 1, math.inf)
+
+
+def test_the_default_certificate_reads_each_class_candidacy():
+    """candidate_accountants: gdp alone when exact, else pld and rdp, advanced added for sampling
+    with replacement (class attributes, no names in the calibration)."""
+    from silodp.accounting import candidate_accountants
+    from silodp.accounting.events import REPLACE_ONE
+
+    step = GaussianDpEvent(1.0)
+    assert candidate_accountants(SelfComposedDpEvent(step, 3)) == ["gdp"]
+    assert candidate_accountants(PoissonSampledDpEvent(0.1, step)) == ["pld", "rdp"]
+    assert candidate_accountants(SampledWithReplacementDpEvent(100, 10, step), REPLACE_ONE) == ["pld", "rdp", "advanced"]
+    assert candidate_accountants(EpsilonDeltaDpEvent(1.0, 1e-6)) == ["pld"]  # rdp has no (eps, delta) events

@@ -107,3 +107,22 @@ def test_the_toy_algorithm_is_audited(registered, setup):
     worlds = (fed, fed)
     plan = game.build_plan(reference, problem, worlds, 0, 0)
     assert [r.group for r in plan.releases] == ["grad", "grad"] and plan.releases[0].std == (0.05, 0.05)
+
+
+def test_a_toy_accountant_competes_for_the_default_from_its_own_class():
+    """candidacy / candidate_rank on the class are all it takes to compete for the default
+    certificate: a toy ranked above gdp answers the default epsilon."""
+    from silodp.accounting import GaussianDpEvent, SelfComposedDpEvent, candidate_accountants, tightest_epsilon
+
+    class ToyFirst(GdpAccountant):
+        name, candidate_rank = "toy-first", -1
+
+    event = SelfComposedDpEvent(GaussianDpEvent(2.0), 10)
+    register_accountant(ToyFirst)
+    try:
+        assert candidate_accountants(event) == ["toy-first"]
+        eps, name = tightest_epsilon(event, 1e-5)
+        assert name == "toy-first" and eps == GdpAccountant().compose(event).get_epsilon(1e-5)
+    finally:
+        unregister_accountant(ToyFirst.name)
+    assert candidate_accountants(event) == ["gdp"]

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from silodp.accounting import ACCOUNTANTS
 from silodp.cli import main
 
 
@@ -25,7 +26,8 @@ def test_epsilon_all_has_one_key_per_accountant(capsys):
     code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "2.0", "--steps", "10", "--delta", "1e-5",
                        "--accountant", "all", "--json")
     data = json.loads(out)
-    assert code == 0 and set(data) == {"gdp", "rdp", "pld", "zcdp", "advanced", "dwork-roth", "relation", "pld_settings"}
+    assert code == 0 and set(data) == {*ACCOUNTANTS, "relation", "pld_settings"}
+    assert data["pvec"] is None and data["pvec-pld"] is None  # P_vec accountants: no Gaussian steps
     assert data["gdp"] <= data["pld"] <= data["rdp"] <= data["advanced"]
 
 
@@ -161,3 +163,14 @@ def test_default_accountant_is_the_tightest_for_sampling_with_replacement(capsys
     assert code == 0 and default == pytest.approx(each[best]) and default == min(v for k, v in each.items() if isinstance(v, float))
     _, out, _ = run(capsys, "noise", "--epsilon", str(default * 1.5), *flags)
     assert json.loads(out)["epsilon"] <= default * 1.5
+
+
+def test_noise_of_a_shuffle_algorithm_by_the_registered_pvec_pld(capsys):
+    """--accountant pvec-pld is a registered choice: the per-coordinate PLD certifies the transcript."""
+    argv = ("noise", "--algorithm", "sdp-prox-sgd", "--epsilon", "1", "--delta", "1e-5", "--method", "tight",
+            "--rounds", "3", "--n", "200", "--batch-size", "20", "--json")
+    code, out, err = run(capsys, *argv, "--accountant", "pvec-pld")
+    data = json.loads(out)
+    assert code == 0 and data["accountant"] == "pvec-pld" and 0.99 <= data["epsilon"] <= 1.0
+    code, _, err = run(capsys, *argv, "--accountant", "rdp")  # refused, naming only those that certify P_vec
+    assert code == 2 and "['pvec', 'pvec-pld'], not 'rdp'" in err

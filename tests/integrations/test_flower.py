@@ -244,3 +244,14 @@ def test_worst_silo_epsilon():
     out = worst_silo_epsilon(records, "num-examples")
     assert out[EPSILON_KEY] == 1.7
     assert out["loss"] == pytest.approx((10 * 1.0 + 30 * 2.0 + 20 * 3.0) / 60)
+
+
+def test_the_registry_decides_which_accountants_flower_gets():
+    """Not an allow-list: any registered accountant whose supports() takes the sampling."""
+    exact, rdp = SilodpAccountant(_config(), accountant="gdp"), SilodpAccountant(_config(), accountant="rdp")
+    for acc in (exact, rdp):  # no amplification: gdp is the exact certificate
+        acc.compose(GaussianPrivacyEvent(noise_multiplier=1.0, sample_size=10, population_size=10), 3)
+    assert 0 < exact.get_epsilon(DELTA) < rdp.get_epsilon(DELTA)
+    for refused in ("gdp", "pvec"):  # gdp: no subsampling; pvec: no Gaussian steps
+        with pytest.raises(ValueError, match="registered accountant certifying this sampling"):
+            SilodpAccountant(_config(SamplingMethod.POISSON), accountant=refused)

@@ -166,3 +166,11 @@ def test_importing_silodp_integrations_registers_the_names():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-1000:]
     assert "silodp" in proc.stdout.lower()
+
+
+def test_the_registry_decides_which_accountants_opacus_gets():
+    """Not an allow-list: any registered accountant whose supports() takes the steps."""
+    assert opacus_accountant("gdp", OpacusSampling.SHUFFLED, REPLACE_ONE) == "silodp-gdp-shuffled"  # exact
+    for refused in ("gdp", "pvec"):  # gdp: no subsampling; pvec: no Gaussian steps
+        with pytest.raises(ValueError, match="registered accountant certifying poisson steps"):
+            opacus_accountant(refused)

@@ -43,3 +43,14 @@ def test_the_suite_catches_an_unsound_accountant():
 
     with pytest.raises(AssertionError, match="below the exact"):
         check_accountant(Optimist)
+
+
+def test_the_suite_catches_a_sound_accountant_that_is_not_monotone():
+    from silodp.accounting.accountants import GdpAccountant
+
+    class Forgetful(GdpAccountant):  # above the exact value, but charges fewer steps more
+        def _epsilon(self, delta):
+            return super()._epsilon(delta) + 1000.0 / len(self)
+
+    with pytest.raises(AssertionError, match="not monotone in steps"):
+        check_accountant(Forgetful)
