@@ -8,6 +8,8 @@ shows the epsilon its noise really certifies), then the non-private baselines.
 ``scaffold``: Noble et al.'s headline, test accuracy of DP-SCAFFOLD and DP-FedAvg per setting
 and K, with the gap and its 95% confidence interval (Student t over the per-trial gaps: both
 algorithms run on the same data and seeds in each trial, so the gaps are paired).
+``claims``: each claim :func:`.report.check_claims` can test on the rows, its verdict and the
+scalar measurements behind it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import collections
 import math
 import statistics
 
-KINDS = ("errors", "scaffold")
+KINDS = ("errors", "scaffold", "claims")
 
 
 def _cell(mean: float, std: float) -> str:
@@ -101,7 +103,27 @@ def scaffold_table(rows: list[dict], calibration: str = "tight") -> str:
     return "\n".join(lines)
 
 
-def render(kind: str, rows: list[dict]) -> str:
+def _measured(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def claims_table(claims: list[dict]) -> str:
+    """The ``claims`` table: only the claims the rows can test (verdict not None)."""
+    lines = ["| claim (source) | verdict | measured |", "|---|---|---|"]
+    for c in claims:
+        if c["reproduced"] is None:
+            continue
+        items = [(k, v) for k, v in c["measured"].items() if isinstance(v, (int, float))]  # bools too
+        items += [(f"{k} holds", v["holds"]) for k, v in c["measured"].items() if isinstance(v, dict) and "holds" in v]
+        measured = "; ".join(f"{k.replace('_', ' ')} {_measured(v)}" for k, v in items)
+        verdict = "reproduced" if c["reproduced"] else "**not reproduced**"
+        lines.append(f"| {c['claim']} ({c['source']}) | {verdict} | {measured} |")
+    return "\n".join(lines)
+
+
+def render(kind: str, rows: list[dict], claims: list[dict] | None = None) -> str:
     if kind not in KINDS:
         raise ValueError(f"kind: must be one of {KINDS}, got {kind!r}")
+    if kind == "claims":
+        return claims_table(claims or [])
     return errors_table(rows) if kind == "errors" else scaffold_table(rows)
