@@ -15,7 +15,8 @@ import statistics
 from .select import Selection
 
 SPIDER, MB, LOCAL = "isrl-spider", "isrl-mb-sgd", "isrl-local-sgd"
-ORDER = ("isrl-spider", "isrl-spider-alg11", "isrl-fed-spider", "isrl-mb-sgd", "isrl-local-sgd", "mb-sgd", "local-sgd")
+ORDER = ("isrl-spider", "isrl-spider-alg11", "isrl-fed-spider", "isrl-mb-sgd", "isrl-local-sgd", "mb-sgd", "local-sgd",
+         "sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 PAPER = "Lowy, Ghafelebashi & Razaviyayn 2023"
 
 
