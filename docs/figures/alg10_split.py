@@ -1,7 +1,9 @@
 """The two budget splits of SDP FedProx-SPIDER (paper Alg 10) side by side: the table of
 docs/paper-notes.md, accounting note 8.
 
-    python docs/figures/alg10_split.py     # about 2.5 minutes on the 2 shared cores
+    python docs/figures/alg10_split.py                 # about 2.5 minutes on the 2 shared cores
+    python docs/figures/alg10_split.py --store S.db    # at the SDP-SPIDER (q >= 2) transcripts of a
+                                                       # results store (silodp reproduce), both splits
 
 For each (R, q): the paper's per-invocation budgets of line 8 (anchor, eps~_1) and line 12
 (difference, eps~_2), and what the tight calibration (one scale over the paper's budget shape,
@@ -34,7 +36,39 @@ def rows() -> list[dict]:
     return out
 
 
+def store_rows(store: str) -> list[dict]:
+    """Both splits at every SDP-SPIDER q >= 2 transcript whose calibration ``store`` holds."""
+    import json
+    import sqlite3
+
+    out = []
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        requests = [json.loads(r) for (r,) in db.execute("SELECT request FROM calibrations")]
+    for req in requests:
+        if req["algorithm"] != "sdp-spider" or (req["transcript"].get("q") or 1) < 2:
+            continue
+        cfg = TranscriptConfig(**req["transcript"])
+        for split in papers.ALG10_SPLITS:
+            cal = calibrate_algorithm(SdpSpider.with_split(split), cfg, req["epsilon"], req["delta"], "tight")
+            out.append({"eps": req["epsilon"], "R": cfg.rounds, "q": cfg.q, "n": cfg.n, "K": cfg.batch_size,
+                        "split": split, "b_grad": cal.shuffle["grad"]["b"], "b_diff": cal.shuffle["diff"]["b"],
+                        "certified": cal.epsilon})
+    return out
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", default=None, help="a results store: its SDP-SPIDER q >= 2 transcripts")
+    args = ap.parse_args()
+    if args.store:
+        print("| eps | n | K | R | q | split | b anchor | b difference | certified eps |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in store_rows(args.store):
+            print(f"| {r['eps']:g} | {r['n']} | {r['K']} | {r['R']} | {r['q']} | {r['split']} | {r['b_grad']} | "
+                  f"{r['b_diff']} | {r['certified']:.4f} |")
+        return
     print(f"n = {SETTING['n']}, K1 = K2 = n, M = N = {SETTING['num_silos']}, d = {SETTING['dimension']}, "
           f"eps = {EPS}, delta = {DELTA}, tight calibration")
     print()

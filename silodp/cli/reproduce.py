@@ -1,5 +1,6 @@
-"""``silodp reproduce`` (run or resume a paper grid into a results store and summarize it) and
-``silodp plot`` (test error versus epsilon from a store)."""
+"""``silodp reproduce`` (run or resume a paper grid into a results store and summarize it),
+``silodp plot`` (test error versus epsilon from a store) and ``silodp report`` (a stamped markdown
+table of a store, written into a doc; ``--check``: no stamped table is stale)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,25 @@ def register(subparsers) -> None:
                    help="evaluate each algorithm's own output (default) or its last iterate")
     q.add_argument("--json", action="store_true")
     q.set_defaults(handler=handle_plot)
+
+    r = subparsers.add_parser("report", help="a stamped results table from a store, or --check that docs' tables are current")
+    r.add_argument("preset", metavar="PRESET", nargs="?", default=None,
+                   help="the preset or grid file the store was reproduced from (as given to silodp reproduce)")
+    r.add_argument("--store", type=PathArg("in"), default=None, help="SQLite results store written by silodp reproduce (default results.db)")
+    r.add_argument("--quick", action="store_true", help="the preset's small variant")
+    r.add_argument("--calibration", choices=sorted(CALIBRATION_CHOICES), default=None,
+                   help="the --calibration the store was reproduced with")
+    r.add_argument("--kind", choices=("errors", "scaffold", "claims"), default="errors",
+                   help="errors: test error per epsilon and algorithm; scaffold: DP-SCAFFOLD vs DP-FedAvg per K; "
+                        "claims: the papers' claims checked on the store")
+    r.add_argument("--output", choices=("algorithm", "last"), default="algorithm",
+                   help="evaluate each algorithm's own output (default) or its last iterate")
+    r.add_argument("--into", type=PathArg("in"), default=None, help="markdown file whose block --name is replaced")
+    r.add_argument("--name", type=text("a table name"), default=None, help="the block's name (default: the preset's stem)")
+    r.add_argument("--check", nargs="*", default=None, metavar="FILE",
+                   help="check every stamped table in FILEs (default docs/*.md) against the current code; no runs")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(handler=handle_report)
 
 
 def handle_reproduce(args) -> int:
@@ -94,4 +114,60 @@ def handle_plot(args) -> int:
     payload = {"out": str(args.out), "experiments": sorted({r["experiment"] for r in rows}), "summary": rows,
                "claims": claims}
     emit(payload, args.json, f"wrote {args.out} ({len(payload['experiments'])} experiments, {len(rows)} rows)")
+    return 0
+
+
+def _commit(records) -> str:
+    """The code version(s) that computed ``records``: the git commit of each (``.dirty`` kept)."""
+    versions = sorted({(r.code_version or "unknown").split("+g")[-1] for r in records})
+    return ",".join(versions) or "unknown"
+
+
+def handle_report(args) -> int:
+    from silodp.cli import emit
+    from silodp.experiments import Store, select, summarize
+    from silodp.experiments import stamp, tables
+    from silodp.experiments.report import alg11_rule, check_claims
+
+    if args.check is not None:
+        if args.preset is not None or args.into is not None:
+            raise ValueError("--check: takes files only (no PRESET, no --into)")
+        paths = args.check or sorted(Path("docs").glob("*.md"))
+        count, problems = stamp.check_files(paths)
+        payload = {"files": [str(p) for p in paths], "tables": count, "stale": problems}
+        emit(payload, args.json, "\n".join(problems) or f"{count} stamped tables, all current")
+        if problems:
+            raise ValueError(f"{len(problems)} of {count} stamped tables are stale: {problems[0]}")
+        return 0
+    if args.preset is None:
+        raise ValueError("PRESET: required (or --check)")
+    args.store = args.store or "results.db"
+    if not Path(args.store).is_file():
+        raise ValueError(f"--store: no such file {args.store!r}")
+    if args.into is not None and not str(args.into).endswith(".md"):
+        raise ValueError(f"--into: must be a markdown file, got {args.into!r}")
+    calibration = ",".join(CALIBRATION_CHOICES[args.calibration]) if args.calibration else None
+    attrs = {"preset": args.preset, "quick": "1" if args.quick else None, "calibration": calibration}
+    spec = stamp.resolve(attrs)
+    hashes = [c.config_hash for c in spec.expand()]
+    with Store(args.store, read_only=True) as st:
+        records = st.records("ok", hashes)
+        counts = st.counts(hashes)
+    if not records:
+        raise ValueError(f"--store: no finished runs of {args.preset!r} in {args.store!r}")
+    plain = summarize(select(records, args.output))
+    last = plain if args.output == "last" else summarize(select(records, "last"))
+    claims = check_claims(plain, "tight", last)
+    rows = alg11_rule(plain)
+    name = args.name or Path(args.preset).stem
+    block = stamp.render_block(stamp.stamp_attrs(
+        name, args.preset, args.kind, _commit(records), spec, quick=attrs["quick"], calibration=calibration,
+        runs=f"{counts['ok']}/{len(hashes)}",
+        output=None if args.output == "algorithm" else args.output), tables.render(args.kind, rows, claims))
+    if args.into is not None:
+        path = Path(args.into)
+        path.write_text(stamp.replace_block(path.read_text(), name, block))
+    payload = {"preset": args.preset, "name": name, "into": None if args.into is None else str(args.into),
+               "stored": counts, "table": block, "summary": rows, "claims": claims}
+    emit(payload, args.json, block)
     return 0

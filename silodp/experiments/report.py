@@ -15,7 +15,8 @@ import statistics
 from .select import Selection
 
 SPIDER, MB, LOCAL = "isrl-spider", "isrl-mb-sgd", "isrl-local-sgd"
-ORDER = ("isrl-spider", "isrl-fed-spider", "isrl-mb-sgd", "isrl-local-sgd", "mb-sgd", "local-sgd")
+ORDER = ("isrl-spider", "isrl-spider-alg11", "isrl-fed-spider", "isrl-mb-sgd", "isrl-local-sgd", "mb-sgd", "local-sgd",
+         "sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 PAPER = "Lowy, Ghafelebashi & Razaviyayn 2023"
 
 
@@ -60,6 +61,7 @@ def summarize(selections: list[Selection]) -> list[dict]:
         "silos_per_round": s.experiment["silos_per_round"], "rounds": s.experiment["rounds"],
         "calibration": s.calibration, "algorithm": s.algorithm, "epsilon": s.epsilon,
         "mean_test_error": s.test_mean, "std_test_error": s.test_std, "trials": s.trials,
+        "test_errors": list(s.test_errors),
         "mean_val_error": s.val_error, "certified_epsilon": s.certified_epsilon,
         "hyperparameters": {k: v for k, v in s.hyperparameters.items() if v not in (None, [], ())},
         "candidates": s.candidates, "output": s.output,
@@ -67,6 +69,27 @@ def summarize(selections: list[Selection]) -> list[dict]:
     rows.sort(key=lambda r: (r["experiment"], r["calibration"] != "tight", _order(r["algorithm"]), r["algorithm"],
                              r["epsilon"] or 0.0))
     return rows
+
+
+ALG11 = "isrl-spider-alg11"
+
+
+def alg11_rule(rows: list[dict]) -> list[dict]:
+    """``rows`` plus, wherever both ISRL-DP SPIDER (Alg 3) and Fed-SPIDER (Alg 11) have a row, one
+    row ``isrl-spider-alg11``: the paper's reporting rule (App H.2: per epsilon, the better of the
+    two is reported as "SPIDER"), with ``chosen`` naming which. The paper picks by training loss;
+    we pick by mean validation error, as for every other hyperparameter (the choice between the
+    two algorithms is one more hyperparameter, never made on test data)."""
+    pair = collections.defaultdict(dict)
+    for r in rows:
+        if r["algorithm"] in (SPIDER, "isrl-fed-spider"):
+            pair[(r["experiment"], r["calibration"], r["epsilon"])][r["algorithm"]] = r
+    extra = []
+    for both in pair.values():
+        if len(both) == 2:
+            best = min(both.values(), key=lambda r: (r["mean_val_error"], r["algorithm"] != SPIDER))
+            extra.append({**best, "algorithm": ALG11, "chosen": best["algorithm"]})
+    return rows + extra
 
 
 def _table(rows: list[dict], calibration: str) -> dict:

@@ -21,7 +21,7 @@ def examples() -> list[tuple[str, list[str]]]:
 def test_every_subcommand_is_documented():
     documented = {shlex.split(cmd)[1] for cmd, _ in examples()}
     assert documented == {"epsilon", "noise", "shuffle", "distributed", "bound", "run", "audit", "rates", "reproduce",
-                          "plot"}
+                          "plot", "report"}
     assert len(_MODULES) == 8  # a new subcommand module needs its section in docs/cli.md
     assert "### `silodp ledger`" in DOC.read_text()  # documented, not runnable without a silo's file
 

@@ -1,0 +1,125 @@
+"""Stamped results tables: every table in docs/ that a sweep produced names what produced it.
+
+A table is written between markers by ``silodp report PRESET --store S --table KIND --into FILE
+--name NAME``::
+
+    <!-- silodp:table name=wbcd preset=wbcd kind=errors commit=845a9cc hash=3f0c... accounting=1 -->
+    | epsilon | ... |
+    <!-- /silodp:table -->
+
+``hash`` is :func:`grid_hash`: SHA-256 of the sorted config hashes of every run of the grid (each
+:attr:`.grid.RunConfig.config_hash` covers data, model, algorithm, hyperparameters, epsilon,
+calibration and trial) together with :data:`silodp.accounting.version.ACCOUNTING_VERSION`, the
+version every certificate and calibration of a run is made under (the store re-certifies cached
+calibrations by the same number). ``commit`` is the code version the store's runs were computed by.
+:func:`check_text` recomputes the hash of each block from its preset alone -- no run is repeated --
+so a change to a preset, a grid file or the accounting version that would move the numbers makes
+the block stale (``tests/test_stale_tables.py``, ``silodp report --check``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+_ATTR = r"[a-z_]+=[^\s>]+"
+BLOCK = re.compile(r"<!-- silodp:table((?: " + _ATTR + r")+) -->\n(.*?)<!-- /silodp:table -->", re.S)
+#: attributes that select the grid (the rest describe the rendering or record provenance)
+GRID_KEYS = ("preset", "quick", "calibration")
+
+
+def grid_hash(spec) -> str:
+    """First 16 hex digits of SHA-256 over the grid's sorted run config hashes and the accounting
+    version: what determines every number a table of that grid shows."""
+    from silodp.accounting.version import ACCOUNTING_VERSION
+
+    payload = {"configs": sorted(c.config_hash for c in spec.expand()), "accounting": ACCOUNTING_VERSION}
+    return hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def resolve(attrs: dict, root: str | Path = "."):
+    """The :class:`.grid.GridSpec` a block's attributes name (a grid file path is relative to
+    ``root``, the repository; ``calibration``: comma-separated, replacing the grid's)."""
+    from .reproduce import resolve_grid
+
+    preset = attrs["preset"]
+    if preset.endswith((".json", ".toml")):
+        preset = str(Path(root) / preset)
+    spec = resolve_grid(preset, quick=attrs.get("quick") == "1")
+    if attrs.get("calibration"):
+        spec = spec.with_calibrations(attrs["calibration"].split(","))
+    return spec
+
+
+def stamp_attrs(name: str, preset: str, kind: str, commit: str, spec, **extra) -> dict:
+    """The attributes of a block, in marker order."""
+    from silodp.accounting.version import ACCOUNTING_VERSION
+
+    attrs = {"name": name, "preset": preset, "kind": kind}
+    attrs.update({k: str(v) for k, v in extra.items() if v not in (None, False, "")})
+    attrs.update(commit=commit, hash=grid_hash(spec), accounting=str(ACCOUNTING_VERSION))
+    for key, value in attrs.items():
+        if not value or re.search(r"[\s>]", value):
+            raise ValueError(f"{key}: a stamp value must be non-empty without spaces, got {value!r}")
+    return attrs
+
+
+def render_block(attrs: dict, body: str) -> str:
+    head = " ".join(f"{k}={v}" for k, v in attrs.items())
+    return f"<!-- silodp:table {head} -->\n{body.rstrip()}\n<!-- /silodp:table -->"
+
+
+def blocks(text: str) -> list[tuple[dict, str]]:
+    """``(attributes, body)`` of every stamped block in ``text``."""
+    return [(dict(a.split("=", 1) for a in m[1].split()), m[2]) for m in BLOCK.finditer(text)]
+
+
+def replace_block(text: str, name: str, block: str) -> str:
+    """``text`` with the block called ``name`` replaced by ``block`` (the block must exist:
+    write an empty ``<!-- silodp:table name=NAME preset=P -->`` / ``<!-- /silodp:table -->``
+    pair where the table goes)."""
+    found = [m for m in BLOCK.finditer(text) if dict(a.split("=", 1) for a in m[1].split()).get("name") == name]
+    if len(found) != 1:
+        raise ValueError(f"name: {len(found)} blocks named {name!r} (need exactly one <!-- silodp:table name={name} "
+                         f"... --> ... <!-- /silodp:table --> pair)")
+    m = found[0]
+    return text[:m.start()] + block + text[m.end():]
+
+
+def check_text(text: str, root: str | Path = ".", where: str = "") -> list[str]:
+    """One line per stale or malformed block of ``text``: its stamp no longer matches the hash
+    (grid or accounting version) the current code computes for its preset."""
+    from silodp.accounting.version import ACCOUNTING_VERSION
+
+    problems, hashes = [], {}
+    for attrs, _ in blocks(text):
+        label = f"{where}table {attrs.get('name', '?')!r}"
+        missing = [k for k in ("name", "preset", "kind", "commit", "hash", "accounting") if k not in attrs]
+        if missing:
+            problems.append(f"{label}: stamp lacks {', '.join(missing)}")
+            continue
+        if attrs["accounting"] != str(ACCOUNTING_VERSION):
+            problems.append(f"{label}: made under accounting version {attrs['accounting']}, now {ACCOUNTING_VERSION}")
+            continue
+        key = tuple(attrs.get(k) for k in GRID_KEYS)
+        if key not in hashes:
+            try:
+                hashes[key] = grid_hash(resolve(attrs, root))
+            except (ValueError, KeyError) as exc:
+                hashes[key] = f"error: {exc}"
+        if hashes[key] != attrs["hash"]:
+            problems.append(f"{label}: stamp hash {attrs['hash']} but preset {attrs['preset']} now hashes to "
+                            f"{hashes[key]} (regenerate: silodp reproduce + silodp report --into)")
+    return problems
+
+
+def check_files(paths, root: str | Path = ".") -> tuple[int, list[str]]:
+    """(number of stamped blocks, problems) over ``paths``."""
+    count, problems = 0, []
+    for path in paths:
+        text = Path(path).read_text()
+        count += len(blocks(text))
+        problems += check_text(text, root, f"{path}: ")
+    return count, problems

@@ -1,0 +1,91 @@
+"""No stamped results table in docs/ is older than the code that would regenerate it.
+
+Every ``<!-- silodp:table ... -->`` block records the hash of its grid (every run's config hash
+and the accounting version, :func:`silodp.experiments.stamp.grid_hash`). These tests recompute the
+hashes from the presets and grid files -- no run is repeated -- so a change that would move a
+table's numbers (a preset, a grid file, ``ACCOUNTING_VERSION``) fails here until the table is
+regenerated (``silodp reproduce`` + ``silodp report --into``, docs/reproduction.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from silodp.experiments import stamp
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def _block(**attrs) -> str:
+    return stamp.render_block(attrs, "| a |\n|---|\n| 1 |")
+
+
+@pytest.fixture(scope="module")
+def quick_attrs():
+    spec = stamp.resolve({"preset": "scaffold-synthetic", "quick": "1"})
+    return stamp.stamp_attrs("s", "scaffold-synthetic", "scaffold", "abc1234", spec, quick="1")
+
+
+def test_docs_tables_are_current():
+    count, problems = stamp.check_files(DOCS, ROOT)
+    assert problems == []
+    assert count >= 8  # WBCD, its claims, the SDP arm, MNIST, its claims, DP-SCAFFOLD (x2), its claims
+
+
+def test_current_stamp_passes_and_round_trips(quick_attrs):
+    text = "intro\n" + _block(**quick_attrs) + "\noutro\n"
+    assert stamp.check_text(text) == []
+    [(attrs, body)] = stamp.blocks(text)
+    assert attrs == quick_attrs and body.startswith("| a |")
+
+
+def test_changed_grid_is_stale(quick_attrs):
+    # the same block claiming the full preset: its runs hash differently
+    text = _block(**{**quick_attrs, "quick": "0"})
+    [problem] = stamp.check_text(text)
+    assert "now hashes to" in problem and quick_attrs["hash"] in problem
+
+
+def test_changed_accounting_version_is_stale(quick_attrs, monkeypatch):
+    import silodp.accounting.version as version
+
+    monkeypatch.setattr(version, "ACCOUNTING_VERSION", version.ACCOUNTING_VERSION + 1)
+    [problem] = stamp.check_text(_block(**quick_attrs))
+    assert "accounting version" in problem
+    # a stamp made under the bumped version but with the old hash is stale too (the hash covers it)
+    [problem] = stamp.check_text(_block(**{**quick_attrs, "accounting": str(version.ACCOUNTING_VERSION)}))
+    assert "now hashes to" in problem
+
+
+def test_malformed_stamps_are_refused(quick_attrs):
+    partial = {k: v for k, v in quick_attrs.items() if k != "hash"}
+    [problem] = stamp.check_text(_block(**partial))
+    assert "lacks hash" in problem
+    [problem] = stamp.check_text(_block(**{**quick_attrs, "preset": "no-such-preset"}))
+    assert "error: preset" in problem
+
+
+def test_replace_block_needs_exactly_one(quick_attrs):
+    empty = "<!-- silodp:table name=s preset=scaffold-synthetic -->\n<!-- /silodp:table -->"
+    new = _block(**quick_attrs)
+    assert stamp.replace_block(f"x\n{empty}\ny", "s", new) == f"x\n{new}\ny"
+    with pytest.raises(ValueError, match="name: 0 blocks"):
+        stamp.replace_block("x", "s", new)
+    with pytest.raises(ValueError, match="name: 2 blocks"):
+        stamp.replace_block(empty + "\n" + empty, "s", new)
+
+
+def test_cli_check(quick_attrs, tmp_path, capsys):
+    from silodp.cli import main
+
+    good, stale = tmp_path / "good.md", tmp_path / "stale.md"
+    good.write_text(_block(**quick_attrs))
+    stale.write_text(_block(**{**quick_attrs, "hash": "0" * 16}))
+    assert main(["report", "--check", str(good), "--json"]) == 0
+    assert '"tables": 1, "stale": []' in capsys.readouterr().out
+    assert main(["report", "--check", str(good), str(stale)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1 of 2 stamped tables are stale" in err[0]
