@@ -1,11 +1,18 @@
 """Baselines of the paper's experiments (Sec. 4): minibatch SGD and Local SGD (FedAvg),
-non-private and ISRL-DP (Lowy and Razaviyayn 2021, arXiv:2106.09779)."""
+non-private and ISRL-DP (Lowy and Razaviyayn 2021, arXiv:2106.09779), and FedAvgM (server
+momentum) on the same loop through its server-step hook."""
 
 from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
 
 from silodp._validation import check_count
 
 from .base import FederatedAlgorithm
+from .config import AlgorithmConfig, check_unit, param
 from .registry import register_algorithm
 from .proxsgd import IsrlProxSGD
 
@@ -28,6 +35,17 @@ class MBSGD(IsrlMBSGD):
     private = False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LocalSgdConfig(AlgorithmConfig):
+    """Local SGD: the shared parameters and the local steps per round."""
+
+    local_steps: int = param(5, help="local steps per round", domain="count", transcript=True, noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_count("local_steps", self.local_steps)
+
+
 @register_algorithm
 class IsrlLocalSGD(FederatedAlgorithm):
     """ISRL-DP Local SGD / FedAvg: each round, every available silo starts from the server model
@@ -37,13 +55,7 @@ class IsrlLocalSGD(FederatedAlgorithm):
     Output: the last server model."""
 
     name = "isrl-local-sgd"
-
-    def __init__(self, *, local_steps: int = 5, **kwargs):
-        super().__init__(**kwargs)
-        self.local_steps = local_steps
-
-    def config_fields(self, problem, federation):
-        return {**super().config_fields(problem, federation), "local_steps": int(self.local_steps)}
+    Config = LocalSgdConfig
 
     @classmethod
     def gaussian_releases(cls, cfg, sigmas):
@@ -52,10 +64,13 @@ class IsrlLocalSGD(FederatedAlgorithm):
                              cfg.batch_size, cfg)]
 
     def _run(self, ctx, w):
+        """The FedAvg template: each round the available silos take their local steps from the
+        server model; :meth:`server_step` turns the local models into the next server model."""
         steps = check_count("local_steps", self.local_steps)
         sampler = ctx.sampler(int(self.batch_size))
         std = ctx.sigmas.get("sigma", 0.0)
         n = ctx.num_silos
+        state: dict = {}
         for _ in range(int(self.rounds)):
             avail = ctx.available()
             local = w.expand(n, -1).clone()
@@ -64,9 +79,16 @@ class IsrlLocalSGD(FederatedAlgorithm):
                 _, released = ctx.send("grad", ctx.term(data, local), avail, std=std)
                 local = local - ctx.eta * released
             a = avail.to(w.dtype)
-            w = ctx.prox((local * a[:, None]).sum(0) / a.sum())
+            w = self.server_step(ctx, w, (local * a[:, None]).sum(0) / a.sum(), state)
             ctx.end_round(w)
         return w
+
+    def server_step(self, ctx, w: torch.Tensor, average: torch.Tensor, state: dict) -> torch.Tensor:
+        """The server's update from the mean of the available silos' local models (FedAvg:
+        ``prox_{eta f1}`` of that mean). ``state`` persists across rounds (a momentum's velocity).
+        Post-processing of released values: a variant overrides this alone (as Flower's FedAvgM
+        overrides only the aggregation)."""
+        return ctx.prox(average)
 
 
 @register_algorithm
@@ -75,3 +97,33 @@ class LocalSGD(IsrlLocalSGD):
 
     name = "local-sgd"
     private = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FedAvgMConfig(LocalSgdConfig):
+    """FedAvgM: Local SGD's parameters and the server momentum."""
+
+    server_momentum: float = param(0.9, help="server momentum beta_s in [0, 1) (FedAvgM)", domain="unit")
+    server_step_size: float = param(1.0, help="server step eta_s of FedAvgM", domain="positive")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_unit("server_momentum", self.server_momentum, closed_low=True)
+        if not 0 < float(self.server_step_size) < math.inf:
+            raise ValueError(f"server_step_size: must be a finite number > 0, got {self.server_step_size}")
+
+
+@register_algorithm
+class IsrlFedAvgM(IsrlLocalSGD):
+    """ISRL-DP FedAvg with server momentum (FedAvgM, Hsu, Qi & Brown 2019, arXiv:1909.06335,
+    Alg. 1): the silos' releases are Local SGD's; the server keeps a velocity
+    ``v <- beta_s v + (w - avg)`` of the pseudo-gradients and steps ``w <- prox(w - eta_s v)``
+    (``beta_s = 0``, ``eta_s = 1``: Local SGD). Post-processing, so the certificate is Local SGD's."""
+
+    name = "isrl-fedavgm"
+    Config = FedAvgMConfig
+
+    def server_step(self, ctx, w, average, state):
+        velocity = self.server_momentum * state.get("velocity", 0.0) + (w - average)
+        state["velocity"] = velocity
+        return ctx.prox(w - self.server_step_size * velocity)

@@ -25,10 +25,9 @@ from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import releases_event
 
+from .config import CALIBRATIONS
 from .registry import algorithm_class
 
-
-CALIBRATIONS = tuple(c.value for c in CalibrationMethod)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +89,8 @@ class NoiseCalibration:
     accountant: str
     method: str
     shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
+    #: family-specific facts (DP-SCAFFOLD: sigma_g and the guarantee toward each observer)
+    details: dict = dataclasses.field(default_factory=dict)
 
 
 def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):

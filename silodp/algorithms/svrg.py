@@ -3,6 +3,7 @@ SDP versions (Algorithms 8-9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from silodp._validation import check_count
@@ -10,7 +11,35 @@ from silodp.accounting import papers
 from silodp.accounting.releases import BatchSampling, ShuffleRelease
 
 from .base import FederatedAlgorithm
+from .config import AlgorithmConfig, param
 from .registry import register_algorithm
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SvrgConfig(AlgorithmConfig):
+    """Prox-SVRG (Alg 1, 8): the epoch length Q and the restarts S (PL-SVRG, Alg 2, 9)."""
+
+    inner_steps: int | None = param(None, help="Q, inner steps per epoch (None: floor(n / K))", domain="count",
+                                    transcript=True, noise_default=1)
+    restarts: int = param(1, help="S, restarts (FedProx-PL-SVRG when > 1)", domain="count", transcript=True,
+                          noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.inner_steps is not None:
+            check_count("inner_steps", self.inner_steps)
+        check_count("restarts", self.restarts)
+
+    def transcript_fields(self, n: int) -> dict:
+        q = max(1, n // int(self.batch_size)) if self.inner_steps is None else int(self.inner_steps)
+        return {"inner_steps": q, "restarts": int(self.restarts)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlSvrgConfig(SvrgConfig):
+    """PL-SVRG (Alg 2, 9): three restarts by default."""
+
+    restarts: int = param(3, help="S, restarts", domain="count", transcript=True, noise_default=1)
 
 
 @register_algorithm
@@ -34,6 +63,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("full", "diff")
     uniform_output = True
+    Config = SvrgConfig
     paper_noise = staticmethod(lambda cfg, eps, delta: papers.thm_e2(eps, delta, cfg.clip, cfg.n, cfg.rounds,
                                                                      cfg.inner_steps, cfg.restarts))
 
@@ -44,20 +74,9 @@ class IsrlProxSVRG(FederatedAlgorithm):
                 cls.gaussian("diff", epochs * cfg.inner_steps, sigmas["sigma2"], 2 * cfg.clip / cfg.batch_size,
                              cfg.batch_size, cfg)]
 
-    def __init__(self, *, inner_steps: int | None = None, restarts: int = 1, **kwargs):
-        super().__init__(**kwargs)
-        self.inner_steps = inner_steps
-        self.restarts = restarts
-
     def _q(self, federation) -> int:
         """Q: ``inner_steps``, default floor(n / K) (``federation``: anything with ``min_size``)."""
-        if self.inner_steps is None:
-            return max(1, federation.min_size // int(self.batch_size))
-        return check_count("inner_steps", self.inner_steps)
-
-    def config_fields(self, problem, federation):
-        return {**super().config_fields(problem, federation), "inner_steps": self._q(federation),
-                "restarts": int(self.restarts)}
+        return self.config.transcript_fields(federation.min_size)["inner_steps"]
 
     def _run(self, ctx, w):
         restarts = check_count("restarts", self.restarts)
@@ -93,9 +112,7 @@ class IsrlPLSVRG(IsrlProxSVRG):
     (default 3), each from the previous run's output; ``w_priv = w_S``."""
 
     name = "isrl-pl-svrg"
-
-    def __init__(self, *, restarts: int = 3, **kwargs):
-        super().__init__(restarts=restarts, **kwargs)
+    Config = PlSvrgConfig
 
 
 @register_algorithm
@@ -129,6 +146,4 @@ class SdpPLSVRG(SdpProxSVRG):
     """SDP Prox-PL-SVRG, paper Algorithm 9: Algorithm 8 restarted S times (default 3)."""
 
     name = "sdp-pl-svrg"
-
-    def __init__(self, *, restarts: int = 3, **kwargs):
-        super().__init__(restarts=restarts, **kwargs)
+    Config = PlSvrgConfig
