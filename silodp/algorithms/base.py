@@ -305,11 +305,12 @@ class FederatedAlgorithm:
         """:meth:`resolve_noise` and the run's :meth:`noise_details`."""
         if not self.private:
             return {k: 0.0 for k in self.noise_keys}, math.inf, None, None, {}
-        cfg = self.transcript_config(problem, federation)
         explicit = self.shuffle_params if self.shuffled else self.sigmas
         if explicit is not None:
             sigmas, eps, delta, shuffle = self._certify_explicit(problem, federation, explicit)
-            return sigmas, eps, delta, shuffle, self.noise_details(cfg, sigmas, None)
+            return sigmas, eps, delta, shuffle, self.noise_details(self.transcript_config(problem, federation),
+                                                                   sigmas, None)
+        cfg = self.transcript_config(problem, federation)
         delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
         cal = self.calibrate(cfg, float(self.epsilon), float(delta))
         shuffle = None
