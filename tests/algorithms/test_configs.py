@@ -31,3 +31,13 @@ def test_the_docs_parameter_table_is_current():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["--check"]) == 0, "run: PYTHONPATH=. python docs/figures/algorithm_params.py"
+
+
+def test_an_algorithms_own_parameters_are_grid_keys():
+    from silodp.experiments.grid import AlgorithmGrid
+
+    grid = AlgorithmGrid.from_dict({"name": "isrl-fedavgm", "step_sizes": [0.1], "server_momentum": 0.5,
+                                    "params": {"server_step_size": 2.0}})
+    assert dict(grid.params) == {"server_momentum": 0.5, "server_step_size": 2.0}
+    with pytest.raises(ValueError, match="server_momentum"):  # not isrl-prox-sgd's
+        AlgorithmGrid.from_dict({"name": "isrl-prox-sgd", "step_sizes": [0.1], "server_momentum": 0.5})
