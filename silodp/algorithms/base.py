@@ -10,7 +10,7 @@ is what lets :meth:`FederatedAlgorithm.run` *replay* a recorded transcript: with
 datasets, one replaying the other, thus show exactly how one silo's message depends on one record
 at the same iterates (the ISRL-DP sensitivity).
 
-Each algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`: its
+Each algorithm class declares what one silo may release, its *declaration* (:meth:`FederatedAlgorithm.declaration`: its
 message groups, how many of each, their sampling and noise multiplier sigma / C, C the per-record
 contribution bound), next to the ``_run`` that sends them. That declaration is the privacy event
 the accounting layer calibrates and certifies (:mod:`silodp.algorithms.privacy`), and at run time
@@ -24,7 +24,6 @@ clip), over the batch weights; never from the algorithm's own say-so.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import warnings
 import weakref
@@ -36,7 +35,7 @@ from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, shuffle_invocations
 
 from . import grads as _grads
-from .config import OUTPUTS, AlgorithmConfig, own_fields
+from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BatchSampler, SubsetSampler
 from .privacy import NoiseCalibration, TranscriptConfig
 from .result import RunResult
@@ -136,7 +135,7 @@ class FederatedAlgorithm:
         from silodp.accounting.distributed import availability_floor
 
         delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
-        draws = sum(r.count for r in self.shuffle_plan(cfg, None, None))
+        draws = sum(r.count for r in self.declare_shuffle(cfg, None, None))
         floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
                                            self.availability_share * delta)
         return {"silos_per_round": floor, "charged_delta": charge}
@@ -144,16 +143,6 @@ class FederatedAlgorithm:
     def transcript_config(self, problem, federation) -> TranscriptConfig:
         cfg = TranscriptConfig(**self.config_fields(problem, federation))
         return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
-
-    def privacy_event(self, config, sigmas: dict | None = None):
-        """The event describing ONE silo's whole transcript (for the accountant)."""
-        from silodp.accounting.releases import releases_event
-
-        if sigmas is None:
-            if self.sigmas is None:
-                raise ValueError("sigmas: pass explicit sigmas or calibrate first")
-            sigmas = self.sigmas
-        return releases_event(self.releases(config, sigmas))
 
     # -- what one silo releases (declared next to _run; see the module docstring) ---------------
     @staticmethod
@@ -171,38 +160,38 @@ class FederatedAlgorithm:
         return GaussianRelease(group, count, float(sigma) / contribution, how, batch_size, cfg.n)
 
     @classmethod
-    def releases(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
+    def declaration(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
         """What one silo releases over the whole run, one release per message group: Gaussian
         messages given the noise standard deviations ``sigmas`` (keys :attr:`noise_keys`;
-        :meth:`gaussian_releases`), or shuffle-protocol invocations given the budgets
-        ``{"epsilon", "delta"}`` (:meth:`shuffle_releases`). A non-private algorithm
+        :meth:`declare_gaussian`), or shuffle-protocol invocations given the budgets
+        ``{"epsilon", "delta"}`` (:meth:`shuffle_declaration`). A non-private algorithm
         releases its messages without noise."""
         if not cls.private:
             return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in cls.message_groups]
         if cls.shuffled:
-            return cls.shuffle_releases(cfg, sigmas)
+            return cls.shuffle_declaration(cfg, sigmas)
         missing = [k for k in cls.noise_keys if k not in sigmas]
         if missing:
             raise ValueError(f"sigmas for {cls.name} must contain {cls.noise_keys}, missing {missing}")
         bad = [(k, v) for k, v in sigmas.items() if not float(v) >= 0]
         if bad:
             raise ValueError(f"sigmas: must be >= 0, got {bad}")
-        return cls.gaussian_releases(cfg, {k: float(v) for k, v in sigmas.items()})
+        return cls.declare_gaussian(cfg, {k: float(v) for k, v in sigmas.items()})
 
     @classmethod
-    def gaussian_releases(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
         """The Gaussian releases of one silo (each algorithm declares its own)."""
         raise NotImplementedError(f"{cls.__name__} declares no releases")
 
     @classmethod
-    def shuffle_plan(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list:
+    def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list:
         """Shuffle-DP: the protocol invocations of one silo with the paper's per-invocation budget
         (``epsilon=None``: the structure only, budgets ``inf``)."""
         raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
 
     @classmethod
-    def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None) -> list:
-        """:meth:`shuffle_plan` in ``cfg.dimension`` coordinates: the paper's per-invocation budgets
+    def shuffle_declaration(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None) -> list:
+        """:meth:`declare_shuffle` in ``cfg.dimension`` coordinates: the paper's per-invocation budgets
         (``budgets``: the target ``{"epsilon", "delta"}``; None: the structure only), the deltas,
         where all the invocations a record can enter would spend more than ``budgets["delta"]``
         (the paper's budgets assume each record is used once), shrunk so that they spend half of it.
@@ -210,25 +199,25 @@ class FederatedAlgorithm:
         those parameters certify at its delta for one message
         (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
         :func:`~silodp.accounting.releases.releases_event` stays sound."""
-        plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
+        plan = cls.declare_shuffle(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
         return shuffle_invocations(plan, cfg.dimension, budgets["delta"] if budgets else None, params)
 
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
-    paper_noise: ClassVar = None
+    paper_formula: ClassVar = None
 
     @classmethod
-    def paper_sigmas(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
-        """The paper's closed-form noise (:attr:`paper_noise`; ValueError where the paper gives none)."""
-        if cls.paper_noise is None:
+    def paper_noise(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+        """The paper's closed-form noise (:attr:`paper_formula`; ValueError where the paper gives none)."""
+        if cls.paper_formula is None:
             raise ValueError(f"the paper gives no closed-form noise for {cls.name!r}; use method='tight'")
-        return {k: float(v) for k, v in cls.paper_noise(cfg, epsilon, delta).items() if k in cls.noise_keys}
+        return {k: float(v) for k, v in cls.paper_formula(cfg, epsilon, delta).items() if k in cls.noise_keys}
 
     @classmethod
-    def reference_sigmas(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+    def noise_shape(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
         """The noise *shape* a tight calibration scales: the paper's, else each message's
         contribution bound (noise multiplier 1 at scale 1)."""
         try:
-            return cls.paper_sigmas(cfg, epsilon, delta)
+            return cls.paper_noise(cfg, epsilon, delta)
         except ValueError:
             return {"sigma": cfg.clip / cfg.batch_size}
 
@@ -244,10 +233,10 @@ class FederatedAlgorithm:
     def transcript_signature(cls, cfg) -> str:
         """What ``cfg`` determines for this class (its declaration and reference noise): a field
         that moves it applies to the class (``silodp noise --algorithm`` refuses the others)."""
-        out = repr(cls.shuffle_releases(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
-                   else cls.releases(cfg, {k: 1.0 for k in cls.noise_keys}))
+        out = repr(cls.shuffle_declaration(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
+                   else cls.declaration(cfg, {k: 1.0 for k in cls.noise_keys}))
         try:
-            return out + repr(cls.reference_sigmas(cfg, 1.0, 1e-5))
+            return out + repr(cls.noise_shape(cfg, 1.0, 1e-5))
         except ValueError as exc:
             return out + str(exc)
 
@@ -264,14 +253,14 @@ class FederatedAlgorithm:
         return {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas, "epsilon": cal.epsilon,
                 "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
 
-    def declared_releases(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
+    def run_declaration(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.private:
             return None
         cfg = self.transcript_config(problem, federation)
         if self.shuffled:
-            return self.shuffle_releases(cfg, None, {g: p.key() for g, p in shuffle.items()})
-        return self.releases(cfg, sigmas)
+            return self.shuffle_declaration(cfg, None, {g: p.key() for g, p in shuffle.items()})
+        return self.declaration(cfg, sigmas)
 
     def _validate(self, problem, federation) -> None:
         """The checks that need the problem and the federation (the rest: :attr:`Config`, again,
@@ -489,7 +478,7 @@ class Context:
     @staticmethod
     def _declaration(algo, problem, federation, sigmas, shuffle):
         """The releases this run must stay within (the algorithm's declaration)."""
-        return algo.declared_releases(problem, federation, sigmas, shuffle)
+        return algo.run_declaration(problem, federation, sigmas, shuffle)
 
     # -- public state --------------------------------------------------------------------------
     @property

@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import torch
 
 from silodp._validation import check_count
+from silodp.accounting.releases import GaussianRelease
 
-from .base import FederatedAlgorithm
 from .config import AlgorithmConfig, check_unit, param
+from .fedavg import LocalUpdates
+from .privacy import TranscriptConfig
 from .registry import register_algorithm
 from .proxsgd import IsrlProxSGD
 
@@ -24,7 +25,7 @@ class IsrlMBSGD(IsrlProxSGD):
 
     name = "isrl-mb-sgd"
     default_replacement = True
-    paper_noise = None  # Thm E.1 is Alg 6's (disjoint batches)
+    paper_formula = None  # Thm E.1 is Alg 6's (disjoint batches)
 
 
 @register_algorithm
@@ -47,48 +48,21 @@ class LocalSgdConfig(AlgorithmConfig):
 
 
 @register_algorithm
-class IsrlLocalSGD(FederatedAlgorithm):
+class IsrlLocalSGD(LocalUpdates):
     """ISRL-DP Local SGD / FedAvg: each round, every available silo starts from the server model
     and takes ``local_steps`` noisy clipped-gradient steps; each step's noisy gradient
     (sensitivity 2L/K, noise ``sigma``) is what the silo releases; the server averages the local
     models and applies ``prox_{eta f1}`` (so one local step is exactly Algorithm 6's update).
-    Output: the last server model."""
+    Output: the last server model. The loop is :class:`~silodp.algorithms.fedavg.LocalUpdates`'s."""
 
     name = "isrl-local-sgd"
     Config = LocalSgdConfig
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         """R * local_steps noisy gradients "grad", noise multiplier sigma / (L / K)."""
         return [cls.gaussian("grad", cfg.rounds * cfg.local_steps, sigmas["sigma"], cfg.clip / cfg.batch_size,
                              cfg.batch_size, cfg)]
-
-    def _run(self, ctx, w):
-        """The FedAvg template: each round the available silos take their local steps from the
-        server model; :meth:`server_step` turns the local models into the next server model."""
-        steps = check_count("local_steps", self.local_steps)
-        sampler = ctx.sampler(int(self.batch_size))
-        std = ctx.sigmas.get("sigma", 0.0)
-        n = ctx.num_silos
-        state: dict = {}
-        for _ in range(int(self.rounds)):
-            avail = ctx.available()
-            local = w.expand(n, -1).clone()
-            for _ in range(steps):
-                data = ctx.batch(sampler)
-                _, released = ctx.send("grad", ctx.term(data, local), avail, std=std)
-                local = local - ctx.eta * released
-            a = avail.to(w.dtype)
-            w = self.server_step(ctx, w, (local * a[:, None]).sum(0) / a.sum(), state)
-            ctx.end_round(w)
-        return w
-
-    def server_step(self, ctx, w: torch.Tensor, average: torch.Tensor, state: dict) -> torch.Tensor:
-        """The server's update from the mean of the available silos' local models (FedAvg:
-        ``prox_{eta f1}`` of that mean). ``state`` persists across rounds (a momentum's velocity).
-        Post-processing of released values: a variant overrides this alone (as Flower's FedAvgM
-        overrides only the aggregation)."""
-        return ctx.prox(average)
 
 
 @register_algorithm
@@ -123,7 +97,7 @@ class IsrlFedAvgM(IsrlLocalSGD):
     name = "isrl-fedavgm"
     Config = FedAvgMConfig
 
-    def server_step(self, ctx, w, average, state):
-        velocity = self.server_momentum * state.get("velocity", 0.0) + (w - average)
+    def server_step(self, ctx, w, local, weights, state):
+        velocity = self.server_momentum * state.get("velocity", 0.0) + (w - self.average(local, weights))
         state["velocity"] = velocity
         return ctx.prox(w - self.server_step_size * velocity)

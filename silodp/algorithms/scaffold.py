@@ -38,10 +38,11 @@ import torch
 from silodp._validation import batch_from_rate, check_count
 from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
-from silodp.accounting.scaffold import PARTICIPATION
+from silodp.accounting.scaffold import PARTICIPATION, ScaffoldConfig
 
-from .base import FederatedAlgorithm
+from .base import Context
 from .config import AlgorithmConfig, check_in, check_unit, own_fields, param
+from .fedavg import LocalUpdates
 from .privacy import NoiseCalibration
 from .registry import register_algorithm
 
@@ -108,7 +109,7 @@ class DpFedSgdConfig(DpScaffoldConfig):
 
 
 @register_algorithm
-class DpScaffold(FederatedAlgorithm):
+class DpScaffold(LocalUpdates):
     """DP-SCAFFOLD (Noble et al. 2022, Alg. 1).
 
     Parameters: :class:`DpScaffoldConfig` (``step_size`` is the local step eta_l; batch
@@ -146,12 +147,10 @@ class DpScaffold(FederatedAlgorithm):
                                           warm_steps=self.n_warm()))
 
     @classmethod
-    def noise_transcript(cls, values: dict):
+    def noise_transcript(cls, values: dict) -> ScaffoldConfig:
         """A :class:`~silodp.accounting.scaffold.ScaffoldConfig` (the family's transcript: users,
         records, rounds, local steps, both samplings, clip, warm steps), the family's own values
         validated by its :attr:`Config`."""
-        from silodp.accounting.scaffold import ScaffoldConfig
-
         own = {f.name: values[f.name] for f in own_fields(cls.Config) if f.metadata["transcript"] and f.name in values}
         config = cls.Config(**own)
         return ScaffoldConfig(values["num_silos"], values["n"], values["rounds"], config.local_steps,
@@ -180,7 +179,7 @@ class DpScaffold(FederatedAlgorithm):
         return {**report, "algorithm": cls.name}
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: ScaffoldConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         """What one user releases toward the server in the worst case (sampled every round):
         K T noisy gradients "grad" (and the warm start's "warm"), each the mean of m records of a
         fresh subset, multiplier sigma / (C / m) = 2 sigma_g; the same event as
@@ -219,22 +218,43 @@ class DpScaffold(FederatedAlgorithm):
         out.update(super().noise_details(cfg, sigmas, calibration))
         return {**out, "batch_size": cfg.batch_size}
 
-    # -- the algorithm -------------------------------------------------------------------------
-    def _run(self, ctx, w):
-        n_users, dim = ctx.num_silos, w.shape[0]
-        std = ctx.sigmas.get("sigma", 0.0)
-        sampler = ctx.sampler(self.batch(ctx), subset=True)
-        ci = torch.zeros(n_users, dim, dtype=w.dtype)
-        c = torch.zeros(dim, dtype=w.dtype)
+    # -- the algorithm: the FedAvg template's hooks (silodp.algorithms.fedavg) --------------------
+    def local_sampler(self, ctx: Context):
+        """A fresh uniform subset of m records per local step."""
+        return ctx.sampler(self.batch(ctx), subset=True)
+
+    def start(self, ctx: Context, w: torch.Tensor, sampler, std: float) -> dict:
+        """Control variates c_i = 0 and c = 0; warm: c_i from the warm start, c = mean_i c_i."""
+        ci = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype)
+        c = torch.zeros(w.shape[0], dtype=w.dtype)
         if self.n_warm():
             ci = self._warm(ctx, w, sampler, std)
             c = ci.mean(0)
-        for _ in range(int(self.rounds)):
-            sampled = ctx.coin(n_users, float(self.user_sampling))
-            if bool(sampled.any()):
-                w, ci, c = self._round(ctx, w, ci, c, sampled, sampler, std)
-            ctx.end_round(w)
-        return w
+        return {"ci": ci, "c": c}
+
+    def participants(self, ctx: Context) -> torch.Tensor:
+        """Each user independently with probability ``user_sampling``."""
+        return ctx.coin(ctx.num_silos, float(self.user_sampling))
+
+    def local_step(self, ctx: Context, y: torch.Tensor, g: torch.Tensor, state: dict) -> torch.Tensor:
+        """DP-SCAFFOLD: ``prox(y - eta_l (g~ - c_i + c))``; DP-FedAvg: ``y - eta_l g~``."""
+        if self.control_variates:
+            return ctx.prox(y - ctx.eta * (g - state["ci"] + state["c"]))
+        return y - ctx.eta * g
+
+    def server_step(self, ctx: Context, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor,
+                    state: dict) -> torch.Tensor:
+        """``x + eta_g mean_S(y_i - x)``; DP-FedAvg then proxes over the round's whole step, DP-SCAFFOLD
+        updates its control variates (option II, sampled users only)."""
+        steps, eta = int(self.local_steps), ctx.eta
+        a = weights[:, None]
+        eta_g = float(self.global_step_size)
+        x_new = x + eta_g * ((y - x) * a).sum(0) / a.sum()
+        if not self.control_variates:  # prox at the server, over the round's whole step
+            return ctx.prox(x_new, eta_g * steps * eta)
+        delta_c = ((x - y) / (steps * eta) - state["c"]) * a  # c_i+ - c_i
+        state["ci"], state["c"] = state["ci"] + delta_c, state["c"] + delta_c.sum(0) / ctx.num_silos
+        return x_new
 
     def _warm(self, ctx, w, sampler, std):
         """Every user's mean of ``warm_steps`` noisy clipped minibatch gradients at x_0."""
@@ -245,21 +265,6 @@ class DpScaffold(FederatedAlgorithm):
             _, released = ctx.send("warm", ctx.term(data, w), everyone, std=std)
             total = total + released
         return total / self.n_warm()
-
-    def _round(self, ctx, x, ci, c, sampled, sampler, std):
-        steps, eta = int(self.local_steps), ctx.eta
-        y = x.expand(ctx.num_silos, -1).clone()
-        for _ in range(steps):
-            data = ctx.batch(sampler)
-            _, g = ctx.send("grad", ctx.term(data, y), sampled, std=std)
-            y = ctx.prox(y - eta * (g - ci + c)) if self.control_variates else y - eta * g
-        a = sampled.to(x.dtype)[:, None]
-        eta_g = float(self.global_step_size)
-        x_new = x + eta_g * ((y - x) * a).sum(0) / a.sum()
-        if not self.control_variates:  # prox at the server, over the round's whole step
-            return ctx.prox(x_new, eta_g * steps * eta), ci, c
-        delta_c = ((x - y) / (steps * eta) - c) * a  # c_i+ - c_i (option II), sampled users only
-        return x_new, ci + delta_c, c + delta_c.sum(0) / ctx.num_silos
 
 
 @register_algorithm

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import torch
+
 from silodp._validation import check_count
 from silodp.accounting import papers
-from silodp.accounting.releases import BatchSampling, ShuffleRelease
+from silodp.accounting.releases import BatchSampling, GaussianRelease, ShuffleRelease
 
-from .base import FederatedAlgorithm
+from .base import Context, FederatedAlgorithm
 from .config import AlgorithmConfig, param
+from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
 
@@ -64,11 +67,11 @@ class IsrlProxSVRG(FederatedAlgorithm):
     message_groups = ("full", "diff")
     uniform_output = True
     Config = SvrgConfig
-    paper_noise = staticmethod(lambda cfg, eps, delta: papers.thm_e2(eps, delta, cfg.clip, cfg.n, cfg.rounds,
+    paper_formula = staticmethod(lambda cfg, eps, delta: papers.thm_e2(eps, delta, cfg.clip, cfg.n, cfg.rounds,
                                                                      cfg.inner_steps, cfg.restarts))
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         epochs = cfg.rounds * cfg.restarts
         return [cls.gaussian("full", epochs, sigmas["sigma1"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL),
                 cls.gaussian("diff", epochs * cfg.inner_steps, sigmas["sigma2"], 2 * cfg.clip / cfg.batch_size,
@@ -78,7 +81,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
         """Q: ``inner_steps``, default floor(n / K) (``federation``: anything with ``min_size``)."""
         return self.config.transcript_fields(federation.min_size)["inner_steps"]
 
-    def _run(self, ctx, w):
+    def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:
         restarts = check_count("restarts", self.restarts)
         q = self._q(ctx)
         sampler = ctx.sampler(int(self.batch_size))
@@ -127,7 +130,7 @@ class SdpProxSVRG(IsrlProxSVRG):
     noise_keys = ()
 
     @classmethod
-    def shuffle_plan(cls, cfg, epsilon, delta):
+    def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list[ShuffleRelease]:
         """Alg 8 line 1's (eps~, delta~) for every invocation (Alg 9 runs Alg 8 S times at
         eps / (2 sqrt(2 S)), delta / (2 S)): S E snapshot invocations over all M n records (bound
         L) and S E Q difference invocations over M K (bound 2L)."""

@@ -224,7 +224,9 @@ def test_privacy_event_is_the_accounting_layers(small):
     algo = DpScaffoldWarm(rounds=3, local_steps=2, data_sampling=0.5, step_size=0.1, sigmas={"sigma": 0.4})
     cfg = algo.transcript_config(problem, data.train)
     assert cfg.warm_steps == 2 and cfg.batch_size == math.ceil(0.5 * data.train.min_size)
-    ours, theirs = algo.privacy_event(cfg), server_event(cfg, 0.4 / cfg.noise_std(1.0))
+    from silodp.algorithms.privacy import privacy_event
+
+    ours, theirs = privacy_event(type(algo), cfg, algo.sigmas), server_event(cfg, 0.4 / cfg.noise_std(1.0))
     for name in ("pld", "rdp"):  # the declared releases (grad + warm) are the server's worst-case event
         # rel 1e-7: the two event trees compose the same blocks in another order (float round-off only)
         assert epsilon(ours, 1e-5, name, REPLACE_ONE) == pytest.approx(epsilon(theirs, 1e-5, name, REPLACE_ONE), rel=1e-7)

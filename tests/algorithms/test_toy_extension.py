@@ -38,7 +38,7 @@ class ToyFullGradient(FederatedAlgorithm):
     Config = ToyConfig
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg, sigmas):
         return [cls.gaussian("grad", cfg.rounds, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL)]
 
     def _run(self, ctx, w):
