@@ -6,7 +6,7 @@ Local SGD baselines. See ``docs/algorithms.md``.
 """
 
 from .base import Context, FederatedAlgorithm
-from .baselines import MBSGD, IsrlLocalSGD, IsrlMBSGD, LocalSGD
+from .baselines import MBSGD, IsrlFedAvgM, IsrlLocalSGD, IsrlMBSGD, LocalSGD
 from .data import FederatedData, mnist, synthetic, wbcd
 from .federation import BatchSampler, Federation
 from .grads import clip_rows, clipped_grad_sum, per_sample_grads
@@ -24,7 +24,7 @@ from .svrg import IsrlPLSVRG, IsrlProxSVRG, SdpPLSVRG, SdpProxSVRG
 __all__ = [
     "ALGORITHMS", "BatchSampler", "BinomialParams", "Box", "Context", "DpFedAvg", "DpFedSGD", "DpScaffold",
     "DpScaffoldWarm", "ElasticNet", "FederatedAlgorithm",
-    "FederatedData", "Federation", "GroupLasso", "IsrlFedSpider", "IsrlLocalSGD", "IsrlMBSGD",
+    "FederatedData", "Federation", "GroupLasso", "IsrlFedAvgM", "IsrlFedSpider", "IsrlLocalSGD", "IsrlMBSGD",
     "IsrlPLSVRG", "IsrlProxSGD", "IsrlProxSVRG", "IsrlSpider", "L1", "L2Ball", "L2Squared", "LocalSGD",
     "MBSGD", "Model", "Problem", "REGULARIZERS", "RunResult", "SdpPLSVRG", "SdpProxSGD", "SdpProxSVRG",
     "SdpSpider", "Zero", "clip_rows", "clipped_grad_sum", "get_algorithm", "lenet", "linear_model", "mlp",

@@ -10,7 +10,7 @@ is what lets :meth:`FederatedAlgorithm.run` *replay* a recorded transcript: with
 datasets, one replaying the other, thus show exactly how one silo's message depends on one record
 at the same iterates (the ISRL-DP sensitivity).
 
-Each algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`: its
+Each algorithm class declares what one silo may release, its *declaration* (:meth:`FederatedAlgorithm.declaration`: its
 message groups, how many of each, their sampling and noise multiplier sigma / C, C the per-record
 contribution bound), next to the ``_run`` that sends them. That declaration is the privacy event
 the accounting layer calibrates and certifies (:mod:`silodp.algorithms.privacy`), and at run time
@@ -24,7 +24,6 @@ clip), over the batch weights; never from the algorithm's own say-so.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import warnings
 import weakref
@@ -32,20 +31,15 @@ from typing import ClassVar
 
 import torch
 
-from silodp._validation import check_count
 from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, shuffle_invocations
 
 from . import grads as _grads
+from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BatchSampler, SubsetSampler
-from .privacy import CALIBRATIONS, TranscriptConfig
+from .privacy import NoiseCalibration, TranscriptConfig
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
-
-#: ``output``: None (the algorithm's own rule), "random" (the same: a uniformly random iterate where the
-#: Alg says so), "last" (the last iterate, post-processing of the same releases)
-OUTPUTS = (None, "random", "last")
-
 
 def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
     """Binomial parameters per message group from one ``{g, b, p}`` for all groups, or a dict
@@ -59,60 +53,57 @@ def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
 
 
 class FederatedAlgorithm:
-    """Base class. Constructors only store parameters; :meth:`run` does the work.
-
-    Common parameters: ``rounds`` (R), ``batch_size`` (K), ``step_size`` (eta; default
-    ``1 / (2 beta)`` from the problem), privacy either as a target ``epsilon``/``delta``
-    (calibrated by :mod:`silodp.accounting` with ``calibration`` = "tight" | "paper") or explicit
-    ``sigmas`` (noise standard deviations of the released per-silo message, keys as in
-    :attr:`noise_keys`) / ``shuffle_params`` (SDP: ``(g, b, p)`` per message group);
-    ``replacement`` (minibatch sampling), ``grad_method`` ("ghost" | "materialize"),
-    ``record_transcript``, ``metrics_every`` (0 = no per-round metrics), ``w0``, ``output``
-    (see :data:`OUTPUTS`).
+    """Base class. Constructors only store parameters (validated by the class's :attr:`Config`,
+    one frozen dataclass per algorithm: :mod:`silodp.algorithms.config`); :meth:`run` does the work.
+    The shared parameters are :class:`~silodp.algorithms.config.AlgorithmConfig`'s; a family adds
+    its own in its ``Config`` (its CLI flags, grid keys and docs rows follow from them).
     """
 
     name: ClassVar[str] = ""
+    #: the algorithm's parameters: a frozen, keyword-only dataclass validated in __post_init__
+    Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     private: ClassVar[bool] = True
     shuffled: ClassVar[bool] = False
     noise_keys: ClassVar[tuple[str, ...]] = ("sigma",)
     message_groups: ClassVar[tuple[str, ...]] = ("grad",)
     uniform_output: ClassVar[bool] = False
     default_replacement: ClassVar[bool] = True
-    #: True for algorithms whose run calibrates its own noise (not through calibrate_algorithm)
+    #: the calibration methods a target epsilon can be met with (``silodp noise --method``)
+    calibration_methods: ClassVar[tuple[str, ...]] = ("tight", "paper")
+    #: True where a run's calibration cannot be shared as plain data between runs (the DP-SCAFFOLD
+    #: family calibrates toward a chosen observer in :meth:`calibrate`); read by silodp.experiments
     self_calibrating: ClassVar[bool] = False
     #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
     #: :data:`INSTRUMENTS_MODULE` (audit recordings, mutations) subclass it
     context_class: ClassVar[type | None] = None
 
-    def __init__(self, *, rounds: int = 10, batch_size: int = 32, step_size: float | None = None,
-                 epsilon: float | None = None, delta: float | None = None,
-                 sigmas: dict | None = None, shuffle_params: dict | None = None,
-                 calibration: str = "tight", accountant: str | None = None, replacement: bool | None = None,
-                 grad_method: str = "ghost", record_transcript: bool = False,
-                 metrics_every: int = 1, w0: torch.Tensor | None = None, output: str | None = None):
-        self.rounds = rounds
-        self.batch_size = batch_size
-        self.step_size = step_size
-        self.epsilon = epsilon
-        self.delta = delta
-        self.sigmas = sigmas
-        self.shuffle_params = shuffle_params
-        self.calibration = calibration
-        self.accountant = accountant
-        self.replacement = replacement
-        self.grad_method = grad_method
-        self.record_transcript = record_transcript
-        self.metrics_every = metrics_every
-        self.w0 = w0
-        self.output = output
+    def __init__(self, **params) -> None:
+        config = type(self).Config
+        names = {f.name for f in dataclasses.fields(config)}
+        unknown = sorted(set(params) - names)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a parameter of {self.name or type(self).__name__} "
+                             f"(its parameters: {sorted(names)})")
+        validated = config(**params)
+        for f in dataclasses.fields(config):
+            setattr(self, f.name, getattr(validated, f.name))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.get_params().items())})"
 
     def get_params(self) -> dict:
-        names = [p for c in type(self).__mro__ if c is not object
-                 for p in inspect.signature(c.__init__).parameters if p not in ("self", "kwargs")]
-        return {n: getattr(self, n) for n in dict.fromkeys(names)}
+        """Every parameter of :attr:`Config` by name (the current values)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(type(self).Config)}
+
+    @property
+    def config(self) -> AlgorithmConfig:
+        """The current parameters as the class's :attr:`Config` (validated again)."""
+        return type(self).Config(**self.get_params())
+
+    @classmethod
+    def own_params(cls) -> tuple[str, ...]:
+        """The names of the parameters this family adds to the shared ones."""
+        return tuple(f.name for f in own_fields(cls.Config))
 
     # -- configuration -------------------------------------------------------------------------
     @property
@@ -120,14 +111,17 @@ class FederatedAlgorithm:
         return self.default_replacement if self.replacement is None else bool(self.replacement)
 
     def config_fields(self, problem, federation) -> dict:
-        """Fields of :class:`silodp.algorithms.privacy.TranscriptConfig` for this run."""
-        return dict(
+        """Fields of :class:`silodp.algorithms.privacy.TranscriptConfig` for this run: the shared
+        ones, the problem's and the federation's, and the :attr:`Config` fields marked as entering
+        the transcript (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
+        shared = dict(
             n=federation.min_size, rounds=int(self.rounds), batch_size=int(self.batch_size),
             batch_size2=int(self.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
             clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
             replacement=self.uses_replacement,
         )
+        return {**shared, **self.config.transcript_fields(federation.min_size)}
 
     #: Share of delta that random availability's floor of summed silos may charge (its tail).
     availability_share: ClassVar[float] = 0.01
@@ -141,7 +135,7 @@ class FederatedAlgorithm:
         from silodp.accounting.distributed import availability_floor
 
         delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
-        draws = sum(r.count for r in self.shuffle_plan(cfg, None, None))
+        draws = sum(r.count for r in self.declare_shuffle(cfg, None, None))
         floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
                                            self.availability_share * delta)
         return {"silos_per_round": floor, "charged_delta": charge}
@@ -149,16 +143,6 @@ class FederatedAlgorithm:
     def transcript_config(self, problem, federation) -> TranscriptConfig:
         cfg = TranscriptConfig(**self.config_fields(problem, federation))
         return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
-
-    def privacy_event(self, config, sigmas: dict | None = None):
-        """The event describing ONE silo's whole transcript (for the accountant)."""
-        from silodp.accounting.releases import releases_event
-
-        if sigmas is None:
-            if self.sigmas is None:
-                raise ValueError("sigmas: pass explicit sigmas or calibrate first")
-            sigmas = self.sigmas
-        return releases_event(self.releases(config, sigmas))
 
     # -- what one silo releases (declared next to _run; see the module docstring) ---------------
     @staticmethod
@@ -176,38 +160,38 @@ class FederatedAlgorithm:
         return GaussianRelease(group, count, float(sigma) / contribution, how, batch_size, cfg.n)
 
     @classmethod
-    def releases(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
+    def declaration(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
         """What one silo releases over the whole run, one release per message group: Gaussian
         messages given the noise standard deviations ``sigmas`` (keys :attr:`noise_keys`;
-        :meth:`gaussian_releases`), or shuffle-protocol invocations given the budgets
-        ``{"epsilon", "delta"}`` (:meth:`shuffle_releases`). A non-private algorithm
+        :meth:`declare_gaussian`), or shuffle-protocol invocations given the budgets
+        ``{"epsilon", "delta"}`` (:meth:`shuffle_declaration`). A non-private algorithm
         releases its messages without noise."""
         if not cls.private:
             return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in cls.message_groups]
         if cls.shuffled:
-            return cls.shuffle_releases(cfg, sigmas)
+            return cls.shuffle_declaration(cfg, sigmas)
         missing = [k for k in cls.noise_keys if k not in sigmas]
         if missing:
             raise ValueError(f"sigmas for {cls.name} must contain {cls.noise_keys}, missing {missing}")
         bad = [(k, v) for k, v in sigmas.items() if not float(v) >= 0]
         if bad:
             raise ValueError(f"sigmas: must be >= 0, got {bad}")
-        return cls.gaussian_releases(cfg, {k: float(v) for k, v in sigmas.items()})
+        return cls.declare_gaussian(cfg, {k: float(v) for k, v in sigmas.items()})
 
     @classmethod
-    def gaussian_releases(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
         """The Gaussian releases of one silo (each algorithm declares its own)."""
         raise NotImplementedError(f"{cls.__name__} declares no releases")
 
     @classmethod
-    def shuffle_plan(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list:
+    def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list:
         """Shuffle-DP: the protocol invocations of one silo with the paper's per-invocation budget
         (``epsilon=None``: the structure only, budgets ``inf``)."""
         raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
 
     @classmethod
-    def shuffle_releases(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None) -> list:
-        """:meth:`shuffle_plan` in ``cfg.dimension`` coordinates: the paper's per-invocation budgets
+    def shuffle_declaration(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None) -> list:
+        """:meth:`declare_shuffle` in ``cfg.dimension`` coordinates: the paper's per-invocation budgets
         (``budgets``: the target ``{"epsilon", "delta"}``; None: the structure only), the deltas,
         where all the invocations a record can enter would spend more than ``budgets["delta"]``
         (the paper's budgets assume each record is used once), shrunk so that they spend half of it.
@@ -215,47 +199,73 @@ class FederatedAlgorithm:
         those parameters certify at its delta for one message
         (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
         :func:`~silodp.accounting.releases.releases_event` stays sound."""
-        plan = cls.shuffle_plan(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
+        plan = cls.declare_shuffle(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
         return shuffle_invocations(plan, cfg.dimension, budgets["delta"] if budgets else None, params)
 
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
-    paper_noise: ClassVar = None
+    paper_formula: ClassVar = None
 
     @classmethod
-    def paper_sigmas(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
-        """The paper's closed-form noise (:attr:`paper_noise`; ValueError where the paper gives none)."""
-        if cls.paper_noise is None:
+    def paper_noise(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+        """The paper's closed-form noise (:attr:`paper_formula`; ValueError where the paper gives none)."""
+        if cls.paper_formula is None:
             raise ValueError(f"the paper gives no closed-form noise for {cls.name!r}; use method='tight'")
-        return {k: float(v) for k, v in cls.paper_noise(cfg, epsilon, delta).items() if k in cls.noise_keys}
+        return {k: float(v) for k, v in cls.paper_formula(cfg, epsilon, delta).items() if k in cls.noise_keys}
 
     @classmethod
-    def reference_sigmas(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
+    def noise_shape(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
         """The noise *shape* a tight calibration scales: the paper's, else each message's
         contribution bound (noise multiplier 1 at scale 1)."""
         try:
-            return cls.paper_sigmas(cfg, epsilon, delta)
+            return cls.paper_noise(cfg, epsilon, delta)
         except ValueError:
             return {"sigma": cfg.clip / cfg.batch_size}
 
-    def declared_releases(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
+    # -- the transcript without a run (silodp noise --algorithm) --------------------------------
+    @classmethod
+    def noise_transcript(cls, values: dict) -> TranscriptConfig:
+        """The transcript of ``values`` (TranscriptConfig field names: ``n``, ``rounds``, ...,
+        and the :attr:`Config` fields that enter it); values the transcript has no field for are ignored."""
+        names = {f.name for f in dataclasses.fields(TranscriptConfig)}
+        return TranscriptConfig(**{k: v for k, v in values.items() if k in names})
+
+    @classmethod
+    def transcript_signature(cls, cfg) -> str:
+        """What ``cfg`` determines for this class (its declaration and reference noise): a field
+        that moves it applies to the class (``silodp noise --algorithm`` refuses the others)."""
+        out = repr(cls.shuffle_declaration(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
+                   else cls.declaration(cfg, {k: 1.0 for k in cls.noise_keys}))
+        try:
+            return out + repr(cls.noise_shape(cfg, 1.0, 1e-5))
+        except ValueError as exc:
+            return out + str(exc)
+
+    @classmethod
+    def noise_report(cls, cfg, epsilon: float, delta: float, method: str = "both",
+                     accountant: str | None = None) -> dict:
+        """The noise for (``epsilon``, ``delta``) as plain data: ``method`` "tight" | "paper", or
+        "both" (:func:`silodp.algorithms.privacy.paper_vs_tight`)."""
+        from .privacy import calibrate_algorithm, paper_vs_tight
+
+        if method == "both":
+            return paper_vs_tight(cls, cfg, epsilon, delta, accountant)
+        cal = calibrate_algorithm(cls, cfg, epsilon, delta, method, accountant)
+        return {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas, "epsilon": cal.epsilon,
+                "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
+
+    def run_declaration(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.private:
             return None
         cfg = self.transcript_config(problem, federation)
         if self.shuffled:
-            return self.shuffle_releases(cfg, None, {g: p.key() for g, p in shuffle.items()})
-        return self.releases(cfg, sigmas)
+            return self.shuffle_declaration(cfg, None, {g: p.key() for g, p in shuffle.items()})
+        return self.declaration(cfg, sigmas)
 
     def _validate(self, problem, federation) -> None:
-        check_count("rounds", self.rounds)
-        check_count("batch_size", self.batch_size)
-        check_count("metrics_every", self.metrics_every) if self.metrics_every else None
-        if self.grad_method not in _grads.METHODS:
-            raise ValueError(f"grad_method: must be one of {_grads.METHODS}, got {self.grad_method!r}")
-        if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration: must be one of {CALIBRATIONS}, got {self.calibration!r}")
-        if self.step_size is not None and not (0 < float(self.step_size) < math.inf):
-            raise ValueError(f"step_size: must be a finite number > 0, got {self.step_size}")
+        """The checks that need the problem and the federation (the rest: :attr:`Config`, again,
+        as parameters may have been set after construction)."""
+        self.config  # noqa: B018  (validates the current parameters)
         if self.step_size is None and problem.beta is None:
             raise ValueError("step_size: required when the problem has no smoothness constant beta")
         if self.private and problem.clip is None:
@@ -264,12 +274,6 @@ class FederatedAlgorithm:
             raise ValueError("epsilon: private algorithms need a target epsilon or explicit sigmas")
         if self.shuffled and self.shuffle_params is None and self.epsilon is None:
             raise ValueError("epsilon: shuffle algorithms need a target epsilon or explicit shuffle_params")
-        if self.epsilon is not None and not (0 < float(self.epsilon) < math.inf):
-            raise ValueError(f"epsilon: must be a finite number > 0, got {self.epsilon}")
-        if self.delta is not None and not (0 < float(self.delta) < 1):
-            raise ValueError(f"delta: must be in (0, 1), got {self.delta}")
-        if self.output not in OUTPUTS:
-            raise ValueError(f"output: must be one of {OUTPUTS}, got {self.output!r}")
         if self.w0 is not None and tuple(self.w0.shape) != (problem.dim,):
             raise ValueError(f"w0: must have shape ({problem.dim},), got {tuple(self.w0.shape)}")
 
@@ -284,20 +288,39 @@ class FederatedAlgorithm:
 
     def resolve_noise(self, problem, federation) -> tuple[dict, float | None, float | None, dict | None]:
         """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
+        return self._resolve(problem, federation)[:4]
+
+    def _resolve(self, problem, federation) -> tuple:
+        """:meth:`resolve_noise` and the run's :meth:`noise_details`."""
         if not self.private:
-            return {k: 0.0 for k in self.noise_keys}, math.inf, None, None
+            return {k: 0.0 for k in self.noise_keys}, math.inf, None, None, {}
         explicit = self.shuffle_params if self.shuffled else self.sigmas
         if explicit is not None:
-            return self._certify_explicit(problem, federation, explicit)
-        from .privacy import calibrate_algorithm
-
+            sigmas, eps, delta, shuffle = self._certify_explicit(problem, federation, explicit)
+            return sigmas, eps, delta, shuffle, self.noise_details(self.transcript_config(problem, federation),
+                                                                   sigmas, None)
+        cfg = self.transcript_config(problem, federation)
         delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
-        cal = calibrate_algorithm(type(self), self.transcript_config(problem, federation), float(self.epsilon),
-                                  float(delta), method=self.calibration, accountant=self.accountant)
+        cal = self.calibrate(cfg, float(self.epsilon), float(delta))
         shuffle = None
         if self.shuffled:
             shuffle = _shuffle_groups(cal.shuffle, self.message_groups)
-        return dict(cal.sigmas), float(cal.epsilon), float(cal.delta), shuffle
+        sigmas = dict(cal.sigmas)
+        return sigmas, float(cal.epsilon), float(cal.delta), shuffle, self.noise_details(cfg, sigmas, cal)
+
+    def calibrate(self, cfg: TranscriptConfig, epsilon: float, delta: float) -> NoiseCalibration:
+        """The noise of this run at the target (``epsilon``, ``delta``): the class's declaration
+        calibrated by :func:`silodp.algorithms.privacy.calibrate_algorithm` with this run's
+        ``calibration`` and ``accountant`` (a family with its own guarantees overrides this)."""
+        from .privacy import calibrate_algorithm
+
+        return calibrate_algorithm(type(self), cfg, epsilon, delta, method=self.calibration,
+                                   accountant=self.accountant)
+
+    def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
+        """Family-specific facts about the noise that ran (``RunResult.details``; ``silodp run``
+        prints them): the calibration's ``details``, {} by default."""
+        return {} if calibration is None else dict(calibration.details)
 
     def _certify_explicit(self, problem, federation, explicit: dict):
         """Explicit ``sigmas`` / ``shuffle_params``: the certificate is what they certify (by the
@@ -340,7 +363,7 @@ class FederatedAlgorithm:
         called after every round (progress bars).
         """
         self._validate(problem, federation)
-        sigmas, epsilon, delta, shuffle = self.resolve_noise(problem, federation)
+        sigmas, epsilon, delta, shuffle, details = self._resolve(problem, federation)
         kind = self.context_class or Context
         if not (isinstance(kind, type) and issubclass(kind, Context)):
             raise ValueError(f"context_class: must be Context or an instrument of {INSTRUMENTS_MODULE}, got {kind!r}")
@@ -352,7 +375,7 @@ class FederatedAlgorithm:
         return RunResult(self.name, w_priv.clone(), w_last.clone(), ctx.history, sigmas, epsilon, delta,
                          None if shuffle is None else {g: vars(p) for g, p in shuffle.items()},
                          ctx._entries, self.get_params(), ctx._ledger.sent,
-                         None if self.epsilon is None else float(self.epsilon))
+                         None if self.epsilon is None else float(self.epsilon), details)
 
     def _run(self, ctx: "Context", w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         """The algorithm's rounds: batches, terms and sends through ``ctx``; returns the last
@@ -455,7 +478,7 @@ class Context:
     @staticmethod
     def _declaration(algo, problem, federation, sigmas, shuffle):
         """The releases this run must stay within (the algorithm's declaration)."""
-        return algo.declared_releases(problem, federation, sigmas, shuffle)
+        return algo.run_declaration(problem, federation, sigmas, shuffle)
 
     # -- public state --------------------------------------------------------------------------
     @property

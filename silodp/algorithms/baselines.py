@@ -1,11 +1,19 @@
 """Baselines of the paper's experiments (Sec. 4): minibatch SGD and Local SGD (FedAvg),
-non-private and ISRL-DP (Lowy and Razaviyayn 2021, arXiv:2106.09779)."""
+non-private and ISRL-DP (Lowy and Razaviyayn 2021, arXiv:2106.09779), and FedAvgM (server
+momentum) on the same loop through its server-step hook."""
 
 from __future__ import annotations
 
-from silodp._validation import check_count
+import dataclasses
+import math
 
-from .base import FederatedAlgorithm
+
+from silodp._validation import check_count
+from silodp.accounting.releases import GaussianRelease
+
+from .config import AlgorithmConfig, check_unit, param
+from .fedavg import LocalUpdates
+from .privacy import TranscriptConfig
 from .registry import register_algorithm
 from .proxsgd import IsrlProxSGD
 
@@ -17,7 +25,7 @@ class IsrlMBSGD(IsrlProxSGD):
 
     name = "isrl-mb-sgd"
     default_replacement = True
-    paper_noise = None  # Thm E.1 is Alg 6's (disjoint batches)
+    paper_formula = None  # Thm E.1 is Alg 6's (disjoint batches)
 
 
 @register_algorithm
@@ -28,45 +36,33 @@ class MBSGD(IsrlMBSGD):
     private = False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LocalSgdConfig(AlgorithmConfig):
+    """Local SGD: the shared parameters and the local steps per round."""
+
+    local_steps: int = param(5, help="local steps per round", domain="count", transcript=True, noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_count("local_steps", self.local_steps)
+
+
 @register_algorithm
-class IsrlLocalSGD(FederatedAlgorithm):
+class IsrlLocalSGD(LocalUpdates):
     """ISRL-DP Local SGD / FedAvg: each round, every available silo starts from the server model
     and takes ``local_steps`` noisy clipped-gradient steps; each step's noisy gradient
     (sensitivity 2L/K, noise ``sigma``) is what the silo releases; the server averages the local
     models and applies ``prox_{eta f1}`` (so one local step is exactly Algorithm 6's update).
-    Output: the last server model."""
+    Output: the last server model. The loop is :class:`~silodp.algorithms.fedavg.LocalUpdates`'s."""
 
     name = "isrl-local-sgd"
-
-    def __init__(self, *, local_steps: int = 5, **kwargs):
-        super().__init__(**kwargs)
-        self.local_steps = local_steps
-
-    def config_fields(self, problem, federation):
-        return {**super().config_fields(problem, federation), "local_steps": int(self.local_steps)}
+    Config = LocalSgdConfig
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         """R * local_steps noisy gradients "grad", noise multiplier sigma / (L / K)."""
         return [cls.gaussian("grad", cfg.rounds * cfg.local_steps, sigmas["sigma"], cfg.clip / cfg.batch_size,
                              cfg.batch_size, cfg)]
-
-    def _run(self, ctx, w):
-        steps = check_count("local_steps", self.local_steps)
-        sampler = ctx.sampler(int(self.batch_size))
-        std = ctx.sigmas.get("sigma", 0.0)
-        n = ctx.num_silos
-        for _ in range(int(self.rounds)):
-            avail = ctx.available()
-            local = w.expand(n, -1).clone()
-            for _ in range(steps):
-                data = ctx.batch(sampler)
-                _, released = ctx.send("grad", ctx.term(data, local), avail, std=std)
-                local = local - ctx.eta * released
-            a = avail.to(w.dtype)
-            w = ctx.prox((local * a[:, None]).sum(0) / a.sum())
-            ctx.end_round(w)
-        return w
 
 
 @register_algorithm
@@ -75,3 +71,33 @@ class LocalSGD(IsrlLocalSGD):
 
     name = "local-sgd"
     private = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FedAvgMConfig(LocalSgdConfig):
+    """FedAvgM: Local SGD's parameters and the server momentum."""
+
+    server_momentum: float = param(0.9, help="server momentum beta_s in [0, 1) (FedAvgM)", domain="unit")
+    server_step_size: float = param(1.0, help="server step eta_s of FedAvgM", domain="positive")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_unit("server_momentum", self.server_momentum, closed_low=True)
+        if not 0 < float(self.server_step_size) < math.inf:
+            raise ValueError(f"server_step_size: must be a finite number > 0, got {self.server_step_size}")
+
+
+@register_algorithm
+class IsrlFedAvgM(IsrlLocalSGD):
+    """ISRL-DP FedAvg with server momentum (FedAvgM, Hsu, Qi & Brown 2019, arXiv:1909.06335,
+    Alg. 1): the silos' releases are Local SGD's; the server keeps a velocity
+    ``v <- beta_s v + (w - avg)`` of the pseudo-gradients and steps ``w <- prox(w - eta_s v)``
+    (``beta_s = 0``, ``eta_s = 1``: Local SGD). Post-processing, so the certificate is Local SGD's."""
+
+    name = "isrl-fedavgm"
+    Config = FedAvgMConfig
+
+    def server_step(self, ctx, w, local, weights, state):
+        velocity = self.server_momentum * state.get("velocity", 0.0) + (w - self.average(local, weights))
+        state["velocity"] = velocity
+        return ctx.prox(w - self.server_step_size * velocity)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 from torch.func import grad, vmap
 
+from .config import GRAD_METHODS
 from .models import Conv2d, Linear
 
-METHODS = ("ghost", "materialize")
+METHODS = GRAD_METHODS
 
 
 def clip_factors(sq_norms: torch.Tensor, clip: float | None) -> torch.Tensor:

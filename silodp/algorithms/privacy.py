@@ -1,13 +1,13 @@
 """Noise for an algorithm at a budget, and the certificate of its transcript, through its class.
 
-Every algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.releases`, next
+Every algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.declaration`, next
 to the ``_run`` that sends those messages); this module only turns a declaration into a
 calibration or a certificate with the accounting layer's generic machinery
 (:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). A name is
 resolved by the registry (:mod:`silodp.algorithms.registry`, a leaf module); the class hands itself
 to the calibration, which never looks names up itself.
 
-``method="paper"`` takes the paper's closed-form noise (the class's ``paper_sigmas``) and reports
+``method="paper"`` takes the paper's closed-form noise (the class's ``paper_noise``) and reports
 what it really certifies; ``method="tight"`` scales the paper's noise *shape* (or, where the paper
 gives none, the sensitivity shape) by the smallest factor the chosen accountant certifies.
 Shuffle-DP algorithms are calibrated and certified by the exact P_vec certificates of their whole
@@ -25,10 +25,9 @@ from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.releases import pvec_event, releases_event
 
+from .config import CALIBRATIONS
 from .registry import algorithm_class
 
-
-CALIBRATIONS = tuple(c.value for c in CalibrationMethod)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +89,14 @@ class NoiseCalibration:
     accountant: str
     method: str
     shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
+    #: family-specific facts (DP-SCAFFOLD: sigma_g and the guarantee toward each observer)
+    details: dict = dataclasses.field(default_factory=dict)
 
 
 def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
-    return releases_event(algorithm_class(algorithm).releases(cfg, check_noise_map("sigmas", sigmas)))
+    return releases_event(algorithm_class(algorithm).declaration(cfg, check_noise_map("sigmas", sigmas)))
 
 
 def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
@@ -108,7 +109,7 @@ def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: f
 
 @functools.lru_cache(maxsize=256)
 def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
-    event = releases_event(cls.releases(cfg, dict(sigmas)))
+    event = releases_event(cls.declaration(cfg, dict(sigmas)))
     if accountant is not None:
         return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(delta), accountant
     try:
@@ -138,7 +139,7 @@ def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], 
 
     cls, dl = algorithm_class(algorithm), check_delta("delta", delta)
     acc = _shuffle_accountant(accountant, pvec.default_interval(target or 1.0))
-    releases = [r for r in cls.shuffle_releases(cfg, None, params) if r.count]
+    releases = [r for r in cls.shuffle_declaration(cfg, None, params) if r.count]
     if any(len(r.params) < 3 or float(r.params[2]) != 0.5 for r in releases):
         return math.inf, acc.name
     return acc.compose(pvec_event(releases)).get_epsilon(dl), acc.name
@@ -178,10 +179,10 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     if cls.shuffled:
         return _calibrate_shuffle(cls, cfg, eps, dl, how, accountant)
     if how == CalibrationMethod.PAPER:
-        sig = cls.paper_sigmas(cfg, eps, dl)
+        sig = cls.paper_noise(cfg, eps, dl)
         certified, acc = certify(cls, cfg, sig, dl, accountant)
         return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value)
-    ref = cls.reference_sigmas(cfg, eps, dl)
+    ref = cls.noise_shape(cfg, eps, dl)
 
     def scaled(c: float) -> dict[str, float]:
         return {k: v * c for k, v in ref.items()}
@@ -222,7 +223,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
     total, dl = dl, dl - cfg.charged_delta  # the certificates get what availability left
     if dl <= 0:
         raise ValueError(f"delta: {total:g} is spent by the availability tail ({cfg.charged_delta:g})")
-    plan = [r for r in cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}) if r.count]
+    plan = [r for r in cls.shuffle_declaration(cfg, {"epsilon": eps, "delta": dl}) if r.count]
     rotate = how == CalibrationMethod.TIGHT
 
     def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:
@@ -239,7 +240,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
         bs = tuple(pvec.calibrate_noise((structure(r, uses=1),), (weight(r),), r.epsilon, r.delta,
                                         pvec.default_interval(r.epsilon))[0][0] for r in plan)
     params = {r.group: (pvec.levels(r.messages), b, 0.5, rotate) for r, b in zip(plan, bs)}
-    releases = cls.shuffle_releases(cfg, {"epsilon": eps, "delta": dl}, params)
+    releases = cls.shuffle_declaration(cfg, {"epsilon": eps, "delta": dl}, params)
     certified = acc.compose(pvec_event(releases)).get_epsilon(dl)
     shuffle = {r.group: dict(zip(("g", "b", "p", "rotate"), r.params), count=r.count, epsilon=r.epsilon,
                              delta=r.delta, messages=r.messages, bound=r.bound)

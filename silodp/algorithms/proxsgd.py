@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
-from silodp.accounting import papers
-from silodp.accounting.releases import ShuffleRelease
+import torch
 
-from .base import FederatedAlgorithm
+from silodp.accounting import papers
+from silodp.accounting.releases import GaussianRelease, ShuffleRelease
+
+from .base import Context, FederatedAlgorithm
+from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
 
@@ -28,7 +31,7 @@ class IsrlProxSGD(FederatedAlgorithm):
 
     name = "isrl-prox-sgd"
     default_replacement = False
-    paper_noise = staticmethod(lambda cfg, eps, delta: papers.thm_e1(eps, delta, cfg.clip, cfg.batch_size))
+    paper_formula = staticmethod(lambda cfg, eps, delta: papers.thm_e1(eps, delta, cfg.clip, cfg.batch_size))
 
     @classmethod
     def steps(cls, cfg) -> int:
@@ -36,10 +39,10 @@ class IsrlProxSGD(FederatedAlgorithm):
         return cfg.rounds
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         return [cls.gaussian("grad", cls.steps(cfg), sigmas["sigma"], cfg.clip / cfg.batch_size, cfg.batch_size, cfg)]
 
-    def _run(self, ctx, w):
+    def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:
         sampler = ctx.sampler(int(self.batch_size))
         std = ctx.sigmas.get("sigma", 0.0)
         for _ in range(int(self.rounds)):
@@ -66,7 +69,7 @@ class SdpProxSGD(IsrlProxSGD):
     noise_keys = ()
 
     @classmethod
-    def shuffle_plan(cls, cfg, epsilon, delta):
+    def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list[ShuffleRelease]:
         """Alg 7: R invocations (one per round) at Alg 7 line 7's (N eps / (2 M), delta), each
         over the M K messages of the round's silos, bound L; reuse across epochs is composed."""
         b = papers.alg7_pvec(epsilon, delta, cfg.num_silos, cfg.m) if epsilon else {"epsilon": math.inf, "delta": 0.0}

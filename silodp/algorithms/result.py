@@ -31,6 +31,8 @@ class RunResult:
         parameters), each checked against the algorithm's declaration while the run went on.
     target_epsilon : the epsilon the run was asked for (None: none); a run whose explicit noise
         certifies more warned and reports both.
+    details : family-specific facts about the noise (:meth:`FederatedAlgorithm.noise_details`;
+        DP-SCAFFOLD: ``sigma_g`` and the guarantees toward the server and a third party).
     """
 
     algorithm: str
@@ -45,3 +47,4 @@ class RunResult:
     params: dict = field(default_factory=dict)
     releases: list = field(default_factory=list)
     target_epsilon: float | None = None
+    details: dict = field(default_factory=dict)

@@ -30,7 +30,7 @@ is sigma_g 2C/m (replace-one sensitivity).
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import ClassVar
 
 import torch
@@ -38,47 +38,95 @@ import torch
 from silodp._validation import batch_from_rate, check_count
 from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
-from silodp.accounting.scaffold import PARTICIPATION
+from silodp.accounting.scaffold import PARTICIPATION, ScaffoldConfig
 
-from .base import FederatedAlgorithm
+from .base import Context
+from .config import AlgorithmConfig, check_in, check_unit, own_fields, param
+from .fedavg import LocalUpdates
+from .privacy import NoiseCalibration
 from .registry import register_algorithm
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpScaffoldConfig(AlgorithmConfig):
+    """DP-SCAFFOLD / DP-FedAvg (Noble et al. 2022, Alg. 1); ``step_size`` is the local step eta_l."""
+
+    local_steps: int = param(5, help="K, local steps per round", domain="count", transcript=True, noise_default=1)
+    user_sampling: float = param(1.0, help="l: each user takes part w.p. l per round", domain="probability",
+                                 transcript=True, noise_default=1.0)
+    data_sampling: float | None = param(None, help="s: each local step uses ceil(s n) records (None: batch_size)",
+                                        domain="probability", transcript=True, noise_default=0.1)
+    global_step_size: float = param(1.0, help="eta_g, the server step", domain="positive")
+    privacy_against: str = param("server", help="which guarantee a target epsilon calibrates",
+                                 domain=PRIVACY_AGAINST)
+    participation: str = param("worst-case", help="rounds charged toward the server", domain=PARTICIPATION)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_count("local_steps", self.local_steps)
+        check_unit("user_sampling", self.user_sampling)
+        if self.data_sampling is not None:
+            check_unit("data_sampling", self.data_sampling)
+        if not 0 < float(self.global_step_size) < float("inf"):
+            raise ValueError(f"global_step_size: must be a finite number > 0, got {self.global_step_size}")
+        if self.replacement:
+            raise ValueError("replacement: DP-SCAFFOLD draws every minibatch as a fresh subset without replacement")
+        check_in("participation", self.participation, PARTICIPATION)
+        check_in("privacy_against", self.privacy_against, PRIVACY_AGAINST)
+
+    def warm(self) -> int:
+        """Warm-start steps (none here)."""
+        return 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpScaffoldWarmConfig(DpScaffoldConfig):
+    """DP-SCAFFOLD-warm: the warm start's noisy steps."""
+
+    warm_steps: int | None = param(None, help="noisy initialisation steps (None: local_steps)", domain="count",
+                                   transcript=True, noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.warm_steps is not None:
+            check_count("warm_steps", self.warm_steps)
+
+    def warm(self) -> int:
+        return int(self.local_steps if self.warm_steps is None else self.warm_steps)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpFedSgdConfig(DpScaffoldConfig):
+    """DP-FedSGD: exactly one local step."""
+
+    local_steps: int = param(1, help="K = 1 (DP-FedSGD takes one local step)", domain="count", transcript=True,
+                             noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.local_steps != 1:
+            raise ValueError(f"local_steps: DP-FedSGD takes exactly one local step, got {self.local_steps}")
+
+
 @register_algorithm
-class DpScaffold(FederatedAlgorithm):
+class DpScaffold(LocalUpdates):
     """DP-SCAFFOLD (Noble et al. 2022, Alg. 1).
 
-    Parameters (besides :class:`FederatedAlgorithm`'s; ``step_size`` is the local step eta_l):
-    ``local_steps`` (K), ``user_sampling`` (l), ``data_sampling`` (s; batch m = ceil(s n), else
-    ``batch_size``), ``global_step_size`` (eta_g), ``privacy_against`` ("server" | "third-party" | "both": which
-    guarantee a target ``epsilon`` calibrates), ``participation`` ("worst-case" | "expected", the
-    server's count of rounds, see :mod:`silodp.accounting.scaffold`), ``warm_steps`` (warm start;
-    default K). Explicit noise: ``sigmas={"sigma": sigma_g * 2C / m}``. After :meth:`run`,
-    ``privacy_`` holds sigma_g and the certified epsilon toward the server and toward a third party
-    (None where not computed).
+    Parameters: :class:`DpScaffoldConfig` (``step_size`` is the local step eta_l; batch
+    m = ceil(s n) with ``data_sampling`` s, else ``batch_size``). Explicit noise:
+    ``sigmas={"sigma": sigma_g * 2C / m}``. A target ``epsilon`` is met toward ``privacy_against``
+    (:func:`silodp.accounting.scaffold.scaffold_sigma_g`); ``RunResult.details`` holds sigma_g and
+    the certified epsilon toward the server and toward a third party (None where not computed).
     """
 
     name = "dp-scaffold"
+    Config = DpScaffoldConfig
     noise_keys = ("sigma",)
     message_groups = ("grad", "warm")
     self_calibrating = True
+    calibration_methods = ()
     default_replacement = False
     control_variates: ClassVar[bool] = True
-    warm_start: ClassVar[bool] = False
-    #: local steps the algorithm is defined with (DP-FedSGD: 1), None when it is a parameter
-    fixed_local_steps: ClassVar[int | None] = None
-
-    def __init__(self, *, local_steps: int = 5, user_sampling: float = 1.0, data_sampling: float | None = None,
-                 global_step_size: float = 1.0, privacy_against: str = "server",
-                 participation: str = "worst-case", warm_steps: int | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self.local_steps = local_steps
-        self.user_sampling = user_sampling
-        self.data_sampling = data_sampling
-        self.global_step_size = global_step_size
-        self.privacy_against = privacy_against
-        self.participation = participation
-        self.warm_steps = warm_steps
 
     # -- configuration -------------------------------------------------------------------------
     def batch(self, federation) -> int:
@@ -89,19 +137,49 @@ class DpScaffold(FederatedAlgorithm):
         return batch_from_rate("data_sampling", float(self.data_sampling), federation.min_size)
 
     def n_warm(self) -> int:
-        if not self.warm_start:
-            return 0
-        return int(self.local_steps if self.warm_steps is None else self.warm_steps)
+        return self.config.warm()
 
     def transcript_config(self, problem, federation):
-        from silodp.accounting.scaffold import ScaffoldConfig
-
         n = federation.min_size
-        return ScaffoldConfig(federation.num_silos, n, int(self.rounds), int(self.local_steps),
-                              float(self.user_sampling), self.batch(federation) / n, problem.clip, self.n_warm())
+        return self.noise_transcript(dict(num_silos=federation.num_silos, n=n, rounds=int(self.rounds),
+                                          local_steps=int(self.local_steps), user_sampling=float(self.user_sampling),
+                                          data_sampling=self.batch(federation) / n, clip=problem.clip,
+                                          warm_steps=self.n_warm()))
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def noise_transcript(cls, values: dict) -> ScaffoldConfig:
+        """A :class:`~silodp.accounting.scaffold.ScaffoldConfig` (the family's transcript: users,
+        records, rounds, local steps, both samplings, clip, warm steps), the family's own values
+        validated by its :attr:`Config`."""
+        own = {f.name: values[f.name] for f in own_fields(cls.Config) if f.metadata["transcript"] and f.name in values}
+        config = cls.Config(**own)
+        return ScaffoldConfig(values["num_silos"], values["n"], values["rounds"], config.local_steps,
+                              config.user_sampling, values["data_sampling"], values["clip"],
+                              values["warm_steps"] if "warm_steps" in own else config.warm())
+
+    @classmethod
+    def transcript_signature(cls, cfg) -> str:
+        """Everything in the ScaffoldConfig (it determines both guarantees)."""
+        return repr(cfg)
+
+    @classmethod
+    def noise_report(cls, cfg, epsilon: float, delta: float, method: str = "both",
+                     accountant: str | None = None) -> dict:
+        """sigma_g toward the server and toward a third party
+        (:func:`silodp.accounting.scaffold.noise_report`); accountant ``pld`` only (the third-party
+        guarantee is a sampling-pattern mixture)."""
+        from silodp.accounting.scaffold import noise_report
+
+        if accountant not in (None, "pld"):
+            raise ValueError(f"accountant: {cls.name}'s guarantees are accounted by pld only, got {accountant!r}")
+        report = noise_report(epsilon, delta, num_users=cfg.num_users, records_per_user=cfg.records_per_user,
+                              rounds=cfg.rounds, local_steps=cfg.local_steps, user_sampling=cfg.user_sampling,
+                              data_sampling=cfg.data_sampling, clip=cfg.clip, warm_steps=cfg.warm_steps,
+                              accountant="pld")
+        return {**report, "algorithm": cls.name}
+
+    @classmethod
+    def declare_gaussian(cls, cfg: ScaffoldConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         """What one user releases toward the server in the worst case (sampled every round):
         K T noisy gradients "grad" (and the warm start's "warm"), each the mean of m records of a
         fresh subset, multiplier sigma / (C / m) = 2 sigma_g; the same event as
@@ -115,64 +193,68 @@ class DpScaffold(FederatedAlgorithm):
 
     def _validate(self, problem, federation) -> None:
         super()._validate(problem, federation)
-        check_count("local_steps", self.local_steps)
-        if self.warm_steps is not None:
-            check_count("warm_steps", self.warm_steps)
-            if not self.warm_start:
-                raise ValueError(f"warm_steps: only {DpScaffoldWarm.name} has a warm start")
-        if not 0 < float(self.user_sampling) <= 1:
-            raise ValueError(f"user_sampling: must lie in (0, 1], got {self.user_sampling}")
-        if self.data_sampling is not None and not 0 < float(self.data_sampling) <= 1:
-            raise ValueError(f"data_sampling: must lie in (0, 1], got {self.data_sampling}")
-        if not 0 < float(self.global_step_size) < math.inf:
-            raise ValueError(f"global_step_size: must be a finite number > 0, got {self.global_step_size}")
-        if self.replacement:
-            raise ValueError("replacement: DP-SCAFFOLD draws every minibatch as a fresh subset without replacement")
         m = self.batch(federation)
         if m > federation.min_size:
             raise ValueError(f"batch_size: must be <= the smallest user size {federation.min_size}, got {m}")
         if federation.silos_per_round != federation.num_silos:
             raise ValueError("silos_per_round: DP-SCAFFOLD samples users itself (user_sampling); use all silos")
-        if self.participation not in PARTICIPATION:
-            raise ValueError(f"participation: must be one of {PARTICIPATION}, got {self.participation!r}")
-        if self.privacy_against not in PRIVACY_AGAINST:
-            raise ValueError(f"privacy_against: must be one of {PRIVACY_AGAINST}, got {self.privacy_against!r}")
 
     # -- noise ---------------------------------------------------------------------------------
-    def resolve_noise(self, problem, federation):
-        cfg = self.transcript_config(problem, federation)
-        self.privacy_ = {"sigma_g": None, "epsilon_server": None, "epsilon_third_party": None}
-        if self.sigmas is not None or self.epsilon is None:
-            sigmas, eps, delta, shuffle = super().resolve_noise(problem, federation)
-            self.privacy_["sigma_g"] = sigmas["sigma"] / cfg.noise_std(1.0)
-            return sigmas, eps, delta, shuffle
+    def calibrate(self, cfg, epsilon: float, delta: float) -> NoiseCalibration:
+        """sigma_g toward ``privacy_against`` (:func:`silodp.accounting.scaffold.scaffold_sigma_g`,
+        accountant pld unless chosen); the certificate is toward the server, both in ``details``."""
         from silodp.accounting.scaffold import certified_epsilon, scaffold_sigma_g
 
-        delta = float(self.delta) if self.delta is not None else 1.0 / federation.min_size ** 2
-        cal = scaffold_sigma_g(cfg, float(self.epsilon), delta, self.privacy_against, self.participation,
-                               self.accountant or "pld")
-        eps = {a: certified_epsilon(cfg, cal.sigma_g, delta, a, self.participation)
-               for a in ("server", "third-party")}
-        self.privacy_ = {"sigma_g": cal.sigma_g, "epsilon_server": eps["server"],
-                         "epsilon_third_party": eps["third-party"], "accountant": cal.accountant}
-        return {"sigma": cfg.noise_std(cal.sigma_g)}, eps["server"], delta, None
+        cal = scaffold_sigma_g(cfg, epsilon, delta, self.privacy_against, self.participation, self.accountant or "pld")
+        eps = {a: certified_epsilon(cfg, cal.sigma_g, delta, a, self.participation) for a in ("server", "third-party")}
+        details = {"sigma_g": cal.sigma_g, "epsilon_server": eps["server"], "epsilon_third_party": eps["third-party"]}
+        return NoiseCalibration(self.name, {"sigma": cfg.noise_std(cal.sigma_g)}, eps["server"], delta,
+                                cal.accountant, self.calibration, details=details)
 
-    # -- the algorithm -------------------------------------------------------------------------
-    def _run(self, ctx, w):
-        n_users, dim = ctx.num_silos, w.shape[0]
-        std = ctx.sigmas.get("sigma", 0.0)
-        sampler = ctx.sampler(self.batch(ctx), subset=True)
-        ci = torch.zeros(n_users, dim, dtype=w.dtype)
-        c = torch.zeros(dim, dtype=w.dtype)
+    def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
+        """sigma_g (explicit noise: sigma over the noise std of sigma_g = 1), the effective batch m,
+        and the guarantees toward each observer (None where not computed)."""
+        out = {"sigma_g": sigmas["sigma"] / cfg.noise_std(1.0), "epsilon_server": None, "epsilon_third_party": None}
+        out.update(super().noise_details(cfg, sigmas, calibration))
+        return {**out, "batch_size": cfg.batch_size}
+
+    # -- the algorithm: the FedAvg template's hooks (silodp.algorithms.fedavg) --------------------
+    def local_sampler(self, ctx: Context):
+        """A fresh uniform subset of m records per local step."""
+        return ctx.sampler(self.batch(ctx), subset=True)
+
+    def start(self, ctx: Context, w: torch.Tensor, sampler, std: float) -> dict:
+        """Control variates c_i = 0 and c = 0; warm: c_i from the warm start, c = mean_i c_i."""
+        ci = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype)
+        c = torch.zeros(w.shape[0], dtype=w.dtype)
         if self.n_warm():
             ci = self._warm(ctx, w, sampler, std)
             c = ci.mean(0)
-        for _ in range(int(self.rounds)):
-            sampled = ctx.coin(n_users, float(self.user_sampling))
-            if bool(sampled.any()):
-                w, ci, c = self._round(ctx, w, ci, c, sampled, sampler, std)
-            ctx.end_round(w)
-        return w
+        return {"ci": ci, "c": c}
+
+    def participants(self, ctx: Context) -> torch.Tensor:
+        """Each user independently with probability ``user_sampling``."""
+        return ctx.coin(ctx.num_silos, float(self.user_sampling))
+
+    def local_step(self, ctx: Context, y: torch.Tensor, g: torch.Tensor, state: dict) -> torch.Tensor:
+        """DP-SCAFFOLD: ``prox(y - eta_l (g~ - c_i + c))``; DP-FedAvg: ``y - eta_l g~``."""
+        if self.control_variates:
+            return ctx.prox(y - ctx.eta * (g - state["ci"] + state["c"]))
+        return y - ctx.eta * g
+
+    def server_step(self, ctx: Context, x: torch.Tensor, y: torch.Tensor, weights: torch.Tensor,
+                    state: dict) -> torch.Tensor:
+        """``x + eta_g mean_S(y_i - x)``; DP-FedAvg then proxes over the round's whole step, DP-SCAFFOLD
+        updates its control variates (option II, sampled users only)."""
+        steps, eta = int(self.local_steps), ctx.eta
+        a = weights[:, None]
+        eta_g = float(self.global_step_size)
+        x_new = x + eta_g * ((y - x) * a).sum(0) / a.sum()
+        if not self.control_variates:  # prox at the server, over the round's whole step
+            return ctx.prox(x_new, eta_g * steps * eta)
+        delta_c = ((x - y) / (steps * eta) - state["c"]) * a  # c_i+ - c_i
+        state["ci"], state["c"] = state["ci"] + delta_c, state["c"] + delta_c.sum(0) / ctx.num_silos
+        return x_new
 
     def _warm(self, ctx, w, sampler, std):
         """Every user's mean of ``warm_steps`` noisy clipped minibatch gradients at x_0."""
@@ -184,28 +266,13 @@ class DpScaffold(FederatedAlgorithm):
             total = total + released
         return total / self.n_warm()
 
-    def _round(self, ctx, x, ci, c, sampled, sampler, std):
-        steps, eta = int(self.local_steps), ctx.eta
-        y = x.expand(ctx.num_silos, -1).clone()
-        for _ in range(steps):
-            data = ctx.batch(sampler)
-            _, g = ctx.send("grad", ctx.term(data, y), sampled, std=std)
-            y = ctx.prox(y - eta * (g - ci + c)) if self.control_variates else y - eta * g
-        a = sampled.to(x.dtype)[:, None]
-        eta_g = float(self.global_step_size)
-        x_new = x + eta_g * ((y - x) * a).sum(0) / a.sum()
-        if not self.control_variates:  # prox at the server, over the round's whole step
-            return ctx.prox(x_new, eta_g * steps * eta), ci, c
-        delta_c = ((x - y) / (steps * eta) - c) * a  # c_i+ - c_i (option II), sampled users only
-        return x_new, ci + delta_c, c + delta_c.sum(0) / ctx.num_silos
-
 
 @register_algorithm
 class DpScaffoldWarm(DpScaffold):
     """DP-SCAFFOLD-warm: control variates initialised from ``warm_steps`` noisy gradients (accounted)."""
 
     name = "dp-scaffold-warm"
-    warm_start = True
+    Config = DpScaffoldWarmConfig
 
 
 @register_algorithm
@@ -221,12 +288,4 @@ class DpFedSGD(DpFedAvg):
     """DP-FedSGD: DP-FedAvg with a single local step (K = 1)."""
 
     name = "dp-fedsgd"
-    fixed_local_steps = 1
-
-    def __init__(self, *, local_steps: int = 1, **kwargs):
-        super().__init__(local_steps=local_steps, **kwargs)
-
-    def _validate(self, problem, federation) -> None:
-        super()._validate(problem, federation)
-        if self.local_steps != 1:
-            raise ValueError(f"local_steps: DP-FedSGD takes exactly one local step, got {self.local_steps}")
+    Config = DpFedSgdConfig

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -11,8 +12,41 @@ from silodp._validation import check_count
 from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
-from .base import FederatedAlgorithm
+from .base import Context, FederatedAlgorithm
+from .config import AlgorithmConfig, param
+from .privacy import TranscriptConfig
 from .registry import register_algorithm
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FedSpiderConfig(AlgorithmConfig):
+    """Fed-SPIDER (Alg 11): the second batch size K2."""
+
+    batch_size2: int | None = param(None, help="K2, the second batch size (None: K)", domain="count",
+                                    transcript=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size2 is not None:
+            check_count("batch_size2", self.batch_size2)
+
+    def transcript_fields(self, n: int) -> dict:
+        return {"batch_size2": int(self.batch_size if self.batch_size2 is None else self.batch_size2)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpiderConfig(FedSpiderConfig):
+    """FedProx-SPIDER (Alg 3, 10): K2 and the period q of fresh minibatch gradients."""
+
+    q: int = param(2, help="q, the period of fresh minibatch gradients", domain="count", flag="--spider-q",
+                   transcript=True, noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_count("q", self.q)
+
+    def transcript_fields(self, n: int) -> dict:
+        return {**super().transcript_fields(n), "q": int(self.q)}
 
 
 def anchors(cfg) -> int:
@@ -53,10 +87,11 @@ class IsrlSpider(FederatedAlgorithm):
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
     uniform_output = True
-    paper_noise = staticmethod(_spider_paper)
+    Config = SpiderConfig
+    paper_formula = staticmethod(_spider_paper)
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         k1, k2, a = cfg.batch_size, cfg.k2, anchors(cfg)
         s2 = sigmas["sigma2"]
         z_step = math.inf if math.isinf(s2) else s2 * k2 / cfg.beta
@@ -64,16 +99,8 @@ class IsrlSpider(FederatedAlgorithm):
         return [cls.gaussian("grad", a, sigmas["sigma1"], cfg.clip / k1, k1, cfg),
                 GaussianRelease("diff", cfg.rounds - a, z2, cls.sampling(cfg), k2, cfg.n)]
 
-    def __init__(self, *, batch_size2: int | None = None, q: int = 2, **kwargs):
-        super().__init__(**kwargs)
-        self.batch_size2 = batch_size2
-        self.q = q
-
     def _k2(self) -> int:
         return int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
-
-    def config_fields(self, problem, federation):
-        return {**super().config_fields(problem, federation), "batch_size2": self._k2(), "q": int(self.q)}
 
     @staticmethod
     def diff_noise(sigmas: dict, step):
@@ -85,7 +112,7 @@ class IsrlSpider(FederatedAlgorithm):
             return torch.clamp(s2 * step, max=s2_hat) if math.isfinite(s2) else torch.full_like(step, s2_hat)
         return min(s2 * step if math.isfinite(s2) else math.inf, s2_hat)
 
-    def _run(self, ctx, w):
+    def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:
         q = check_count("q", self.q)
         s1 = ctx.sigmas.get("sigma1", 0.0)
         clip, beta = ctx.clip, ctx.beta
@@ -134,7 +161,7 @@ class SdpSpider(IsrlSpider):
         return _SPLITS.setdefault((cls, split), type(f"{cls.__name__}_{split}", (cls,), {"alg10_split": split}))
 
     @classmethod
-    def shuffle_plan(cls, cfg, epsilon, delta):
+    def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list[ShuffleRelease]:
         """Alg 10 lines 8 and 12: ceil(R / q) gradient invocations over M K1 messages (bound L) and
         R - ceil(R / q) difference invocations over M K2 (bound 2L), each at its budget."""
         a, k1, k2 = anchors(cfg), cfg.batch_size, cfg.k2
@@ -171,23 +198,16 @@ class IsrlFedSpider(FederatedAlgorithm):
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("diff", "grad")
     uniform_output = True
-    paper_noise = staticmethod(lambda cfg, eps, delta: papers.h2_fed_spider(eps, delta, cfg.clip, cfg.n, cfg.rounds))
+    Config = FedSpiderConfig
+    paper_formula = staticmethod(lambda cfg, eps, delta: papers.h2_fed_spider(eps, delta, cfg.clip, cfg.n, cfg.rounds))
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         k1, k2, R = cfg.batch_size, cfg.k2, cfg.rounds
         return [cls.gaussian("grad", R, sigmas["sigma2"], cfg.clip / k2, k2, cfg),
                 cls.gaussian("diff", R - 1, sigmas["sigma1"], 2 * cfg.clip / k1, k1, cfg)]
 
-    def __init__(self, *, batch_size2: int | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self.batch_size2 = batch_size2
-
-    def config_fields(self, problem, federation):
-        k2 = int(self.batch_size) if self.batch_size2 is None else int(self.batch_size2)
-        return {**super().config_fields(problem, federation), "batch_size2": k2}
-
-    def _run(self, ctx, w2):
+    def _run(self, ctx: Context, w2: torch.Tensor) -> torch.Tensor:
         k2 = int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
         s1, s2 = ctx.sigmas.get("sigma1", 0.0), ctx.sigmas.get("sigma2", 0.0)
         sample1, sample2 = ctx.sampler(int(self.batch_size)), ctx.sampler(k2)

@@ -3,14 +3,46 @@ SDP versions (Algorithms 8-9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
+import torch
 
 from silodp._validation import check_count
 from silodp.accounting import papers
-from silodp.accounting.releases import BatchSampling, ShuffleRelease
+from silodp.accounting.releases import BatchSampling, GaussianRelease, ShuffleRelease
 
-from .base import FederatedAlgorithm
+from .base import Context, FederatedAlgorithm
+from .config import AlgorithmConfig, param
+from .privacy import TranscriptConfig
 from .registry import register_algorithm
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SvrgConfig(AlgorithmConfig):
+    """Prox-SVRG (Alg 1, 8): the epoch length Q and the restarts S (PL-SVRG, Alg 2, 9)."""
+
+    inner_steps: int | None = param(None, help="Q, inner steps per epoch (None: floor(n / K))", domain="count",
+                                    transcript=True, noise_default=1)
+    restarts: int = param(1, help="S, restarts (FedProx-PL-SVRG when > 1)", domain="count", transcript=True,
+                          noise_default=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.inner_steps is not None:
+            check_count("inner_steps", self.inner_steps)
+        check_count("restarts", self.restarts)
+
+    def transcript_fields(self, n: int) -> dict:
+        q = max(1, n // int(self.batch_size)) if self.inner_steps is None else int(self.inner_steps)
+        return {"inner_steps": q, "restarts": int(self.restarts)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlSvrgConfig(SvrgConfig):
+    """PL-SVRG (Alg 2, 9): three restarts by default."""
+
+    restarts: int = param(3, help="S, restarts", domain="count", transcript=True, noise_default=1)
 
 
 @register_algorithm
@@ -34,32 +66,22 @@ class IsrlProxSVRG(FederatedAlgorithm):
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("full", "diff")
     uniform_output = True
-    paper_noise = staticmethod(lambda cfg, eps, delta: papers.thm_e2(eps, delta, cfg.clip, cfg.n, cfg.rounds,
+    Config = SvrgConfig
+    paper_formula = staticmethod(lambda cfg, eps, delta: papers.thm_e2(eps, delta, cfg.clip, cfg.n, cfg.rounds,
                                                                      cfg.inner_steps, cfg.restarts))
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         epochs = cfg.rounds * cfg.restarts
         return [cls.gaussian("full", epochs, sigmas["sigma1"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL),
                 cls.gaussian("diff", epochs * cfg.inner_steps, sigmas["sigma2"], 2 * cfg.clip / cfg.batch_size,
                              cfg.batch_size, cfg)]
 
-    def __init__(self, *, inner_steps: int | None = None, restarts: int = 1, **kwargs):
-        super().__init__(**kwargs)
-        self.inner_steps = inner_steps
-        self.restarts = restarts
-
     def _q(self, federation) -> int:
         """Q: ``inner_steps``, default floor(n / K) (``federation``: anything with ``min_size``)."""
-        if self.inner_steps is None:
-            return max(1, federation.min_size // int(self.batch_size))
-        return check_count("inner_steps", self.inner_steps)
+        return self.config.transcript_fields(federation.min_size)["inner_steps"]
 
-    def config_fields(self, problem, federation):
-        return {**super().config_fields(problem, federation), "inner_steps": self._q(federation),
-                "restarts": int(self.restarts)}
-
-    def _run(self, ctx, w):
+    def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:
         restarts = check_count("restarts", self.restarts)
         q = self._q(ctx)
         sampler = ctx.sampler(int(self.batch_size))
@@ -93,9 +115,7 @@ class IsrlPLSVRG(IsrlProxSVRG):
     (default 3), each from the previous run's output; ``w_priv = w_S``."""
 
     name = "isrl-pl-svrg"
-
-    def __init__(self, *, restarts: int = 3, **kwargs):
-        super().__init__(restarts=restarts, **kwargs)
+    Config = PlSvrgConfig
 
 
 @register_algorithm
@@ -110,7 +130,7 @@ class SdpProxSVRG(IsrlProxSVRG):
     noise_keys = ()
 
     @classmethod
-    def shuffle_plan(cls, cfg, epsilon, delta):
+    def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list[ShuffleRelease]:
         """Alg 8 line 1's (eps~, delta~) for every invocation (Alg 9 runs Alg 8 S times at
         eps / (2 sqrt(2 S)), delta / (2 S)): S E snapshot invocations over all M n records (bound
         L) and S E Q difference invocations over M K (bound 2L)."""
@@ -129,6 +149,4 @@ class SdpPLSVRG(SdpProxSVRG):
     """SDP Prox-PL-SVRG, paper Algorithm 9: Algorithm 8 restarted S times (default 3)."""
 
     name = "sdp-pl-svrg"
-
-    def __init__(self, *, restarts: int = 3, **kwargs):
-        super().__init__(restarts=restarts, **kwargs)
+    Config = PlSvrgConfig

@@ -11,24 +11,23 @@ from silodp.accounting.accountants import accountant_choices
 from silodp.cli import emit, refuse
 from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, PathArg, Real
 
-#: flags of `noise`'s algorithm mode, and of the generic mechanism mode
-ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2", "--clip", "--spider-q",
-                   "--inner-steps", "--restarts", "--local-steps", "--beta", "--silos", "--silos-per-round",
-                   "--dimension", "--without-replacement", "--user-sampling", "--data-sampling", "--warm-steps")
+#: flags of `noise`'s algorithm mode (the algorithms' own transcript flags are generated from
+#: their configs once --algorithm is given: silodp.cli.params), and of the generic mechanism mode
+ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--clip", "--beta", "--silos", "--silos-per-round",
+                   "--dimension", "--without-replacement")
 MECHANISM_FLAGS = ("--steps", "--sampling", "--q", "--dataset-size", "--relation", "--value-discretization-interval",
                    "--log-mass-truncation-bound")
 
 PLD_FLAGS = ("--value-discretization-interval", "--log-mass-truncation-bound")
-#: `noise --algorithm` flag -> the TranscriptConfig field it sets (a flag applies to an algorithm
-#: when the field changes its transcript or noise: :func:`_transcript_flags`)
-TRANSCRIPT_FLAGS = {"--rounds": ("rounds", 7), "--batch-size": ("batch_size", 50), "--batch-size2": ("batch_size2", 30),
-                    "--clip": ("clip", 2.0), "--spider-q": ("q", 3), "--inner-steps": ("inner_steps", 3),
-                    "--restarts": ("restarts", 2), "--local-steps": ("local_steps", 3), "--beta": ("beta", 5.0),
-                    "--silos": ("num_silos", 5), "--silos-per-round": ("silos_per_round", 2),
+#: `noise --algorithm`'s shared transcript flags -> (the transcript field, a probe value); a flag,
+#: shared or an algorithm's own, applies when moving it alone changes that algorithm's transcript
+#: signature (:func:`_applicable`)
+TRANSCRIPT_FLAGS = {"--rounds": ("rounds", 7), "--batch-size": ("batch_size", 50), "--clip": ("clip", 2.0),
+                    "--beta": ("beta", 5.0), "--silos": ("num_silos", 5), "--silos-per-round": ("silos_per_round", 2),
                     "--dimension": ("dimension", 7), "--without-replacement": ("replacement", False)}
-#: flags of the DP-SCAFFOLD family only, and the transcript flags that family reads
-SCAFFOLD_FLAGS = ("--user-sampling", "--data-sampling", "--warm-steps")
-SCAFFOLD_READS = ("--n", "--rounds", "--clip", "--local-steps", "--silos", *SCAFFOLD_FLAGS)
+#: the fixed configuration the probes move from
+PROBE_BASE = dict(n=1000, rounds=10, batch_size=100, clip=1.0, beta=math.inf, num_silos=4, silos_per_round=None,
+                  dimension=1, replacement=True)
 
 
 #: ``--accountant`` choices read live from the registry (one registered after this import is a choice too)
@@ -225,68 +224,54 @@ def _noise_generic(args) -> int:
     return 0
 
 
-def _transcript_flags(cls) -> set[str]:
-    """The transcript flags that change ``cls``'s released messages or its reference noise: each
-    field moved alone from a fixed configuration (a flag that moves nothing does not apply)."""
-    import dataclasses
+def _probe(f, value):
+    """Another valid value of the config field ``f`` (from ``value``, its default in `noise`)."""
+    domain = f.metadata["domain"]
+    if isinstance(domain, tuple):
+        return next(v for v in domain if v != value)
+    if domain in ("count", "count0"):
+        return 3 if value is None else int(value) + 2
+    return 0.05 if value is None else float(value) / 2
 
-    from silodp.algorithms.privacy import TranscriptConfig
 
-    def signature(cfg) -> str:
-        out = repr(cls.shuffle_releases(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
-                   else cls.releases(cfg, {k: 1.0 for k in cls.noise_keys}))
+def _applicable(cls, own: dict) -> set[str]:
+    """The flags (shared and the algorithm's own, ``own``: flag -> field) that change ``cls``'s
+    transcript signature, each moved alone from :data:`PROBE_BASE` (a flag whose value the class
+    refuses does not apply either)."""
+    base = {**PROBE_BASE, **{f.name: f.metadata["noise_default"] for f in own.values()}}
+
+    def signature(values) -> str | None:
         try:
-            return out + repr(cls.reference_sigmas(cfg, 1.0, 1e-5))
-        except ValueError as exc:
-            return out + str(exc)
+            return cls.transcript_signature(cls.noise_transcript(values))
+        except ValueError:
+            return None
 
-    base = TranscriptConfig(n=1000, rounds=10, batch_size=100, num_silos=4)
     ref = signature(base)
-    return {flag for flag, (name, value) in TRANSCRIPT_FLAGS.items()
-            if signature(dataclasses.replace(base, **{name: value})) != ref}
-
-
-def _noise_scaffold(args, cls) -> int:
-    """DP-SCAFFOLD family (Noble et al.): sigma_g toward the server and toward a third party."""
-    from silodp.accounting.scaffold import noise_report
-
-    reads = set(SCAFFOLD_READS) - ({"--local-steps"} if cls.fixed_local_steps else set()) - (
-        set() if cls.warm_start else {"--warm-steps"})
-    refuse(args, [f for f in ALGORITHM_FLAGS if f not in reads], f"to {cls.name} (it is not in its transcript)")
-    warm = args.warm_steps if cls.warm_start else 0
-    payload = noise_report(
-        args.epsilon, args.delta, num_users=args.silos, records_per_user=args.n, rounds=args.rounds,
-        local_steps=cls.fixed_local_steps or args.local_steps,
-        user_sampling=args.user_sampling, data_sampling=args.data_sampling, clip=args.clip,
-        warm_steps=warm, **({} if args.accountant in (None, "all") else {"accountant": args.accountant}))
-    payload["algorithm"] = args.algorithm
-    emit(payload, args.json)
-    return 0
+    moves = {flag: {name: value} for flag, (name, value) in TRANSCRIPT_FLAGS.items()}
+    moves.update({flag: {f.name: _probe(f, base[f.name])} for flag, f in own.items()})
+    return {flag for flag, change in moves.items() if (sig := signature({**base, **change})) is not None and sig != ref}
 
 
 def _noise_algorithm(args) -> int:
-    from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm, paper_vs_tight
+    """An algorithm's noise at a budget through its class: the transcript of the flags
+    (``noise_transcript``), the flags that move nothing refused, its ``noise_report``."""
+    from silodp.algorithms.registry import algorithm_class
+    from silodp.cli.params import dest
 
     cls = algorithm_class(args.algorithm)
-    if cls.self_calibrating:  # the DP-SCAFFOLD family
-        return _noise_scaffold(args, cls)
-    refuse(args, SCAFFOLD_FLAGS, f"to {cls.name} (DP-SCAFFOLD family only)")
-    unused = set(TRANSCRIPT_FLAGS) - _transcript_flags(cls)
+    own = args.algorithm_flags
+    unused = (set(TRANSCRIPT_FLAGS) | set(own)) - _applicable(cls, own)
     refuse(args, sorted(unused), f"to {cls.name} (it changes neither its transcript nor its noise)")
-
-    cfg = TranscriptConfig(
-        n=args.n, rounds=args.rounds, batch_size=args.batch_size, clip=args.clip,
-        batch_size2=args.batch_size2, q=args.spider_q, inner_steps=args.inner_steps, restarts=args.restarts,
-        local_steps=args.local_steps, beta=args.beta, num_silos=args.silos, silos_per_round=args.silos_per_round,
-        dimension=args.dimension, replacement=not args.without_replacement,
-    )
+    if not cls.calibration_methods:
+        refuse(args, ["--method"], f"to {cls.name} (its noise has one calibration)")
+    values = {name: getattr(args, flag.lstrip("-").replace("-", "_")) for flag, (name, _) in TRANSCRIPT_FLAGS.items()
+              if flag not in ("--silos", "--without-replacement")}
+    values.update(n=args.n, num_silos=args.silos, replacement=not args.without_replacement)
+    values.update({f.name: getattr(args, dest(f)) for f in own.values()})
+    cfg = cls.noise_transcript(values)
     accountant = None if args.accountant == "all" else args.accountant
-    if args.method == "both":
-        payload = paper_vs_tight(args.algorithm, cfg, args.epsilon, args.delta, accountant)
-    else:
-        cal = calibrate_algorithm(args.algorithm, cfg, args.epsilon, args.delta, args.method, accountant)
-        payload = {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas,
-                   "epsilon": cal.epsilon, "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
+    method = args.method if cls.calibration_methods else "both"
+    payload = cls.noise_report(cfg, args.epsilon, args.delta, method, accountant)
     emit(payload, args.json)
     return 0
 
@@ -309,6 +294,8 @@ def _shuffle(args) -> int:
 
 
 def register(sub) -> None:
+    from silodp.cli.params import generate_on_algorithm
+
     p = sub.add_parser("epsilon", help="certified epsilon of a (subsampled) Gaussian mechanism, or of a "
                                        "dp-accounting event")
     p.add_argument("--noise-multiplier", type=Real(1e-4, closed="low"), default=None,
@@ -328,21 +315,15 @@ def register(sub) -> None:
     g.add_argument("--n", type=COUNT, default=1000, help="records per silo")
     g.add_argument("--rounds", type=Int(1, 10 ** 7), default=10, help="R (epochs E for SVRG)")
     g.add_argument("--batch-size", type=COUNT, default=100, help="K (K1 for SPIDER)")
-    g.add_argument("--batch-size2", type=COUNT, default=None, help="K2 (SPIDER, Alg 11)")
     g.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample clip norm L")
-    g.add_argument("--spider-q", type=COUNT, default=1, help="SPIDER period q")
-    g.add_argument("--inner-steps", type=COUNT, default=1, help="SVRG epoch length Q")
-    g.add_argument("--restarts", type=COUNT, default=1, help="PL-SVRG restarts S")
-    g.add_argument("--local-steps", type=COUNT, default=1, help="Local SGD steps per round")
     g.add_argument("--beta", type=Real(0.0, math.inf, closed="high"), default=math.inf, help="smoothness (SPIDER)")
     g.add_argument("--silos", type=COUNT, default=1, help="N")
     g.add_argument("--silos-per-round", type=COUNT, default=None, help="M")
     g.add_argument("--dimension", type=Int(1, 10 ** 8), default=1, help="d (shuffle protocol)")
     g.add_argument("--without-replacement", action="store_true", help="minibatches without replacement")
-    g.add_argument("--user-sampling", type=PROBABILITY, default=1.0, help="DP-SCAFFOLD: user sampling ratio l")
-    g.add_argument("--data-sampling", type=PROBABILITY, default=0.1, help="DP-SCAFFOLD: data sampling ratio s")
-    g.add_argument("--warm-steps", type=Int(0), default=1, help="DP-SCAFFOLD-warm: noisy initialisation steps")
     p.set_defaults(handler=_noise)
+    generate_on_algorithm(p, transcript_only=True,
+                          title="the algorithm's own transcript parameters (generated from its config)")
 
     p = sub.add_parser("shuffle", help="amplification by shuffling of an eps0-LDP randomizer")
     p.add_argument("--eps0", type=EPSILON, required=True)

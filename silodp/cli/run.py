@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from silodp.cli.domains import COUNT, DELTA, EPSILON, Int, POSITIVE, PROBABILITY, Real, SEED
+from silodp.cli.domains import COUNT, DELTA, EPSILON, Int, POSITIVE, Real, SEED
 
 import math
 
@@ -12,6 +12,7 @@ OUTPUT_RULES = ("random", "last")
 
 
 def register(subparsers) -> None:
+    from silodp.cli.params import generate_on_algorithm
     from silodp.progress import add_quiet_flag
 
     p = subparsers.add_parser("run", help="run one federated algorithm on a dataset")
@@ -33,26 +34,15 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true")
     add_quiet_flag(p)
-    g = p.add_argument_group("DP-SCAFFOLD family and heterogeneous data (Noble et al. 2022)")
-    g.add_argument("--local-steps", type=Int(1, 10 ** 5), default=None, help="K local steps per round (default: the algorithm's)")
-    g.add_argument("--user-sampling", type=PROBABILITY, default=None, help="l: each user takes part w.p. l per round")
-    g.add_argument("--data-sampling", type=PROBABILITY, default=None, help="s: each local step uses ceil(s n) records")
-    g.add_argument("--global-step-size", type=POSITIVE, default=None, help="eta_g (server step)")
-    g.add_argument("--privacy-against", choices=("server", "third-party", "both"), default=None,
-                   help="which guarantee --epsilon calibrates (default: server)")
-    g.add_argument("--participation", choices=("worst-case", "expected"), default=None,
-                   help="rounds charged toward the server (default: worst-case, all rounds)")
+    g = p.add_argument_group("heterogeneous data (FedProx, Noble et al. 2022)")
     g.add_argument("--alpha", type=Real(0.0, 1e3, closed="lowhigh"), default=None, help="synthetic: FedProx Synthetic(alpha, beta) model heterogeneity")
     g.add_argument("--beta", type=Real(0.0, 1e3, closed="lowhigh"), default=None, help="synthetic: FedProx Synthetic(alpha, beta) input heterogeneity")
     g.add_argument("--iid", action="store_true", help="synthetic: FedProx's i.i.d. variant")
     g.add_argument("--similarity", type=Real(0.0, 1.0, closed="lowhigh"), default=None, help="mnist: label-skew partition, fraction of i.i.d. data")
     g.add_argument("--users", type=Int(1, 10 ** 5), default=None, help="number of users for --alpha/--beta/--iid/--similarity data")
     p.set_defaults(handler=handle)
-
-#: run.py flag -> constructor parameter of the DP-SCAFFOLD family
-_FAMILY_FLAGS = {"local_steps": "--local-steps", "user_sampling": "--user-sampling", "data_sampling": "--data-sampling",
-                 "global_step_size": "--global-step-size", "privacy_against": "--privacy-against",
-                 "participation": "--participation"}
+    generate_on_algorithm(p, transcript_only=False,
+                          title="the algorithm's own parameters (generated from its config: docs/algorithms.md)")
 
 
 def _default_hidden(dataset: str) -> list[int]:
@@ -85,13 +75,16 @@ def _load_data(args):
     return {"wbcd": wbcd, "mnist": mnist, "synthetic": synthetic}[args.dataset](seed=args.seed)
 
 
-def _family_params(cls, args) -> dict:
-    given = {k: getattr(args, k) for k in _FAMILY_FLAGS if getattr(args, k) is not None}
-    accepted = cls().get_params()
-    bad = [_FAMILY_FLAGS[k] for k in given if k not in accepted]
+def _own_params(cls, args) -> dict:
+    """The algorithm's own parameters given as flags (generated from every config); a flag of
+    another algorithm's parameter is refused."""
+    from silodp.cli.params import dest
+
+    given = {flag: f for flag, f in args.algorithm_flags.items() if getattr(args, dest(f)) is not None}
+    bad = [flag for flag, f in given.items() if f.name not in cls.own_params()]
     if bad:
         raise ValueError(f"{bad[0]}: not a parameter of {cls.name}")
-    return given
+    return {f.name: getattr(args, dest(f)) for f in given.values()}
 
 
 def handle(args) -> int:
@@ -119,7 +112,7 @@ def handle(args) -> int:
     batch = args.batch_size if args.batch_size is not None else max(1, train.min_size // 4)
     cls = ALGORITHMS[args.algorithm]
     params = dict(rounds=args.rounds, batch_size=batch, step_size=args.step_size, calibration=args.calibration,
-                  **_family_params(cls, args))
+                  **_own_params(cls, args))
     if cls.private:
         params.update(epsilon=args.epsilon, delta=args.delta)
     algo = get_algorithm(args.algorithm, **params, metrics_every=0 if args.json else 1)
@@ -145,11 +138,8 @@ def handle(args) -> int:
         "batch_size": batch,
         "seed": args.seed,
     }
-    privacy = getattr(algo, "privacy_", None)
-    if privacy is not None:  # DP-SCAFFOLD family: sigma_g and both guarantees
-        payload.update({k: algo.get_params()[k] for k in ("local_steps", "user_sampling", "data_sampling")})
-        payload["batch_size"] = algo.batch(train)
-        payload.update({k: privacy.get(k) for k in ("sigma_g", "epsilon_server", "epsilon_third_party")})
+    payload.update({k: result.params[k] for k in cls.own_params()})  # the algorithm's own parameters
+    payload.update(result.details)  # family facts (DP-SCAFFOLD: sigma_g, both guarantees, the batch m)
     emit(payload, args.json, table(payload))
     if cls.private and certified is not None and certified > args.epsilon * (1 + 1e-9):
         import sys  # the run happened, but its noise does not meet the requested budget: say so

@@ -127,7 +127,7 @@ def calibrate_request(request: dict) -> dict:
         name, eps, delta, method = request["algorithm"], request["epsilon"], request["delta"], request["method"]
         if method == "paper":
             try:
-                privacy.algorithm_class(name).paper_sigmas(tc, eps, delta)
+                privacy.algorithm_class(name).paper_noise(tc, eps, delta)
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
         cal = privacy.calibrate_algorithm(name, tc, eps, delta, method=method)
@@ -176,7 +176,7 @@ def recertify(request: dict, result: dict, stored_request: dict | None = None) -
             from silodp.algorithms import privacy
 
             tc = privacy.TranscriptConfig(**request["transcript"])
-            paper = privacy.algorithm_class(request["algorithm"]).paper_sigmas(tc, request["epsilon"], request["delta"])
+            paper = privacy.algorithm_class(request["algorithm"]).paper_noise(tc, request["epsilon"], request["delta"])
             if any(not math.isclose(result["sigmas"].get(k, math.nan), v, rel_tol=RECERTIFY_RTOL) for k, v in paper.items()):
                 return "noise differs from the paper's closed form"
         certified = _certified(request, result)

@@ -68,6 +68,14 @@ def is_private(algorithm: str) -> bool:
     return True if cls is None else bool(cls.private)
 
 
+def _own_params(algorithm) -> tuple[str, ...]:
+    """The registered algorithm's own parameters (its config's fields; none when unregistered)."""
+    from silodp.algorithms.registry import ALGORITHMS
+
+    cls = ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
+    return () if cls is None else cls.own_params()
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that determines one run; hashable, with a stable :attr:`config_hash`.
@@ -214,6 +222,9 @@ class AlgorithmGrid:
             if key in d and d[key] is not None and not isinstance(d[key], (list, tuple)):
                 d[key] = (d[key],)
         names = {f.name for f in dataclasses.fields(cls)}
+        own = {k: d.pop(k) for k in list(d) if k not in names and k in _own_params(d.get("name"))}
+        if own:  # the algorithm's own parameters (its config's fields) are keys too
+            d["params"] = {**dict(_items(d.get("params"))), **own}
         if set(d) - names:
             raise ValueError(f"algorithms: unknown keys {sorted(set(d) - names)} for {d.get('name')!r}")
         return cls(**d)

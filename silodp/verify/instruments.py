@@ -115,7 +115,7 @@ class TrialContext(Context):
         """One run's declaration (the first trial's silos): every stacked run must stay within it."""
         n = self.silos
         one = Federation(federation.x[:n], federation.y[:n], federation.counts[:n], self.per_round)
-        return algo.declared_releases(problem, one, sigmas, shuffle)
+        return algo.run_declaration(problem, one, sigmas, shuffle)
 
     def _expand(self, w: torch.Tensor | None) -> torch.Tensor | None:
         if w is None or w.dim() == 1:

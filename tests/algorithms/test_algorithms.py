@@ -62,5 +62,5 @@ def test_privacy_event_is_the_declared_releases(setup):
     data, problem = setup
     algo = get_algorithm("isrl-prox-sgd", rounds=3, batch_size=4, step_size=0.1, sigmas={"sigma": 1.0})
     config = algo.transcript_config(problem, data.train)
-    assert algo.privacy_event(config) == privacy_event("isrl-prox-sgd", config, {"sigma": 1.0})
-    assert algo.privacy_event(config) == releases_event(type(algo).releases(config, {"sigma": 1.0}))
+    assert privacy_event(type(algo), config, {"sigma": 1.0}) == privacy_event("isrl-prox-sgd", config, {"sigma": 1.0})
+    assert privacy_event(type(algo), config, {"sigma": 1.0}) == releases_event(type(algo).declaration(config, {"sigma": 1.0}))

@@ -87,7 +87,7 @@ def test_every_private_algorithm_runs_within_its_declaration(name, setup):
     assert result.releases, "the ledger recorded nothing"
     cfg = algo.transcript_config(problem, data.train)
     budgets = {"epsilon": 4.0, "delta": 1e-4} if cls.shuffled else result.sigmas
-    declared = {r.group: r for r in cls.releases(cfg, budgets)}
+    declared = {r.group: r for r in cls.declaration(cfg, budgets)}
     sent = {}
     for s in result.releases:
         sent[s.group] = sent.get(s.group, 0) + 1

@@ -37,7 +37,7 @@ def small():
 
 def test_registered_under_their_cli_names():
     assert {ALGORITHMS[n].name for n in FAMILY} == set(FAMILY)
-    assert ALGORITHMS["dp-scaffold-warm"].warm_start and not ALGORITHMS["dp-fedavg"].control_variates
+    assert "warm_steps" in ALGORITHMS["dp-scaffold-warm"].own_params() and not ALGORITHMS["dp-fedavg"].control_variates
 
 
 def _reference(result, cls, n_users, dim, steps, eta, eta_g, rounds):
@@ -206,15 +206,15 @@ def test_calibrated_run_reports_both_guarantees(small):
               metrics_every=0)
     algo = DpScaffold(**kw)
     res = algo.run(problem, data.train, seed=0)
-    p = algo.privacy_
+    p = res.details
     assert res.epsilon == p["epsilon_server"] <= 3.0
     assert p["epsilon_third_party"] < p["epsilon_server"]
     cfg = algo.transcript_config(problem, data.train)
     assert res.sigmas["sigma"] == pytest.approx(cfg.noise_std(p["sigma_g"]))
     third = DpScaffold(**kw, privacy_against="third-party")
-    third.run(problem, data.train, seed=0)
-    assert third.privacy_["epsilon_third_party"] <= 3.0 < third.privacy_["epsilon_server"]
-    assert third.privacy_["sigma_g"] < p["sigma_g"]
+    q = third.run(problem, data.train, seed=0).details
+    assert q["epsilon_third_party"] <= 3.0 < q["epsilon_server"]
+    assert q["sigma_g"] < p["sigma_g"]
 
 
 def test_privacy_event_is_the_accounting_layers(small):
@@ -224,7 +224,9 @@ def test_privacy_event_is_the_accounting_layers(small):
     algo = DpScaffoldWarm(rounds=3, local_steps=2, data_sampling=0.5, step_size=0.1, sigmas={"sigma": 0.4})
     cfg = algo.transcript_config(problem, data.train)
     assert cfg.warm_steps == 2 and cfg.batch_size == math.ceil(0.5 * data.train.min_size)
-    ours, theirs = algo.privacy_event(cfg), server_event(cfg, 0.4 / cfg.noise_std(1.0))
+    from silodp.algorithms.privacy import privacy_event
+
+    ours, theirs = privacy_event(type(algo), cfg, algo.sigmas), server_event(cfg, 0.4 / cfg.noise_std(1.0))
     for name in ("pld", "rdp"):  # the declared releases (grad + warm) are the server's worst-case event
         # rel 1e-7: the two event trees compose the same blocks in another order (float round-off only)
         assert epsilon(ours, 1e-5, name, REPLACE_ONE) == pytest.approx(epsilon(theirs, 1e-5, name, REPLACE_ONE), rel=1e-7)

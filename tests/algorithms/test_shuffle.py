@@ -183,7 +183,7 @@ def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
     cfg = TranscriptConfig(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2, dimension=9, replacement=True)
     cal = calibrate_algorithm("sdp-prox-svrg", cfg, 3.0, 1e-5)
     params = {g: (v["g"], v["b"], v["p"], v["rotate"]) for g, v in cal.shuffle.items()}
-    declared = algorithm_class("sdp-prox-svrg").shuffle_releases(cfg, None, params)
+    declared = algorithm_class("sdp-prox-svrg").shuffle_declaration(cfg, None, params)
     groups = pvec_groups(declared)
     assert [g.uses for g in groups] == [4, 12] and groups[1].with_replacement
     assert cal.epsilon == pvec.transcript_epsilon(groups, 1e-5, pvec.default_interval(3.0)) <= 3.0
@@ -219,7 +219,7 @@ def test_sdp_runs_under_random_availability_at_the_declared_floor():
     assert availability_floor(20, 12, 5, 0.01 * delta) == (floor, pytest.approx(cfg.charged_delta))
     res = algo.run(problem, fed, seed=0)
     assert res.epsilon <= 3.0 and res.delta == pytest.approx(delta)
-    decl = [r for r in algo.declared_releases(problem, fed, {}, {g: as_params(p) for g, p in res.shuffle.items()})]
+    decl = [r for r in algo.run_declaration(problem, fed, {}, {g: as_params(p) for g, p in res.shuffle.items()})]
     assert decl[0].messages == floor * 10
     sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=floor * 10 - 1)
     with pytest.raises(ValueError, match="messages"):

@@ -2,6 +2,7 @@
 are reachable from the CLI, the calibration, the ledger, the conformance suites and the audit game
 with no other file edited (docs/architecture.md's "adding things": one file each)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -10,25 +11,42 @@ from silodp.accounting.accountants import GdpAccountant, register_accountant, un
 from silodp.accounting.releases import BatchSampling
 from silodp.algorithms import Problem, linear_model
 from silodp.algorithms.base import FederatedAlgorithm
+from silodp.algorithms.config import AlgorithmConfig, param
 from silodp.algorithms.data import synthetic
 from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm
 from silodp.algorithms.registry import register_algorithm, unregister_algorithm
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToyConfig(AlgorithmConfig):
+    """The toy's own parameter: heavy-ball momentum of the server step (post-processing)."""
+
+    server_momentum: float = param(0.0, help="server momentum in [0, 1)", domain="unit")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.server_momentum < 1:
+            raise ValueError(f"server_momentum: must lie in [0, 1), got {self.server_momentum}")
+
+
 class ToyFullGradient(FederatedAlgorithm):
-    """Noisy full-batch gradient descent: each round every silo releases its mean clipped gradient
-    plus N(0, sigma^2 I) (contribution bound L / n)."""
+    """Noisy full-batch gradient descent with server momentum: each round every silo releases its
+    mean clipped gradient plus N(0, sigma^2 I) (contribution bound L / n); the server steps along
+    the momentum of the released aggregates."""
 
     name = "toy-full-gradient"
+    Config = ToyConfig
 
     @classmethod
-    def gaussian_releases(cls, cfg, sigmas):
+    def declare_gaussian(cls, cfg, sigmas):
         return [cls.gaussian("grad", cfg.rounds, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL)]
 
     def _run(self, ctx, w):
+        velocity = 0.0
         for _ in range(int(self.rounds)):
             g, _ = ctx.send("grad", ctx.term(ctx.full(), w), ctx.available(), std=ctx.sigmas["sigma"])
-            w = ctx.prox(w - ctx.eta * g)
+            velocity = self.server_momentum * velocity + g
+            w = ctx.prox(w - ctx.eta * velocity)
             ctx.end_round(w)
         return w
 
@@ -79,6 +97,28 @@ def test_the_toy_algorithm_runs_from_the_cli(registered, capsys):
     assert code == 0, captured.err
     result = json.loads(captured.out)
     assert result["algorithm"] == "toy-full-gradient" and 0 < result["epsilon"] <= 2.0
+    assert result["server_momentum"] == 0.0
+
+
+def test_the_toys_own_parameter_is_a_cli_flag(registered, capsys):
+    """The toy's config field is a `run` flag (generated), its value reaches the run, its domain is
+    the parser's, and another algorithm refuses it."""
+    from silodp.cli import main
+
+    base = ["run", "--algorithm", "toy-full-gradient", "--dataset", "synthetic", "--rounds", "3", "--epsilon", "2",
+            "--step-size", "0.1", "--json"]
+    outputs = []
+    for momentum in ("0", "0.9"):
+        code = main(base + ["--server-momentum", momentum])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        outputs.append(json.loads(captured.out))
+    assert outputs[1]["server_momentum"] == 0.9 and outputs[0]["epsilon"] == outputs[1]["epsilon"]
+    assert outputs[0]["train_loss"] != outputs[1]["train_loss"]  # the momentum changed the run, not its privacy
+    assert main(base + ["--server-momentum", "1.5"]) == 2 and "--server-momentum" in capsys.readouterr().err
+    other = ["run", "--algorithm", "isrl-prox-sgd", "--dataset", "synthetic", "--rounds", "2", "--epsilon", "2",
+             "--server-momentum", "0.5"]
+    assert main(other) == 2 and "--server-momentum: not a parameter of isrl-prox-sgd" in capsys.readouterr().err
 
 
 def test_the_toy_accountant_answers_the_cli(registered, capsys):

@@ -58,7 +58,7 @@ def setup(settings: Settings) -> Setup:
 class SiloPlan:
     """What one silo releases over a run and the noise it adds, computed by the silo itself from
     its own records' count, its own delta and the run's proposed settings (never from noise the
-    server sends): the algorithm's declared releases (:meth:`declared_releases`, the same as
+    server sends): the algorithm's declared releases (:meth:`run_declaration`, the same as
     ``silodp run`` certifies) at the calibration :meth:`resolve_noise` finds for this silo."""
 
     settings: Settings
@@ -87,7 +87,7 @@ def silo_plan(settings: Settings, partition_id: int, delta: float, sigmas: dict 
     algo = own.algorithm_object()
 
     sigmas = algo.resolve_noise(problem, fed)[0] if sigmas is None else sigmas
-    return SiloPlan(own, problem, fed, algo, sigmas, algo.declared_releases(problem, fed, sigmas, None))
+    return SiloPlan(own, problem, fed, algo, sigmas, algo.run_declaration(problem, fed, sigmas, None))
 
 
 def silo_data(data: FederatedData, partition_id: int) -> Federation:
