@@ -1,13 +1,14 @@
 """Flower integration costs, each a ratio measured in one run. Run: ``python benchmarks/bench_flower.py``.
 
 ``ledger``: incremental composition (issue 21 item 3). The time of the 100th update of a ledger
-against its first: ``SilodpAccountant`` (PLD, Poisson-subsampled Gaussians, compose + epsilon),
-the silo's ledger file (``SiloLedgerDB``: admit once, then release + progress epsilon per round,
-with-replacement batches as the example releases) and ``IsrlDpMod``'s in-state ledger (project +
-record). Identical releases are grouped, so the ledgers' own work per update is the number of
-distinct releases, not of rounds: target ratio <= 2. ``SilodpAccountant``'s PLD still grows with
-the support of the composed loss distribution (its FFT self-composition spans the Chernoff window
-of T losses, wider as T grows); the RDP backend's stays flat.
+against its first: ``SilodpAccountant`` (PLD, Poisson-subsampled Gaussians, compose + epsilon:
+one more PLD folded into the kept composition, then one query), the silo's ledger file
+(``SiloLedgerDB``: admit once, then release + progress epsilon per round, with-replacement
+batches as the example releases) and ``IsrlDpMod``'s in-state ledger (project + record). No
+ledger recomposes past rounds: target ratio <= 2. ``SilodpAccountant``'s update still grows with
+the support of the composed PLD (about 3x wider after 100 rounds at the default grid), never
+with the number of rounds itself. Numbers on a shared machine: run with OPENBLAS_NUM_THREADS=1
+(numpy's BLAS threads otherwise spin against the other processes and dominate small updates).
 
 ``message``: what a round costs a silo in a deployment (item 4). A SuperNode starts a fresh
 ClientApp process per message; the wall time of one such process answering a train message of
