@@ -180,3 +180,18 @@ def test_a_dead_supernode_is_unavailable_not_refused(tmp_path):
     assert out["rounds"] == 6 and out["refused"] == {} and out["unavailable"] == {101: [1, 2, 3, 4, 5]}
     # the missed rounds released nothing: silo 1's ledger holds its one release
     assert [s["runs"][0]["releases"] for s in summaries(grid)] == [6, 1]
+
+
+def test_the_client_app_imports_lean():
+    """A SuperNode starts a fresh ClientApp process per message: importing the app (all a refused
+    or unreleased message needs) must not pull in torch or Opacus (issue 21 item 4)."""
+    import os
+    import subprocess
+
+    probe = ("import sys, silodp_flower.client_app; "
+             "print(sorted(m for m in ('torch', 'opacus', 'sklearn') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                         str(Path(__file__).resolve().parents[2] / "examples" / "flower")])}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
