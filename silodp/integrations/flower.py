@@ -72,7 +72,8 @@ class SilodpAccountant:
     once; an update costs one convolution and one query on the composed PLD, whatever the number
     of rounds (it grows only with the PLD's support). Where that PLD's floating-point charge or
     tail mass needs the accountant's slower paths, the query replays the calls through it. With
-    ``"rdp"`` identical events are grouped (curves add; order does not matter).
+    ``"rdp"`` identical events are grouped (curves add; order does not matter). :meth:`state_dict`
+    lists the calls in order and :meth:`load_state_dict` replays them (one convolution each).
     """
 
     def __init__(self, config: PrivacyConfig, accountant: str = "pld") -> None:
