@@ -1,32 +1,41 @@
 """Flower integration costs, each a ratio measured in one run. Run: ``python benchmarks/bench_flower.py``.
 
 ``ledger``: incremental composition (issue 21 item 3). The time of the 100th update of a ledger
-against its first: ``SilodpAccountant`` (PLD, Poisson-subsampled Gaussians, compose + epsilon),
-the silo's ledger file (``SiloLedgerDB``: admit once, then release + progress epsilon per round,
-with-replacement batches as the example releases) and ``IsrlDpMod``'s in-state ledger (project +
-record). Identical releases are grouped, so the ledgers' own work per update is the number of
-distinct releases, not of rounds: target ratio <= 2. ``SilodpAccountant``'s PLD still grows with
-the support of the composed loss distribution (its FFT self-composition spans the Chernoff window
-of T losses, wider as T grows); the RDP backend's stays flat.
+against its first: ``SilodpAccountant`` (PLD, Poisson-subsampled Gaussians, compose + epsilon:
+one more PLD folded into the kept composition, then one query), the silo's ledger file
+(``SiloLedgerDB``: admit once, then release + progress epsilon per round, with-replacement
+batches as the example releases) and ``IsrlDpMod``'s in-state ledger (project + record). No
+ledger recomposes past rounds: target ratio <= 2. ``SilodpAccountant``'s update still grows with
+the support of the composed PLD (about 3x wider after 100 rounds at the default grid), never
+with the number of rounds itself. Numbers on a shared machine: run with OPENBLAS_NUM_THREADS=1
+(numpy's BLAS threads otherwise spin against the other processes and dominate small updates).
 
-``message``: what a round costs a silo in a deployment (item 4). A SuperNode starts a fresh
-ClientApp process per message; the wall time of one such process answering a train message of
-the example with the privacy layer (policy, plan admission, ledger, noise) against the same
-process computing the same message with noise and ledger switched off. Target ratio <= 1.3.
+``deployment``: what a round costs in a real deployment (item 4). One SuperLink and two SuperNodes
+(one per WBCD silo) on 127.0.0.1, started and stopped by PID (``tests/integrations/
+flower_processes.py``); the ISRL-DP example (``isrl-mb-sgd``) and the same app with noise and
+ledger switched off (its ClientApp computes the same message from the same records, without
+policy, plan admission, ledger or noise; written to a copy of the example) run alternately on it,
+``--rounds`` rounds each, ``--repeats`` times. Per-round wall time: the ServerApp's own timing of
+each round (broadcast, both silos' fresh ClientApp processes, aggregation, logging), the median
+over rounds 2.. (round 1 of a silo's first private run calibrates and caches its plan). Target
+ratio <= 1.3.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
 
 
 def _timed(fn) -> float:
@@ -80,80 +89,130 @@ def bench_ledger(rounds: int, repeats: int) -> list[tuple[str, float, float]]:
             for name, fn in (("SilodpAccountant (pld)", accountant), ("SiloLedgerDB", silo), ("IsrlDpMod", mod))]
 
 
-_MESSAGE = r'''
-import sys, time
-start = time.perf_counter()
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
-for attr in ("_run_id", "_task_id", "_node_id"):
-    setattr(TaskIdentity, attr, 1)
-private, ledger, dim = sys.argv[1] == "private", sys.argv[2], int(sys.argv[3])
-run = {"rounds": 25, "accountant": "rdp"}
-node = {"partition-id": 0, "silodp-ledger": ledger, "silodp-budget-epsilon": 1e3, "silodp-budget-delta": 1e-4}
-ctx = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=run)
-msg = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(dim))}), "config": ConfigRecord({"kind": "grad"})}),
-              dst_node_id=1, message_type=MessageType.TRAIN)
-if private:
-    from silodp_flower.client_app import app
-    out = app(msg, ctx)
-    assert not out.has_error(), out.error
-else:  # the same message, computed without policy, plan, ledger or noise
+#: the example's ClientApp without its privacy layer: same records, same message, no noise or ledger
+_PLAIN_CLIENT = '''\"\"\"benchmarks/bench_flower.py's baseline: the example's train message, no privacy layer.\"\"\"
+import secrets
+
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+app = ClientApp()
+
+
+@app.train()
+def _train(msg: Message, context: Context) -> Message:
+    import numpy as np
     import torch
-    from silodp_flower.task import Settings, silo_data, silo_message
+
     from silodp.algorithms import Problem
     from silodp.experiments.datasets import load_cached, model_for
-    s = Settings.from_run_config(run)
+    from silodp_flower.task import Settings, silo_data, silo_message
+
+    s = Settings.from_run_config(context.run_config)
     data = load_cached(s.dataset, s.seed, 0.2, 0.2)
     problem = Problem(model_for(data, s.model), data.loss, clip=s.clip)
-    fed = silo_data(data, 0)
-    silo_message(problem, fed, "grad", torch.zeros(dim, dtype=fed.x.dtype), None, 0.0, s.batch_size,
-                 torch.Generator().manual_seed(0))
-print(time.perf_counter() - start)
+    fed = silo_data(data, int(context.node_config["partition-id"]))
+    arrays, kind = msg.content["arrays"], str(msg.content["config"]["kind"])
+
+    def model(name):
+        return torch.from_numpy(np.asarray(arrays[name].numpy(), dtype=np.float64)).to(fed.x.dtype)
+
+    w, w_prev = model("w"), model("w_prev") if kind == "diff" else None
+    message, _ = silo_message(problem, fed, kind, w, w_prev, 0.0, s.batch_size,
+                              torch.Generator().manual_seed(secrets.randbits(63)))
+    metrics = MetricRecord({"num-examples": 1, **dict.fromkeys(KEYS, 0.0)})
+    return Message(RecordDict({"arrays": ArrayRecord({"message": Array(message.numpy())}), "metrics": metrics}),
+                   reply_to=msg)
 '''
 
 
-def bench_message(repeats: int) -> tuple[float, float]:
-    """Median wall seconds of a fresh process answering one train message: private, non-private."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "examples" / "flower")]),
-           "FLWR_TELEMETRY_ENABLED": "0"}
-    sys.path[:0] = [str(ROOT), str(ROOT / "examples" / "flower")]
-    from silodp_flower.task import Settings, setup
+def _plain_app(into: Path) -> Path:
+    """A copy of the example whose ClientApp is :data:`_PLAIN_CLIENT`."""
+    from silodp.integrations.flower import EPSILON_KEY
+    from silodp_flower.client_app import LEFT_KEY, SPENT_KEY
 
-    dim = setup(Settings.from_run_config({"rounds": 25, "accountant": "rdp"})).problem.model.dim
-    ledger = Path(tempfile.mkdtemp(prefix="silodp-bench-")) / "silo.sqlite"
+    app = into / "plain-app"
+    shutil.copytree(ROOT / "examples" / "flower", app, ignore=shutil.ignore_patterns("__pycache__"))
+    keys = (EPSILON_KEY, SPENT_KEY, LEFT_KEY)
+    (app / "silodp_flower" / "plain_client.py").write_text(_PLAIN_CLIENT + f"\nKEYS = {keys!r}\n")
+    toml = app / "pyproject.toml"
+    toml.write_text(toml.read_text().replace('"silodp_flower.client_app:app"', '"silodp_flower.plain_client:app"'))
+    return app
 
-    def once(kind: str) -> float:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", _MESSAGE, kind, str(ledger), str(dim)], env=env, check=True,
-                       capture_output=True)
-        return time.perf_counter() - start
 
-    once("private")  # the silo's first message of a plan: calibration and admission, cached on its disk
-    times = {kind: [] for kind in ("private", "plain")}
-    for _ in range(repeats):  # interleaved, so both see the same machine
-        for kind in times:
-            times[kind].append(once(kind))
+_ROUND = re.compile(r"round (\d+)/(\d+): test loss .* \((\d+\.\d+) s\)")
+
+
+def _round_times(app: Path, rounds: int, env: dict, timeout: float) -> list[float]:
+    """``flwr run`` of ``app`` for ``rounds`` rounds; the ServerApp's wall time of each round."""
+    from flower_processes import run_in_own_group
+
+    config = f'algorithm="isrl-mb-sgd" rounds={rounds} accountant="rdp"'
+    out = run_in_own_group([str(BIN / "flwr"), "run", str(app), "local", "--stream", "--run-config", config],
+                           env, timeout)
+    times = {int(m[1]): float(m[3]) for m in _ROUND.finditer(out.stdout)}
+    if out.returncode or sorted(times) != list(range(1, rounds + 1)):
+        raise RuntimeError(f"{app.name}: the run did not complete its {rounds} rounds:\n{out.stdout[-3000:]}")
+    return [times[r] for r in sorted(times)]
+
+
+def bench_deployment(rounds: int, repeats: int) -> tuple[float, float]:
+    """Median per-round wall seconds (rounds 2..) of the private and the plain app, one deployment."""
+    sys.path[:0] = [str(ROOT / "tests" / "integrations"), str(ROOT), str(ROOT / "examples" / "flower")]
+    from flower_processes import Descendants, free_port, started, wait_healthy
+
+    tmp = Path(tempfile.mkdtemp(prefix="silodp-bench-deploy-"))
+    home = tmp / "flwr-home"
+    home.mkdir()
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    apps = {"private": ROOT / "examples" / "flower", "plain": _plain_app(tmp)}
+    times: dict[str, list[float]] = {kind: [] for kind in apps}
+    link, procs = free_port(), Descendants()
+    try:
+        with procs, contextlib.ExitStack() as stack:
+            superlink = stack.enter_context(started(
+                [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                 "--host", "127.0.0.1", "--port", str(link)], env, tmp / "superlink.log"))
+            wait_healthy(link, superlink, tmp / "superlink.log")
+            for i in range(2):
+                node = (f'partition-id={i} silodp-ledger="{tmp / f"silo-{i}.sqlite"}" silodp-budget-epsilon=1000.0 '
+                        "silodp-budget-delta=1e-4")
+                stack.enter_context(started(
+                    [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
+                     "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node],
+                    env, tmp / f"supernode-{i}.log"))
+            (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+                                              f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+            for _ in range(repeats):  # alternately, so both see the same machine
+                for kind, app in apps.items():
+                    times[kind] += _round_times(app, rounds, env, timeout=120 + 60 * rounds)[1:]
+    finally:
+        procs.assert_none_left()
+        shutil.rmtree(tmp, ignore_errors=True)
     return statistics.median(times["private"]), statistics.median(times["plain"])
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", nargs="*", choices=("ledger", "message"), default=None)
-    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("part", nargs="*", choices=("ledger", "deployment"), default=None)
+    ap.add_argument("--rounds", type=int, default=100, help="ledger updates")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--deployment-rounds", type=int, default=4, help="rounds of each flwr run")
+    ap.add_argument("--deployment-repeats", type=int, default=2, help="flwr runs of each app")
     args = ap.parse_args(argv)
-    parts = args.part or ["ledger", "message"]
+    parts = args.part or ["ledger", "deployment"]
     if "ledger" in parts:
         print(f"ledger update {args.rounds} vs update 1 (median of {args.repeats} ledgers):")
         for name, first, last in bench_ledger(args.rounds, args.repeats):
             print(f"  {name:24s} first {first * 1e3:8.2f} ms  update {args.rounds} {last * 1e3:8.2f} ms  "
                   f"ratio {last / first:.2f}")
-    if "message" in parts:
-        private, plain = bench_message(args.repeats)
-        print(f"train message in a fresh ClientApp process (median of {args.repeats}): private {private:.2f} s, "
-              f"without noise and ledger {plain:.2f} s, ratio {private / plain:.2f}")
-
+    if "deployment" in parts:
+        private, plain = bench_deployment(args.deployment_rounds, args.deployment_repeats)
+        print(f"round of a localhost deployment (2 SuperNodes, median of rounds 2-{args.deployment_rounds} of "
+              f"{args.deployment_repeats} runs each): private {private:.2f} s, without noise and ledger "
+              f"{plain:.2f} s, ratio {private / plain:.2f}")
 
 if __name__ == "__main__":
     main()

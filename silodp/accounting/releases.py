@@ -29,6 +29,8 @@ Batch samplings (how a record enters the messages of one group):
   (parallel composition, McSherry 2009); batches of one epoch are *not* independent samples, so no
   amplification by subsampling is credited: a record is charged once per epoch,
   ceil(count / floor(n/K)) un-subsampled steps.
+* ``POISSON`` -- each record enters each message independently with probability q = K / n (K the
+  expected batch size; Opacus' ``DPDataLoader``): ``count`` Poisson-subsampled steps.
 
 Shuffle-DP releases are certified two ways. The tight certificate (:func:`pvec_groups` and
 :mod:`silodp.accounting.pvec`) is the exact discrete PLD of the binomial protocol's counts with
@@ -61,6 +63,7 @@ class BatchSampling(enum.Enum):
     WITH_REPLACEMENT = "with-replacement"
     SUBSET = "subset"
     SHUFFLED = "shuffled"
+    POISSON = "poisson"
 
 
 #: Tail mass charged to delta when a with-replacement shuffle-DP invocation is bounded by group privacy.
@@ -143,6 +146,8 @@ def gaussian_steps(count: int, noise_multiplier: float, sampling: BatchSampling,
     step: ev.DpEvent = ev.GaussianDpEvent(z)
     if sampling == BatchSampling.WITH_REPLACEMENT:
         return ev.SelfComposedDpEvent(ev.SampledWithReplacementDpEvent(n, k, step), count)
+    if sampling == BatchSampling.POISSON and k < n:
+        return ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(k / n, step), count)
     if sampling == BatchSampling.SUBSET and k < n:
         return ev.SelfComposedDpEvent(ev.SampledWithoutReplacementDpEvent(n, k, step), count)
     if sampling == BatchSampling.SHUFFLED and k < n:

@@ -43,6 +43,7 @@ from flwr.supercore.privacy_accounting import (
 
 from silodp.accounting import Calibration, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting import events as ev
+from silodp.accounting.accountants import PldAccountant
 from silodp._validation import check_count, check_delta, check_positive
 from silodp.accounting.releases import BatchSampling, GaussianRelease, releases_event
 
@@ -74,9 +75,15 @@ class SilodpAccountant:
     appears, disappears or is replaced). Same events, same epsilon rules as Flower's RDP backend;
     the PLD is tighter (never larger, up to its discretization).
 
-    Incremental: identical events are grouped (counts add) and the silodp accountant of the
-    grouped state is kept between updates, so an update or a query costs the number of
-    *distinct* events composed, not the number of rounds (``benchmarks/bench_flower.py``).
+    Incremental (issue 21 item 3): with ``"pld"`` the composed privacy loss distribution is kept
+    and each ``compose`` call folds one more PLD into it (the PLD of its event, self-composed
+    ``count`` times, cached per distinct call), exactly what :class:`PldAccountant` computes for
+    the same calls in the same order, so the certificate is identical to composing them all at
+    once; an update costs one convolution and one query on the composed PLD, whatever the number
+    of rounds (it grows only with the PLD's support). Where that PLD's floating-point charge or
+    tail mass needs the accountant's slower paths, the query replays the calls through it. With
+    ``"rdp"`` identical events are grouped (curves add; order does not matter). :meth:`state_dict`
+    lists the calls in order and :meth:`load_state_dict` replays them (one convolution each).
     """
 
     def __init__(self, config: PrivacyConfig, accountant: str = "pld") -> None:
@@ -86,8 +93,9 @@ class SilodpAccountant:
         _check_backend(accountant, self._event(GaussianPrivacyEvent(1.0, 1, config.population_size)),
                        ev.relation(config.neighboring_relation))
         self.accountant = accountant
-        self._compositions: dict[GaussianPrivacyEvent, int] = {}
-        self._composed = None  # the silodp accountant of _compositions, built on first query
+        self._calls: list[tuple[GaussianPrivacyEvent, int]] = []  # every compose call, in order
+        self._fold = None  # pld: the composed PLD of _calls; rdp: the accountant of the grouped calls
+        self._blocks: dict[tuple[GaussianPrivacyEvent, int], object] = {}  # pld: the PLD of one call
 
     @property
     def config(self) -> PrivacyConfig:
@@ -99,7 +107,7 @@ class SilodpAccountant:
 
     @property
     def num_releases(self) -> int:
-        return sum(self._compositions.values())
+        return sum(count for _, count in self._calls)
 
     def _event(self, event: GaussianPrivacyEvent) -> ev.DpEvent:
         if not isinstance(event, GaussianPrivacyEvent):
@@ -115,36 +123,63 @@ class SilodpAccountant:
             return ev.SampledWithoutReplacementDpEvent(event.population_size, event.sample_size, gaussian)
         return gaussian
 
-    def _silodp(self, extra: tuple[GaussianPrivacyEvent, int] | None = None):
-        """The silodp accountant of the grouped compositions (plus ``extra``, as a projection that
-        leaves the committed state alone): one composition per distinct event."""
-        if extra is None and self._composed is not None:
-            return self._composed
-        groups = dict(self._compositions)
-        if extra is not None:
-            groups[extra[0]] = groups.get(extra[0], 0) + extra[1]
+    def _accountant(self, calls):
+        """A fresh silodp accountant that composed ``calls`` (the reference: all at once)."""
         acc = get_accountant(self.accountant, ev.relation(self._config.neighboring_relation))
-        for event, count in groups.items():
+        for event, count in calls:
             acc.compose(self._event(event), count)
-        if extra is None:
-            self._composed = acc
         return acc
 
+    def _grouped(self, calls):
+        groups: dict[GaussianPrivacyEvent, int] = {}
+        for event, count in calls:
+            groups[event] = groups.get(event, 0) + count
+        return self._accountant(groups.items())
+
+    def _block(self, call: tuple[GaussianPrivacyEvent, int]):
+        """The PLD :class:`PldAccountant` composes for one call (cached: rounds repeat their event)."""
+        if call not in self._blocks:
+            self._blocks[call] = self._accountant([call])._pld()
+        return self._blocks[call]
+
+    def _extended(self, call: tuple[GaussianPrivacyEvent, int]):
+        """The state after one more ``call``: the composed PLD (pld) or grouped accountant (rdp)."""
+        if self.accountant == "rdp":
+            return self._grouped([*self._calls, call])
+        block = self._block(call)
+        return block if self._fold is None else self._fold.compose(block)
+
     def compose(self, event: GaussianPrivacyEvent, count: int = 1) -> None:
-        """Compose ``count`` identical releases of ``event``."""
+        """Compose ``count`` identical releases of ``event`` (validated by the accountant's
+        allow-list before anything is committed)."""
         check_count("count", count)
-        # validates (the accountant's allow-list) before committing
-        get_accountant(self.accountant, ev.relation(self._config.neighboring_relation)).compose(self._event(event), count)
-        self._compositions[event] = self._compositions.get(event, 0) + int(count)
-        self._composed = None
+        call = (event, int(count))
+        self._accountant([call])
+        self._fold = self._extended(call)
+        self._calls.append(call)
+
+    def _epsilon(self, state, calls, delta: float) -> float:
+        if not calls:
+            return 0.0
+        if self.accountant == "pld":
+            if state.roundoff <= PldAccountant.DIRECT_SHARE * delta:  # PldAccountant's own first path
+                eps = state.get_epsilon_for_delta(delta)
+                if math.isfinite(eps):
+                    return float(eps)
+            return self._accountant(calls).get_epsilon(delta)  # its slower paths, or its refusal
+        return state.get_epsilon(delta)
 
     def get_epsilon(self, delta: float) -> float:
-        return self._silodp().get_epsilon(check_delta("delta", delta))
+        return self._epsilon(self._fold, self._calls, check_delta("delta", delta))
 
     def get_delta(self, epsilon: float) -> float:
         if not epsilon > 0 or not math.isfinite(epsilon):
             raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
-        return self._silodp().get_delta(epsilon)
+        if not self._calls:
+            return 0.0
+        if self.accountant == "pld":
+            return float(min(1.0, self._fold.get_delta_for_epsilon(epsilon)))
+        return self._fold.get_delta(epsilon)
 
     def get_privacy_spent(self, delta: float | None = None) -> PrivacySpent:
         dl = self._config.target_delta if delta is None else check_delta("delta", delta)
@@ -158,8 +193,10 @@ class SilodpAccountant:
         if limit is None:
             raise ValueError("max_epsilon must be supplied either in PrivacyConfig or to would_exceed()")
         check_positive("max_epsilon", limit)
-        projected = self._silodp((event, check_count("count", count)))
-        return bool(projected.get_epsilon(self._config.target_delta) > limit)
+        call = (event, check_count("count", count))
+        self._accountant([call])
+        projected = self._epsilon(self._extended(call), [*self._calls, call], self._config.target_delta)
+        return bool(projected > limit)
 
     def state_dict(self) -> dict[str, object]:
         """JSON-serializable state: the configuration and the ledger of composed events."""
@@ -169,7 +206,7 @@ class SilodpAccountant:
             "config": {**dataclasses.asdict(self._config),
                        "neighboring_relation": self._config.neighboring_relation.value,
                        "sampling_method": self._config.sampling_method.value},
-            "compositions": [{"event": dataclasses.asdict(e), "count": c} for e, c in self._compositions.items()],
+            "compositions": [{"event": dataclasses.asdict(e), "count": c} for e, c in self._calls],
         }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -187,12 +224,13 @@ class SilodpAccountant:
             raise ValueError(f"state: malformed ({exc})") from exc
         if config != self._config:
             raise ValueError("state: its privacy configuration does not match this accountant's")
-        previous, self._compositions, self._composed = self._compositions, {}, None
+        previous = self._calls, self._fold
+        self._calls, self._fold = [], None
         try:
             for event, count in compositions:
                 self.compose(event, count)
         except ValueError:
-            self._compositions, self._composed = previous, None
+            self._calls, self._fold = previous
             raise
 
 

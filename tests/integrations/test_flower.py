@@ -85,6 +85,34 @@ def test_accountant_no_larger_than_flower_rdp_with_amplification(sampling, relat
         assert ours.get_epsilon(DELTA) == pytest.approx(ref, rel=5e-3)
 
 
+def test_incremental_pld_equals_composing_all_at_once():
+    # issue 21 item 3: each update folds one PLD into the kept composition; the certificate is the
+    # pld accountant's for the same calls in the same order, bit for bit, and stays within the
+    # tolerance of dp-accounting's PLD of the same composition (an independent reference).
+    cfg = _config(SamplingMethod.POISSON, population=100, max_epsilon=10.0)
+    event = GaussianPrivacyEvent(noise_multiplier=1.2, sample_size=10, population_size=100)
+    other = GaussianPrivacyEvent(noise_multiplier=2.0, sample_size=20, population_size=100)
+    calls = [(event, 1)] * 3 + [(other, 2), (event, 1)]
+    acc, reference = SilodpAccountant(cfg), get_accountant("pld", ev.ADD_OR_REMOVE_ONE)
+    for e, count in calls:
+        acc.compose(e, count)
+        acc.get_epsilon(DELTA)  # as a strategy asks each round
+        reference.compose(ev.PoissonSampledDpEvent(e.sample_size / 100, ev.GaussianDpEvent(e.noise_multiplier)), count)
+    assert acc.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
+    assert acc.num_releases == 6 and acc.get_delta(2.0) == reference.get_delta(2.0)
+    restored = SilodpAccountant(cfg)
+    restored.load_state_dict(json.loads(json.dumps(acc.state_dict())))
+    assert restored.get_epsilon(DELTA) == acc.get_epsilon(DELTA)
+    ref = PLDAccountant(DpRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-3).compose(
+        dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(1.2)), 4).compose(
+        dpe.PoissonSampledDpEvent(0.2, dpe.GaussianDpEvent(2.0)), 2)
+    assert acc.get_epsilon(DELTA) == pytest.approx(ref.get_epsilon(DELTA), rel=5e-3)
+    # the projection of two more rounds is the certificate they would get, and commits nothing
+    nxt = reference.compose(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.2)), 2).get_epsilon(DELTA)
+    assert not acc.would_exceed(event, max_epsilon=nxt, count=2)
+    assert acc.would_exceed(event, max_epsilon=nxt * (1 - 1e-9), count=2) and acc.num_releases == 6
+
+
 def test_state_round_trip_and_mismatch():
     acc = SilodpAccountant(_config(max_epsilon=5.0), accountant="rdp")
     acc.compose(GaussianPrivacyEvent(noise_multiplier=2.0, sample_size=4, population_size=10), 2)

@@ -125,7 +125,7 @@ def test_a_malicious_server_gets_nothing_unaccounted(tmp_path):
     budget = certify_releases(plan.releases, 1e-4)
     grid = InProcessGrid(1, CONFIG, tmp_path, budget, 1e-4)
     ctx = grid.contexts[100]
-    ctx.node_config["silodp-run-epsilon"] = 3.0
+    ctx.node_config.update({"silodp-run-epsilon": 3.0, "dataset": "wbcd", "seed": 0})  # the silo fixes its records
     dim = setup(Settings.from_run_config(CONFIG)).problem.model.dim
     nan, inf = np.zeros(dim), np.zeros(dim)
     nan[0], inf[-1] = math.nan, math.inf
@@ -139,10 +139,13 @@ def test_a_malicious_server_gets_nothing_unaccounted(tmp_path):
                (_message(), {"clip": 1e9}), (_message(), {"clip": 0.0}), (_message(), {"step-size": math.nan}),
                (_message(), {"epsilon": math.inf}), (_message(), {"rounds": 10**9}),
                (_message(), {"epsilon": 1000.0}),  # more than the silo allows one run
+               (_message(), {"seed": 1}), (_message(), {"dataset": "cifar10"}),  # other records
                *[(_message(message_type=t), {}) for t in [MessageType.EVALUATE] * 50 + [MessageType.QUERY] * 5]]
     for msg, run_config in hostile:
         out = reply(msg, **run_config)
         assert out.has_error(), (msg.metadata.message_type, run_config)
+        if {"seed", "dataset"} & set(run_config):
+            assert "(its node config), the run proposes" in out.error.reason
     s = summaries(grid)[0]
     assert s["runs"] == [] and s["refused"] == len(hostile)
     # the server's own noise, clip and metric requests are ignored: the silo adds its calibrated
@@ -180,3 +183,18 @@ def test_a_dead_supernode_is_unavailable_not_refused(tmp_path):
     assert out["rounds"] == 6 and out["refused"] == {} and out["unavailable"] == {101: [1, 2, 3, 4, 5]}
     # the missed rounds released nothing: silo 1's ledger holds its one release
     assert [s["runs"][0]["releases"] for s in summaries(grid)] == [6, 1]
+
+
+def test_the_client_app_imports_lean():
+    """A SuperNode starts a fresh ClientApp process per message: importing the app (all a refused
+    or unreleased message needs) must not pull in torch or Opacus (issue 21 item 4)."""
+    import os
+    import subprocess
+
+    probe = ("import sys, silodp_flower.client_app; "
+             "print(sorted(m for m in ('torch', 'opacus', 'sklearn') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                         str(Path(__file__).resolve().parents[2] / "examples" / "flower")])}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"

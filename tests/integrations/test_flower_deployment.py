@@ -68,7 +68,8 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
                  "--host", "127.0.0.1", "--port", str(link)], env, tmp_path / "superlink.log"))
             wait_healthy(link, superlink, tmp_path / "superlink.log")
             for i in range(2):  # distinct --port: both would take 9094 and the second would crash
-                node_config = (f'partition-id={i} silodp-ledger="{ledgers[i]}" silodp-budget-epsilon={budgets[i]!r} '
+                node_config = (f'partition-id={i} dataset="wbcd" seed=0 silodp-ledger="{ledgers[i]}" '
+                               f'silodp-budget-epsilon={budgets[i]!r} '
                                f"silodp-budget-delta={settings.delta!r}")
                 stack.enter_context(started(
                     [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",

@@ -8,8 +8,10 @@ its caps, calibrates its own noise for its own records (cached on its disk per p
 run's whole declared plan against everything it ever released before the first message, records
 each release before it leaves (refusing the one that would exceed), and computes that release's
 noise from its own secret randomness. EVALUATE and QUERY messages carry no declared release: they
-are refused (and counted as refusals). A silo's partition comes from its node config
-(``partition-id``).
+are refused (and counted as refusals). A silo's records come from its node config: its
+``partition-id`` and, where the node config fixes them (:data:`DATA_KEYS`: ``dataset``,
+``seed``, which choose the split and the partition), a run proposing other records is refused,
+so the server cannot choose which records a silo trains on.
 
 torch and the data load only where a message trains: the plan (calibration, declared releases)
 is cached on the silo's disk per (silo, plan), so a run refused at admission never imports them.
@@ -37,6 +39,8 @@ from silodp.integrations.flower_silo import (
 
 #: Reply metrics besides EPSILON_KEY: the silo's epsilon spent over all runs, and what is left.
 SPENT_KEY, LEFT_KEY = "silodp_spent", "silodp_left"
+#: Node-config keys that fix the silo's records (the run config may only propose the same).
+DATA_KEYS = ("dataset", "seed")
 
 
 def _refusal(msg: Message, reason: str) -> Message:
@@ -94,6 +98,10 @@ def _train(msg: Message, context: Context, settings, policy: SiloPolicy, ledger:
                           step_size=settings.step_size)
     if not (math.isfinite(settings.epsilon) and settings.epsilon > 0):
         raise SiloRefusal(f"epsilon: must be positive and finite, got {settings.epsilon!r}")
+    for key in DATA_KEYS:
+        if key in context.node_config and str(context.node_config[key]) != str(getattr(settings, key)):
+            raise SiloRefusal(f"{key}: this silo's records are {key} {context.node_config[key]!s} (its node "
+                              f"config), the run proposes {getattr(settings, key)!s}")
     if policy.run_epsilon is not None and settings.epsilon > policy.run_epsilon:
         raise SiloRefusal(f"epsilon: the run asks for {settings.epsilon:g}, this silo allows one run "
                           f"{policy.run_epsilon:g}")

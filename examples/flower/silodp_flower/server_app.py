@@ -4,7 +4,7 @@ It is not trusted with privacy: each silo calibrates its own noise, keeps its ow
 decides whether it replies (``client_app``). The server proposes a plan (the run config), then
 only post-processes what the silos released (averages, the SPIDER estimator h, the prox step).
 It logs each round (loss and test error on the public test split, each silo's epsilon spent and
-left) through Flower's logger, saves the final model where the run config's ``model-path`` says,
+left, the round's wall time) through Flower's logger, saves the final model where the run config's ``model-path`` says,
 and reports a silo that refuses apart from a SuperNode that is unavailable (it released nothing).
 """
 
@@ -51,6 +51,7 @@ def run(grid: Grid, settings: Settings) -> dict:
     refused: dict[int, str] = {}
     unavailable: dict[int, list[int]] = {}
     for r in range(settings.rounds):
+        start = time.perf_counter()
         anchor = settings.algorithm == "isrl-mb-sgd" or r % settings.q == 0
         arrays = {"w": Array(w.numpy())}
         if not anchor:
@@ -83,8 +84,8 @@ def run(grid: Grid, settings: Settings) -> dict:
         loss = problem.objective(w, test)
         silos = ", ".join(f"node {m.metadata.src_node_id}: epsilon {m.content['metrics'][SPENT_KEY]:.4g} spent, "
                           f"{m.content['metrics'][LEFT_KEY]:.4g} left" for m in answered)
-        log(INFO, "round %d/%d: test loss %.4f, test error %.4f; %s", r + 1, settings.rounds, loss,
-            1.0 - problem.accuracy(w, test), silos)
+        log(INFO, "round %d/%d: test loss %.4f, test error %.4f; %s (%.2f s)", r + 1, settings.rounds, loss,
+            1.0 - problem.accuracy(w, test), silos, time.perf_counter() - start)
     out = {"rounds": len(iterates), "refused": refused, "unavailable": unavailable,
            "worst_silo_epsilon": float(worst[EPSILON_KEY]) if worst else 0.0, "simulator_epsilon": prepared.certified}
     if iterates:  # the algorithm's output: the last iterate (MB-SGD) or a uniform one (SPIDER, Alg 3 line 17)
