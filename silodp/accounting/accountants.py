@@ -338,7 +338,8 @@ class PldAccountant(Accountant):
         return CalibrationSettings(tuned, f"pld(value_discretization_interval={disc:.2g})", 0.003, coarse,
                                    PLD_BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
-                 Mechanism.NON_PRIVATE: frozenset(), **{k: frozenset() for k in mechanisms.KINDS}}
+                 Mechanism.NON_PRIVATE: frozenset(), Mechanism.BALLS_IN_BINS: frozenset(),
+                 **{k: frozenset() for k in mechanisms.KINDS}}
 
     def __init__(self, neighbouring: ev.NeighboringRelation | None = None,
                  value_discretization_interval: float = 1e-4,
@@ -364,7 +365,7 @@ class PldAccountant(Accountant):
                 f"epsilon: {block.epsilon:g} of an (epsilon, delta) event is beyond the pld grid (losses up to "
                 f"{pld_lib.MAX_LOSS:g}, {pld_lib.MAX_POINTS} points at discretization "
                 f"{self.value_discretization_interval:g}); use 'advanced' or 'rdp'")
-        if block.kind == Mechanism.GAUSSIAN:
+        if block.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS):
             z = self._unit_z(block)
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included
             if span > pld_lib.MAX_LOSS or span / self.value_discretization_interval > pld_lib.MAX_POINTS:
@@ -380,6 +381,10 @@ class PldAccountant(Accountant):
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
         elif block.kind in mechanisms.KINDS:  # Laplace, discrete Laplace, randomized response
             one = mechanisms.pld(block, self.neighbouring, disc, bound)
+        elif block.kind == Mechanism.BALLS_IN_BINS:  # one epoch (silodp.accounting.allocation)
+            from silodp.accounting import allocation
+
+            one = allocation.block_pld(block, self.neighbouring, disc, bound)
         elif block.sampling == Sampling.WITH_REPLACEMENT:  # labelled-multiplicity bound
             one = pld_lib.from_with_replacement_gaussian(z, block.sample_size, block.dataset_size, disc, bound)
         elif block.sampling == Sampling.POISSON and block.subsampled:

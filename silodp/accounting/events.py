@@ -233,6 +233,20 @@ class ParallelComposedDpEvent(DpEvent):
 
 
 @_event
+class BallsInBinsDpEvent(DpEvent):
+    """One epoch of ``batches`` steps of ``event`` (a Gaussian), each record in exactly one batch,
+    chosen uniformly and independently of the other records (balls-in-bins / random allocation;
+    :mod:`silodp.accounting.allocation`)."""
+
+    batches: int
+    event: DpEvent
+
+    def __post_init__(self) -> None:
+        _count(self, "batches")
+        _child(self)
+
+
+@_event
 class EpsilonDeltaDpEvent(DpEvent):
     """A mechanism certified only as (epsilon, delta)-DP under the accountant's relation."""
 
@@ -363,6 +377,7 @@ def is_dp_accounting_event(event: Any) -> bool:
 
 __all__ = [
     "ADD_OR_REMOVE_ONE",
+    "BallsInBinsDpEvent",
     "ComposedDpEvent",
     "DiscreteGaussianDpEvent",
     "DiscreteLaplaceDpEvent",
