@@ -50,6 +50,7 @@ DP-SGD implementations?") use for shuffled batches, whose instance gives exactly
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -203,16 +204,24 @@ def _direction(z: float, t: int, interval: float, remove: bool, bound: float) ->
 def epoch_pld(noise_multiplier: float, batches: int, value_discretization_interval: float = 1e-3,
               log_mass_truncation_bound: float = pld_lib.LOG_TAIL_MASS) -> pld_lib.PrivacyLossDistribution:
     """Pessimistic PLD (both directions, add/remove) of one balls-in-bins epoch: ``batches``
-    Gaussian steps (noise multiplier sigma / C), each record in one uniformly chosen batch."""
+    Gaussian steps (noise multiplier sigma / C), each record in one uniformly chosen batch
+    (the last few are kept: an accountant asked again for the same epoch does not recompute it)."""
     z = check_positive("noise_multiplier", noise_multiplier)
     t = check_count("batches", batches)
     h = check_positive("value_discretization_interval", value_discretization_interval)
+    return _epoch_pld(float(z), t, float(h), float(log_mass_truncation_bound))
+
+
+@functools.lru_cache(maxsize=16)
+def _epoch_pld(z: float, t: int, h: float, log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
     if t == 1:
         return pld_lib.from_gaussian_mechanism(z, 1.0, value_discretization_interval=h,
                                                log_mass_truncation_bound=log_mass_truncation_bound)
     bound = float(log_mass_truncation_bound)
     remove = _direction(z, t, h, True, bound)
     add = _direction(z, t, h, False, bound)
+    for part in (remove, add):  # shared by the cache: read-only
+        part.masses.flags.writeable = False
     return pld_lib.PrivacyLossDistribution(remove, add, bound)
 
 
