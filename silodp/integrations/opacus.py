@@ -180,6 +180,26 @@ class SilodpOpacusAccountant(IAccountant):
         return get_accountant(self.accountant, self.neighbouring).compose(self.event()).get_epsilon(
             check_delta("delta", delta))
 
+    def get_epsilon_lower_bound(self, delta: float) -> float:
+        """Shuffled or balls-in-bins batches: an epsilon no sound accountant can go below on the
+        worst-case instance (the max-coordinate test of Chua et al. 2024 over the complete
+        epochs, at the largest noise recorded; :func:`silodp.accounting.allocation.lower_bound_epsilon`),
+        to set beside :meth:`get_epsilon`: how much the un-amplified shuffled charge may cost."""
+        from silodp.accounting import allocation
+
+        if self.sampling not in (OpacusSampling.SHUFFLED, OpacusSampling.BALLS_IN_BINS):
+            raise ValueError(f"sampling: a lower bound is offered for shuffled or balls-in-bins batches, "
+                             f"not {self.sampling.value}")
+        if not self.history:
+            return 0.0
+        m = _batches_per_epoch(self.history[0][1])
+        epochs = self.steps // m
+        if epochs == 0:
+            return 0.0
+        z = max(float(z) for z, _, _ in self.history)
+        return allocation.lower_bound_epsilon(z, m, epochs, check_delta("delta", delta),
+                                              replace_one=self.neighbouring == ev.REPLACE_ONE)
+
     def get_privacy_spent(self, *, delta: float, **kwargs: Any) -> tuple[float, None]:
         """``(epsilon, None)`` at ``delta``, as Opacus' ``get_privacy_spent`` (no best RDP order:
         the certificate is :meth:`get_epsilon`'s)."""

@@ -118,3 +118,26 @@ def test_event_plumbing_and_fail_closed(twenty_batches_two_epochs):
         releases.sampled_steps(40, 2.0, "balls-in-bins", 0.05, 100)
     with pytest.raises(ValueError, match="batches"):
         ev.BallsInBinsDpEvent(0, ev.GaussianDpEvent(1.0))
+
+
+def test_simulator_sampler_allocates_every_record_once_per_epoch_uniformly():
+    import torch
+
+    from silodp.algorithms.federation import BallsInBinsSampler
+
+    counts = torch.tensor([40, 25, 33])
+    sampler = BallsInBinsSampler(counts, 5, torch.Generator().manual_seed(0))
+    assert sampler.sampling == releases.BatchSampling.BALLS_IN_BINS
+    hits = torch.zeros(3, 5, 40)
+    for _ in range(200):
+        seen = [[] for _ in range(3)]
+        for step in range(5):
+            idx, mask = sampler.next()
+            for s in range(3):
+                members = idx[s][mask[s] > 0].tolist()
+                seen[s] += members
+                hits[s, step, members] += 1
+        assert [sorted(x) for x in seen] == [list(range(int(c))) for c in counts]
+    # each (record, step) pair hit with probability 1/5 in each of 200 epochs: 40 +- 5.7
+    rate = hits[0].flatten() / 200
+    assert abs(float(rate.mean()) - 0.2) < 0.01 and float(rate.max()) < 0.2 + 5 * (0.16 / 200) ** 0.5

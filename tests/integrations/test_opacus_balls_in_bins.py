@@ -63,3 +63,13 @@ def test_privacy_engine_run_is_certified_by_the_allocation_pld():
     from silodp.accounting import gaussian
 
     assert engine.get_epsilon(DELTA) < 0.5 * gaussian.epsilon_for_delta(2.0, DELTA)  # amplified: not one Gaussian
+
+
+def test_shuffled_upper_bound_beside_chua_et_al_lower_bound():
+    acc = create_accountant("silodp-pld-shuffled")
+    acc.history = [(2.0, 1 / 8, 16)]  # 2 epochs of 8 shuffled batches
+    lower, upper = acc.get_epsilon_lower_bound(DELTA), acc.get_epsilon(DELTA)
+    assert 0 < lower < upper  # the un-amplified charge may cost up to upper / lower
+    assert lower == pytest.approx(allocation.lower_bound_epsilon(2.0, 8, 2, DELTA, replace_one=True))
+    with pytest.raises(ValueError, match="sampling"):
+        create_accountant("silodp-pld").get_epsilon_lower_bound(DELTA)
