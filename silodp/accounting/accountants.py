@@ -339,6 +339,7 @@ class PldAccountant(Accountant):
                                    PLD_BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
                  Mechanism.NON_PRIVATE: frozenset(), Mechanism.BALLS_IN_BINS: frozenset(),
+                 Mechanism.TRUNCATED_POISSON: frozenset(),
                  **{k: frozenset() for k in mechanisms.KINDS}}
 
     def __init__(self, neighbouring: ev.NeighboringRelation | None = None,
@@ -365,8 +366,8 @@ class PldAccountant(Accountant):
                 f"epsilon: {block.epsilon:g} of an (epsilon, delta) event is beyond the pld grid (losses up to "
                 f"{pld_lib.MAX_LOSS:g}, {pld_lib.MAX_POINTS} points at discretization "
                 f"{self.value_discretization_interval:g}); use 'advanced' or 'rdp'")
-        if block.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS):
-            z = self._unit_z(block)
+        if block.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS, Mechanism.TRUNCATED_POISSON):
+            z = self._unit_z(block) / (2.0 if block.kind == Mechanism.TRUNCATED_POISSON else 1.0)
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included
             if span > pld_lib.MAX_LOSS or span / self.value_discretization_interval > pld_lib.MAX_POINTS:
                 raise UnsupportedEventError(
@@ -385,6 +386,9 @@ class PldAccountant(Accountant):
             from silodp.accounting import allocation
 
             one = allocation.block_pld(block, self.neighbouring, disc, bound)
+        elif block.kind == Mechanism.TRUNCATED_POISSON:
+            one = pld_lib.from_truncated_subsampled_gaussian(z, block.q, block.dataset_size, block.sample_size,
+                                                             self.neighbouring, disc, bound)
         elif block.sampling == Sampling.WITH_REPLACEMENT:  # labelled-multiplicity bound
             one = pld_lib.from_with_replacement_gaussian(z, block.sample_size, block.dataset_size, disc, bound)
         elif block.sampling == Sampling.POISSON and block.subsampled:

@@ -54,6 +54,8 @@ class Mechanism(enum.Enum):
     DISCRETE_GAUSSIAN = "discrete-gaussian"
     #: ``count`` balls-in-bins epochs of ``sample_size`` Gaussian steps (:mod:`silodp.accounting.allocation`)
     BALLS_IN_BINS = "balls-in-bins"
+    #: ``count`` truncated Poisson-subsampled Gaussian steps (q, n, and the cap in ``sample_size``)
+    TRUNCATED_POISSON = "truncated-poisson-gaussian"
 
 
 class Sampling(enum.Enum):
@@ -99,7 +101,7 @@ class Block:
     params: tuple = ()
 
     def __post_init__(self) -> None:
-        if self.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS):
+        if self.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS, Mechanism.TRUNCATED_POISSON):
             if not self.noise_multiplier >= NOISE_FLOOR:
                 raise UnsupportedEventError(f"noise_multiplier: must be >= {NOISE_FLOOR:g} (epsilon would exceed "
                                             f"1e8), got {self.noise_multiplier:g}")
@@ -169,6 +171,10 @@ def flatten(event: ev.DpEvent, count: int = 1) -> list[Block]:
     if kind is ev.BallsInBinsDpEvent:
         return [Block(Mechanism.BALLS_IN_BINS, count, _effective_noise_multiplier(event.event),
                       sample_size=int(event.batches))]
+    if kind is ev.TruncatedSubsampledGaussianDpEvent:
+        return [Block(Mechanism.TRUNCATED_POISSON, count, float(event.noise_multiplier),
+                      q=float(event.sampling_probability), dataset_size=int(event.dataset_size),
+                      sample_size=int(event.truncated_batch_size))]
     if kind is ev.EpsilonDeltaDpEvent:
         return [Block(Mechanism.EPSILON_DELTA, count, epsilon=float(event.epsilon), delta=float(event.delta))]
     if kind is ev.LaplaceDpEvent:

@@ -233,6 +233,24 @@ class ParallelComposedDpEvent(DpEvent):
 
 
 @_event
+class TruncatedSubsampledGaussianDpEvent(DpEvent):
+    """A Gaussian sum (std ``noise_multiplier`` C) over a Poisson sample of ``dataset_size`` records
+    at ``sampling_probability``, cut to a uniform subset of ``truncated_batch_size`` when larger
+    (dp-accounting's event of the same name and fields; arXiv 2508.15089)."""
+
+    dataset_size: int
+    sampling_probability: float
+    truncated_batch_size: int
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        _count(self, "dataset_size")
+        _real(self, "sampling_probability", 0.0, 1.0, True, False)
+        _count(self, "truncated_batch_size")
+        _real(self, "noise_multiplier", 0.0, math.inf, True, True)
+
+
+@_event
 class BallsInBinsDpEvent(DpEvent):
     """One epoch of ``batches`` steps of ``event`` (a Gaussian), each record in exactly one batch,
     chosen uniformly and independently of the other records (balls-in-bins / random allocation;
@@ -314,7 +332,7 @@ _SHARED = {
     cls.__name__: cls for cls in (
         NoOpDpEvent, NonPrivateDpEvent, GaussianDpEvent, ZCDpEvent, SelfComposedDpEvent, ComposedDpEvent,
         PoissonSampledDpEvent, SampledWithoutReplacementDpEvent, SampledWithReplacementDpEvent,
-        LaplaceDpEvent, DiscreteLaplaceDpEvent, RandomizedResponseDpEvent,
+        LaplaceDpEvent, DiscreteLaplaceDpEvent, RandomizedResponseDpEvent, TruncatedSubsampledGaussianDpEvent,
     )
 }
 
@@ -351,6 +369,11 @@ def from_dp_accounting(event: Any) -> DpEvent:
         return NoOpDpEvent()  # one bucket: the output says nothing
     if name == "PoissonSampledDpEvent" and getattr(event, "sampling_probability", None) == 0:
         return NoOpDpEvent()
+    if name == "TruncatedSubsampledGaussianDpEvent":  # dp-accounting's degenerate values
+        if 0 in (event.sampling_probability, event.truncated_batch_size, event.dataset_size):
+            return NoOpDpEvent()
+        if event.noise_multiplier == 0:
+            return NonPrivateDpEvent()
     if name in ("SampledWithoutReplacementDpEvent", "SampledWithReplacementDpEvent") \
             and getattr(event, "sample_size", None) == 0:
         return NoOpDpEvent()
@@ -395,6 +418,7 @@ __all__ = [
     "SampledWithReplacementDpEvent",
     "SampledWithoutReplacementDpEvent",
     "SelfComposedDpEvent",
+    "TruncatedSubsampledGaussianDpEvent",
     "ZCDpEvent",
     "from_dp_accounting",
     "is_dp_accounting_event",

@@ -659,6 +659,46 @@ def from_with_replacement_gaussian(
     return mixture(parts + [(charged, non_private(h, log_mass_truncation_bound))])
 
 
+def from_truncated_subsampled_gaussian(
+    noise_multiplier: float,
+    sampling_prob: float,
+    dataset_size: int,
+    truncated_batch_size: int,
+    neighbouring: ev.NeighboringRelation = ev.ADD_OR_REMOVE_ONE,
+    value_discretization_interval: float = 1e-4,
+    log_mass_truncation_bound: float = LOG_TAIL_MASS,
+) -> PrivacyLossDistribution:
+    """PLD of a Gaussian sum over a Poisson sample (rate q of n records) cut to a uniform subset of
+    B when larger (dp-accounting's ``TruncatedSubsampledGaussianDpEvent``; arXiv 2508.15089).
+
+    Whether the *other* n - 1 records already fill the cap, T = [Bin(n - 1, q) >= B], does not
+    depend on the changed record, so releasing it makes the step the labelled mixture of
+    (not T) the Poisson-subsampled Gaussian (the record, kept w.p. q, displaces nobody) and (T)
+    a replace-one-type step: the record enters w.p. q_T = P[Bin(n, q) > B] B / (n P[T]) and then
+    displaces one other record, a shift of at most 2C, certified by the replace-one Poisson pair
+    at z / 2 (as dp-accounting, whose construction this is)."""
+    from scipy import stats
+
+    z = check_positive("noise_multiplier", noise_multiplier)
+    n, cap = int(dataset_size), int(truncated_batch_size)
+    if n < 1 or cap < 1:
+        raise ValueError(f"dataset_size and truncated_batch_size must be >= 1, got {n}, {cap}")
+    h, bound = value_discretization_interval, log_mass_truncation_bound
+    plain = from_gaussian_mechanism(z, sampling_prob, neighbouring, h, bound)
+    p_cut = float(stats.binom.sf(cap - 1, n - 1, sampling_prob))
+    if p_cut == 0.0:
+        return plain
+    q_cut = min(1.0, float(stats.binom.sf(cap, n, sampling_prob)) * cap / p_cut / n)
+    if q_cut == 0.0:
+        return plain
+    displaced = from_gaussian_mechanism(z / 2.0, q_cut, ev.REPLACE_ONE, h, bound)
+    out = mixture([(p_cut, displaced), (1.0 - p_cut, plain)])
+    slack = 1e-12 * p_cut  # the weights' relative error (binomial tails): l1 <= 2 |dw|, charged
+    return dataclasses.replace(out, remove=dataclasses.replace(out.remove, roundoff=out.remove.roundoff + slack),
+                               add=None if out.add is None else
+                               dataclasses.replace(out.add, roundoff=out.add.roundoff + slack))
+
+
 def from_privacy_parameters(epsilon: float, delta: float, value_discretization_interval: float = 1e-4,
                             log_mass_truncation_bound: float = LOG_TAIL_MASS) -> PrivacyLossDistribution:
     """PLD of the pair that dominates every (epsilon, delta)-DP mechanism (Kairouz, Oh & Viswanath
