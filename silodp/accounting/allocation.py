@@ -143,7 +143,7 @@ class _Sum:
     def plus(self, other: "_Sum") -> "_Sum":
         step = max(self.step, other.step)
         a, b = self.coarsen_to(step), other.coarsen_to(step)
-        out, fresh = pld_lib._convolve(a.masses, b.masses)
+        out, fresh = pld_lib._convolve(a.masses, a.masses if b is a else b.masses)
         inf = 1.0 - (1.0 - a.inf) * (1.0 - b.inf)
         ra, rb = a.roundoff, b.roundoff
         return _Sum(out, inf, ra + rb + ra * rb + fresh, step=step, cap=a.cap, up=a.up, limit=a.limit)._fit()

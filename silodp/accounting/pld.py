@@ -153,7 +153,8 @@ def _min_over_t(fn, spread: float) -> float:
 
 def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     """Linear convolution of two nonnegative mass vectors of total mass <= 1 (direct when small,
-    else FFT), clipped at zero, and a bound on the l1 error of the computed masses.
+    else FFT; a square, ``y is x``, transforms once), clipped at zero, and a bound on the l1 error
+    of the computed masses.
 
     Direct: each output is a sum of at most m = min(len) nonnegative products, relative error
     <= (m + 1) u (Higham 2002, Sec 3.1), so l1 error <= (m + 1) u sum(out). FFT: with
@@ -165,9 +166,9 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return out, (min(len(x), len(y)) + 1) * u * 1.01 * float(np.sum(out))
     n = len(x) + len(y) - 1
     size = _next_fast_length(n)
-    fx, fy = np.fft.rfft(x, size), np.fft.rfft(y, size)
+    fx = np.fft.rfft(x, size)
     ex = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(x)), u)
-    ey = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)), u)
+    fy, ey = (fx, ex) if y is x else (np.fft.rfft(y, size), _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)), u))
     product = fx * fy
     spectrum_error = ex + (1.0 + ex) * ey + 2.0 * u * _spectral_norm(product, size)
     out = np.fft.irfft(product, size)[:n]
@@ -513,6 +514,56 @@ class GaussianPair:
             raise ValueError(f"noise_multiplier: the losses span {last - first:.3g} grid points at "
                              f"value_discretization_interval={interval:g}; use a coarser grid or 'rdp'")
         return connect_the_dots(self.delta(np.arange(first, last + 1) * interval), first, interval)
+
+
+def optimistic_loss_pmf(pair: GaussianPair, interval: float, log_mass_truncation_bound: float) -> LossPmf:
+    """A PLD *dominated* by ``pair``'s: the mass of the loss in (eps_i, eps_{i+1}] at eps_i, the mass
+    below the first and above the last grid point dropped (so every delta(eps) it gives is at most
+    the pair's, up to ``roundoff``: the survival function's few-ulp errors, 4u per point)."""
+    k = math.sqrt(-2.0 * log_mass_truncation_bound)
+    lo_x = (1.0 if pair.a == 1.0 else 0.0) - k * pair.s
+    hi_x = (0.0 if pair.a == 0.0 else 1.0) + k * pair.s
+    l_lo, l_hi = (float(v) for v in pair.loss(np.array([lo_x, hi_x])))
+    first, last = math.floor(l_lo / interval), math.ceil(l_hi / interval)
+    if last - first > MAX_POINTS or max(abs(l_lo), abs(l_hi)) > MAX_LOSS:
+        raise ValueError("noise_multiplier: too small for a lower-bound PLD on this grid")
+    eps = np.arange(first, last + 1) * interval
+    x = pair.threshold(eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_p = np.logaddexp(_log(1.0 - pair.a) + log_ndtr(-x / pair.s), _log(pair.a) + log_ndtr((1.0 - x) / pair.s))
+    surv = np.where(np.isneginf(x), 1.0, np.where(np.isposinf(x), 0.0, np.exp(log_p)))  # P[L > eps_i]
+    masses = np.maximum(surv[:-1] - surv[1:], 0.0)
+    return LossPmf(interval, first, masses, 0.0, 8.0 * _U * float(np.sum(surv)))
+
+
+def lower_bound_epsilon(pairs: list[tuple[GaussianPair, int]], delta: float, interval: float = 1e-4,
+                        log_mass_truncation_bound: float = LOG_TAIL_MASS) -> float:
+    """A rigorous lower bound on the epsilon at ``delta`` of composing ``count`` copies of each
+    (one-direction) ``pair``: the dominated PLD of :func:`optimistic_loss_pmf` composed by FFT, with
+    every mass it may have added subtracted from delta -- the round-off, the mass the window wraps
+    (charged at +inf by :meth:`LossPmf.self_compose`) and the tails :meth:`LossPmf.truncate` moves
+    (at most e^bound per side and operation). Largest eps (to 1e-6 relative) whose lower delta
+    still exceeds ``delta``."""
+    dl = check_delta("delta", delta)
+    total, ops = None, 0
+    for pair, count in pairs:
+        part = optimistic_loss_pmf(pair, interval, log_mass_truncation_bound).self_compose(
+            count, log_mass_truncation_bound)
+        total = part if total is None else total.compose(part, log_mass_truncation_bound)
+        ops += 2
+    slack = total.roundoff + total.infinity_mass + 2.0 * ops * math.exp(log_mass_truncation_bound)
+    finite = dataclasses.replace(total, infinity_mass=0.0, roundoff=0.0)
+
+    def low(eps: float) -> float:
+        return finite.delta(eps) - slack
+
+    if low(0.0) <= dl:
+        return 0.0
+    lo, hi = 0.0, float(finite.losses[-1])
+    while hi - lo > 1e-6 * max(hi, 1e-3):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if low(mid) > dl else (lo, mid)
+    return lo
 
 
 def connect_the_dots(d: np.ndarray, first: int, interval: float) -> LossPmf:
