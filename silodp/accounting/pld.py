@@ -53,7 +53,7 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import log_ndtr
 
 from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_nonnegative, check_positive
@@ -131,6 +131,13 @@ def _next_fast_length(n: int) -> int:
             p35 *= 3
         p5 *= 5
     return best
+
+
+def _lse(x: np.ndarray) -> float:
+    """log sum exp(x) (scipy's ``logsumexp`` without its per-call overhead; any t of a Chernoff
+    bound is valid, so a few ulps here only move the window)."""
+    top = float(np.max(x))
+    return top + math.log(float(np.sum(np.exp(x - top))))
 
 
 def _min_over_t(fn, spread: float) -> float:
@@ -236,6 +243,9 @@ class LossPmf:
         lo, hi = max(0, -self.offset), len(l) - 1  # delta(l_lo) > delta >= delta(l_hi)
         if self.delta(l[lo]) <= delta:
             lo -= 1
+        guess = self._bracket_guess(lo, delta)
+        if guess is not None and self.delta(l[guess - 1]) > delta >= self.delta(l[guess]):
+            lo, hi = guess - 1, guess  # the guess checked exactly: no search needed
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.delta(l[mid]) > delta:
@@ -249,6 +259,21 @@ class LossPmf:
         e = float(np.sum(m * np.exp(left - l[hi:])))
         eps = left + math.log((self.charged_infinity + s - delta) / e)
         return float(min(l[hi], max(0.0, left, eps)))
+
+    def _bracket_guess(self, lo: int, delta: float) -> int | None:
+        """Where delta(l_i) first drops to ``delta`` (i > ``lo`` >= 0), from suffix sums: all grid
+        points at once, but with cancellation at small delta, so only a guess that
+        :meth:`epsilon` then checks with :meth:`delta` itself."""
+        if lo < 0:
+            return None
+        l, m = self.losses[lo:], self.masses[lo:]
+        with np.errstate(over="ignore", invalid="ignore"):
+            s1 = np.cumsum(m[::-1])[::-1]
+            s2 = np.cumsum((m * np.exp(-l))[::-1])[::-1]
+            tail1, tail2 = np.append(s1[1:], 0.0), np.append(s2[1:], 0.0)
+            approx = self.charged_infinity + tail1 - np.exp(l) * tail2
+        below = np.flatnonzero(approx <= delta)
+        return int(lo + below[0]) if len(below) and below[0] > 0 else None
 
     def truncate(self, log_mass_truncation_bound: float) -> "LossPmf":
         """Cut each tail of mass at most e^bound: the lower one moves up to the first kept point,
@@ -283,8 +308,8 @@ class LossPmf:
         keep = self.masses > 0
         l, log_m = self.losses[keep], np.log(self.masses[keep])
         spread = max(float(l[-1] - l[0]), self.interval)
-        upper = _min_over_t(lambda t: (count * float(logsumexp(log_m + t * l)) - log_tau) / t, spread)
-        lower = -_min_over_t(lambda t: (count * float(logsumexp(log_m - t * l)) - log_tau) / t, spread)
+        upper = _min_over_t(lambda t: (count * _lse(log_m + t * l) - log_tau) / t, spread)
+        lower = -_min_over_t(lambda t: (count * _lse(log_m - t * l) - log_tau) / t, spread)
         return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
     def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int,

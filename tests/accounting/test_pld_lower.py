@@ -23,3 +23,22 @@ def test_poisson_lower_bound_is_below_the_certificate_and_within_3_percent():
 
 def test_nothing_to_lose_gives_zero():
     assert pld.lower_bound_epsilon([(pld.GaussianPair(1.0, 0.0, 50.0), 1)], 0.5) == 0.0
+
+
+def test_epsilon_lookup_equals_a_plain_scan_of_the_grid():
+    """LossPmf.epsilon's suffix-sum guess of the bracket is checked exactly: the answer is the one
+    a scan of delta over every grid point gives."""
+    import math
+
+    import numpy as np
+
+    pmf = pld.from_gaussian_mechanism(1.0, 0.05, ev.ADD_OR_REMOVE_ONE, 1e-3).self_compose(200).remove
+    l = pmf.losses
+    for delta in (0.3, 1e-3, 1e-6, 1e-9):
+        eps = pmf.epsilon(delta)
+        if math.isinf(eps):
+            continue
+        above = [x for x in l if x >= 0 and pmf.delta(float(x)) > delta]
+        left = max(above) if above else 0.0
+        nxt = float(l[np.searchsorted(l, left, side="right")])
+        assert left <= eps <= nxt and pmf.delta(eps) <= delta * (1 + 1e-9)
