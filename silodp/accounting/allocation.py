@@ -248,6 +248,20 @@ def add_remove_pld(noise_multiplier: float, batches: int, epochs: int,
     return one if e == 1 else one.self_compose(e)
 
 
+def epsilon(noise_multiplier: float, batches: int, epochs: int, delta: float, neighbouring=None,
+            value_discretization_interval: float = 1e-4) -> float:
+    """Certified epsilon of ``epochs`` balls-in-bins epochs at ``delta``: the allocation PLD under
+    add/remove (the default); under replace-one the smaller of :func:`replace_one_epsilon` and the
+    un-amplified charge (one Gaussian step at shift 2C per epoch)."""
+    from silodp.accounting import events as ev
+
+    pld = add_remove_pld(noise_multiplier, batches, epochs, value_discretization_interval)
+    if neighbouring is None or ev.relation(neighbouring) == ev.ADD_OR_REMOVE_ONE:
+        return pld.get_epsilon_for_delta(delta)
+    plain = pld_lib.from_gaussian_mechanism(noise_multiplier, 1.0, ev.REPLACE_ONE, value_discretization_interval)
+    return min(replace_one_epsilon(pld, delta), plain.self_compose(epochs).get_epsilon_for_delta(delta))
+
+
 def replace_one_epsilon(pld: pld_lib.PrivacyLossDistribution, delta: float, splits: int = 24) -> float:
     """Replace-one epsilon from the add/remove PLD by chaining remove then add (module docstring):
     min over splits of eps_r(d_r) + eps_a(d_a) with d_r + e^{eps_r} d_a <= delta."""

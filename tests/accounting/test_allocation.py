@@ -99,6 +99,10 @@ def test_replace_one_chain_is_between_add_remove_and_twice_it(twenty_batches_two
     ar = p.get_epsilon_for_delta(1e-5)
     ro = allocation.replace_one_epsilon(p, 1e-5)
     assert ar < ro < 3.0 * ar
+    assert allocation.epsilon(2.0, 20, 2, 1e-5) == ar
+    plain = accountants.epsilon(releases.gaussian_steps(40, 2.0, releases.BatchSampling.SHUFFLED, 1, 20), 1e-5,
+                                neighbouring=ev.REPLACE_ONE)
+    assert allocation.epsilon(2.0, 20, 2, 1e-5, ev.REPLACE_ONE) == pytest.approx(min(ro, plain), rel=1e-6)
     assert allocation.lower_bound_epsilon(2.0, 20, 2, 1e-5, replace_one=True) <= ro
 
 
