@@ -5,9 +5,9 @@ dp-accounting and (Poisson add/remove Gaussians) Opacus' PRV accountant, in one 
 For each mechanism: silodp's epsilon (``tightest_epsilon``: the smaller of its pld and rdp
 certificates), dp-accounting's pessimistic PLD at value_discretization_interval 1e-4 ("fine"),
 a lower reference -- for Gaussian and Poisson-subsampled Gaussian steps a *rigorous* lower bound
-(:func:`silodp.accounting.pld.lower_bound_epsilon`: a dominated PLD with its round-off, wrapped and
-moved tails subtracted from delta; its grid bias grows with the steps, so it is loose at 10^4+
-steps), elsewhere dp-accounting's *optimistic* PLD (below the true epsilon only up to its own
+(the larger of :func:`silodp.accounting.pld.lower_bound_epsilon`, a dominated PLD with its
+round-off, wrapped and moved tails subtracted from delta, whose grid bias grows with the steps,
+and :func:`~silodp.accounting.pld.count_test_lower_bound`, a closed-form hypothesis test), elsewhere dp-accounting's *optimistic* PLD (below the true epsilon only up to its own
 round-off; marked ``~``) -- the excess of silodp over the tighter of dp-accounting's fine
 PLD and silodp's own lower reference, and the times. Printed: median and worst excess, and the median
 time ratios.
@@ -114,10 +114,11 @@ def run(case) -> dict:
         acc = pld_privacy_accountant.PLDAccountant(_NR[rel], value_discretization_interval=1e-4)
         fine, t_fine = timed(lambda: acc.compose(theirs).get_epsilon(delta))
     rigorous = pairs is not None
-    if rigorous:  # one direction, or the larger of two (add/remove)
+    if rigorous:  # one direction, or the larger of two (add/remove); the better of two rigorous bounds
         groups = pairs if isinstance(pairs[0], list) else [pairs]
         try:
-            lower = max(pld.lower_bound_epsilon(g, delta) for g in groups)
+            lower = max(max(pld.lower_bound_epsilon(g, delta), pld.count_test_lower_bound(*g[0], delta))
+                        for g in groups)
         except ValueError:  # beyond the grid: dp-accounting's optimistic PLD instead
             rigorous, lower = False, optimistic().get_epsilon_for_delta(delta)
     else:

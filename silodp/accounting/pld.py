@@ -591,6 +591,28 @@ def lower_bound_epsilon(pairs: list[tuple[GaussianPair, int]], delta: float, int
     return lo
 
 
+def count_test_lower_bound(pair: GaussianPair, steps: int, delta: float) -> float:
+    """A rigorous lower bound on the epsilon at ``delta`` of ``steps`` independent copies of
+    ``pair``, from a test: count the steps whose output exceeds tau and reject when at least m do.
+    The per-step pass probabilities are closed forms in Phi, so for every (tau, m)
+    delta <= P[Bin(T, p_P) >= m] - e^eps P[Bin(T, p_Q) >= m]; the best over a grid of (tau, m), with
+    the binomial tails' relative error (1e-9) counted against it. Strong where a few steps carry
+    the loss (small q, many steps), where a grid-based lower PLD is loose."""
+    from scipy.stats import binom
+
+    dl = check_delta("delta", delta)
+    taus = np.linspace(-3.0, 12.0, 301) * pair.s + 0.5
+    p_pass = (1.0 - pair.a) * np.exp(log_ndtr(-taus / pair.s)) + pair.a * np.exp(log_ndtr((1.0 - taus) / pair.s))
+    q_pass = (1.0 - pair.b) * np.exp(log_ndtr(-taus / pair.s)) + pair.b * np.exp(log_ndtr((-1.0 - taus) / pair.s))
+    counts = np.unique(np.geomspace(1, steps, 60).astype(np.int64))[:, None]
+    sf_p = binom.sf(counts - 1, steps, p_pass[None, :]) * (1 - 1e-9)
+    sf_q = binom.sf(counts - 1, steps, q_pass[None, :]) * (1 + 1e-9)
+    usable = (sf_p > dl) & (sf_q > 1e-250)  # tails deep in the subnormals are not trusted
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.where(usable, np.log(np.where(usable, sf_p - dl, 1.0)) - np.log(np.where(usable, sf_q, 1.0)), 0.0)
+    return float(max(0.0, np.max(eps)))
+
+
 def connect_the_dots(d: np.ndarray, first: int, interval: float) -> LossPmf:
     """The pessimistic PLD whose hockey-stick curve equals ``d`` (the true delta at the grid points
     (first + i) * interval, the last one's value charged to +inf) and is linear in e^eps in between

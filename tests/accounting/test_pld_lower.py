@@ -42,3 +42,13 @@ def test_epsilon_lookup_equals_a_plain_scan_of_the_grid():
         left = max(above) if above else 0.0
         nxt = float(l[np.searchsorted(l, left, side="right")])
         assert left <= eps <= nxt and pmf.delta(eps) <= delta * (1 + 1e-9)
+
+
+def test_count_test_reproduces_the_pinned_million_step_bound_and_stays_below_the_certificate():
+    """q 1e-6, z 0.5, 10^6 steps, delta 1e-12: the max test (m = 1) is the bound pinned in
+    test_pld_roundoff (1.972, mpmath); and at 1000 steps the count test is below the certificate."""
+    assert pld.count_test_lower_bound(pld.GaussianPair(1e-6, 1e-6, 0.5), 1_000_000, 1e-12) == pytest.approx(1.972, abs=2e-3)
+    q, z, steps = 0.01, 1.0, 1000
+    upper = accountants.epsilon(ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(z)), steps),
+                                1e-5, neighbouring=ev.REPLACE_ONE)
+    assert 0 < pld.count_test_lower_bound(pld.GaussianPair(q, q, z), steps, 1e-5) <= upper
