@@ -390,7 +390,9 @@ class PldAccountant(Accountant):
         return CalibrationSettings(tuned, f"pld(value_discretization_interval={disc:.2g})", 0.003, coarse,
                                    PLD_BIAS * steps * ((4 * disc) ** 2 - disc ** 2))
     CERTIFIES = {Mechanism.GAUSSIAN: _ALL_SAMPLING, Mechanism.EPSILON_DELTA: frozenset(),
-                 Mechanism.NON_PRIVATE: frozenset(), **{k: frozenset() for k in mechanisms.KINDS}}
+                 Mechanism.NON_PRIVATE: frozenset(), Mechanism.BALLS_IN_BINS: frozenset(),
+                 Mechanism.TRUNCATED_POISSON: frozenset(),
+                 **{k: frozenset() for k in mechanisms.KINDS}}
 
     def __init__(self, neighbouring: ev.NeighboringRelation | None = None,
                  value_discretization_interval: float = 1e-4,
@@ -416,8 +418,8 @@ class PldAccountant(Accountant):
                 f"epsilon: {block.epsilon:g} of an (epsilon, delta) event is beyond the pld grid (losses up to "
                 f"{pld_lib.MAX_LOSS:g}, {pld_lib.MAX_POINTS} points at discretization "
                 f"{self.value_discretization_interval:g}); use 'advanced' or 'rdp'")
-        if block.kind == Mechanism.GAUSSIAN:
-            z = self._unit_z(block)
+        if block.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS, Mechanism.TRUNCATED_POISSON):
+            z = self._unit_z(block) / (2.0 if block.kind == Mechanism.TRUNCATED_POISSON else 1.0)
             span = 0.5 / z ** 2 + 20.0 / z  # privacy losses of one Gaussian step, tails included
             if span > pld_lib.MAX_LOSS or span / self.value_discretization_interval > pld_lib.MAX_POINTS:
                 raise UnsupportedEventError(
@@ -432,6 +434,13 @@ class PldAccountant(Accountant):
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
         elif block.kind in mechanisms.KINDS:  # Laplace, discrete Laplace, randomized response
             one = mechanisms.pld(block, self.neighbouring, disc, bound)
+        elif block.kind == Mechanism.BALLS_IN_BINS:  # one epoch (silodp.accounting.allocation)
+            from silodp.accounting import allocation
+
+            one = allocation.block_pld(block, self.neighbouring, disc, bound)
+        elif block.kind == Mechanism.TRUNCATED_POISSON:
+            one = pld_lib.from_truncated_subsampled_gaussian(z, block.q, block.dataset_size, block.sample_size,
+                                                             self.neighbouring, disc, bound)
         elif block.sampling == Sampling.WITH_REPLACEMENT:  # labelled-multiplicity bound
             one = pld_lib.from_with_replacement_gaussian(z, block.sample_size, block.dataset_size, disc, bound)
         elif block.sampling == Sampling.POISSON and block.subsampled:

@@ -53,6 +53,10 @@ class Mechanism(enum.Enum):
     DISCRETE_LAPLACE = "discrete-laplace"
     RANDOMIZED_RESPONSE = "randomized-response"
     DISCRETE_GAUSSIAN = "discrete-gaussian"
+    #: ``count`` balls-in-bins epochs of ``sample_size`` Gaussian steps (:mod:`silodp.accounting.allocation`)
+    BALLS_IN_BINS = "balls-in-bins"
+    #: ``count`` truncated Poisson-subsampled Gaussian steps (q, n, and the cap in ``sample_size``)
+    TRUNCATED_POISSON = "truncated-poisson-gaussian"
 
 
 class Sampling(enum.Enum):
@@ -62,6 +66,9 @@ class Sampling(enum.Enum):
     POISSON = "poisson"
     WITHOUT_REPLACEMENT = "without-replacement"
     WITH_REPLACEMENT = "with-replacement"
+    #: a named sampling of :func:`silodp.accounting.releases.sampled_steps` (``--sampling``); its
+    #: blocks are :attr:`Mechanism.BALLS_IN_BINS` epochs, never Gaussian steps
+    BALLS_IN_BINS = "balls-in-bins"
 
 
 #: Gaussian steps with more noise than this are certified as if they had this much: sound (less
@@ -95,7 +102,7 @@ class Block:
     params: tuple = ()
 
     def __post_init__(self) -> None:
-        if self.kind == Mechanism.GAUSSIAN:
+        if self.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS, Mechanism.TRUNCATED_POISSON):
             if not self.noise_multiplier >= NOISE_FLOOR:
                 raise UnsupportedEventError(f"noise_multiplier: must be >= {NOISE_FLOOR:g} (epsilon would exceed "
                                             f"1e8), got {self.noise_multiplier:g}")
@@ -168,6 +175,13 @@ def flatten(event: ev.DpEvent, count: int = 1,
         return _sampled(event, Sampling.WITHOUT_REPLACEMENT, count)
     if kind is ev.SampledWithReplacementDpEvent:
         return _sampled(event, Sampling.WITH_REPLACEMENT, count)
+    if kind is ev.BallsInBinsDpEvent:
+        return [Block(Mechanism.BALLS_IN_BINS, count, _effective_noise_multiplier(event.event),
+                      sample_size=int(event.batches))]
+    if kind is ev.TruncatedSubsampledGaussianDpEvent:
+        return [Block(Mechanism.TRUNCATED_POISSON, count, float(event.noise_multiplier),
+                      q=float(event.sampling_probability), dataset_size=int(event.dataset_size),
+                      sample_size=int(event.truncated_batch_size))]
     if kind is ev.EpsilonDeltaDpEvent:
         return [Block(Mechanism.EPSILON_DELTA, count, epsilon=float(event.epsilon), delta=float(event.delta))]
     if kind is ev.LaplaceDpEvent:

@@ -107,6 +107,9 @@ def _gdp_guess(event_fn: EventFn, epsilon: float, delta: float,
     def mu(z: float) -> float:
         total = 0.0
         for b in flatten(event_fn(z)):
+            if b.kind == Mechanism.BALLS_IN_BINS:  # guessed as its t steps at Poisson rate 1/t
+                total += b.count * math.expm1(min((shift / b.noise_multiplier) ** 2, 700.0)) / b.sample_size
+                continue
             if b.kind != Mechanism.GAUSSIAN:
                 raise ValueError("not a Gaussian event")
             inv = (shift / b.noise_multiplier) ** 2

@@ -236,6 +236,38 @@ class ParallelComposedDpEvent(DpEvent):
 
 
 @_event
+class TruncatedSubsampledGaussianDpEvent(DpEvent):
+    """A Gaussian sum (std ``noise_multiplier`` C) over a Poisson sample of ``dataset_size`` records
+    at ``sampling_probability``, cut to a uniform subset of ``truncated_batch_size`` when larger
+    (dp-accounting's event of the same name and fields; arXiv 2508.15089)."""
+
+    dataset_size: int
+    sampling_probability: float
+    truncated_batch_size: int
+    noise_multiplier: float
+
+    def __post_init__(self) -> None:
+        _count(self, "dataset_size")
+        _real(self, "sampling_probability", 0.0, 1.0, True, False)
+        _count(self, "truncated_batch_size")
+        _real(self, "noise_multiplier", 0.0, math.inf, True, True)
+
+
+@_event
+class BallsInBinsDpEvent(DpEvent):
+    """One epoch of ``batches`` steps of ``event`` (a Gaussian), each record in exactly one batch,
+    chosen uniformly and independently of the other records (balls-in-bins / random allocation;
+    :mod:`silodp.accounting.allocation`)."""
+
+    batches: int
+    event: DpEvent
+
+    def __post_init__(self) -> None:
+        _count(self, "batches")
+        _child(self)
+
+
+@_event
 class EpsilonDeltaDpEvent(DpEvent):
     """A mechanism certified only as (epsilon, delta)-DP under the accountant's relation."""
 
@@ -326,7 +358,7 @@ _SHARED = {
     cls.__name__: cls for cls in (
         NoOpDpEvent, NonPrivateDpEvent, GaussianDpEvent, ZCDpEvent, SelfComposedDpEvent, ComposedDpEvent,
         PoissonSampledDpEvent, SampledWithoutReplacementDpEvent, SampledWithReplacementDpEvent,
-        LaplaceDpEvent, DiscreteLaplaceDpEvent, RandomizedResponseDpEvent,
+        LaplaceDpEvent, DiscreteLaplaceDpEvent, RandomizedResponseDpEvent, TruncatedSubsampledGaussianDpEvent,
     )
 }
 
@@ -363,6 +395,11 @@ def from_dp_accounting(event: Any) -> DpEvent:
         return NoOpDpEvent()  # one bucket: the output says nothing
     if name == "PoissonSampledDpEvent" and getattr(event, "sampling_probability", None) == 0:
         return NoOpDpEvent()
+    if name == "TruncatedSubsampledGaussianDpEvent":  # dp-accounting's degenerate values
+        if 0 in (event.sampling_probability, event.truncated_batch_size, event.dataset_size):
+            return NoOpDpEvent()
+        if event.noise_multiplier == 0:
+            return NonPrivateDpEvent()
     if name in ("SampledWithoutReplacementDpEvent", "SampledWithReplacementDpEvent") \
             and getattr(event, "sample_size", None) == 0:
         return NoOpDpEvent()
@@ -389,6 +426,7 @@ def is_dp_accounting_event(event: Any) -> bool:
 
 __all__ = [
     "ADD_OR_REMOVE_ONE",
+    "BallsInBinsDpEvent",
     "ComposedDpEvent",
     "DiscreteGaussianDpEvent",
     "DiscreteLaplaceDpEvent",
@@ -407,6 +445,7 @@ __all__ = [
     "SampledWithReplacementDpEvent",
     "SampledWithoutReplacementDpEvent",
     "SelfComposedDpEvent",
+    "TruncatedSubsampledGaussianDpEvent",
     "ZCDpEvent",
     "from_dp_accounting",
     "is_dp_accounting_event",

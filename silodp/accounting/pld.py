@@ -53,7 +53,7 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import log_ndtr
 
 from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_nonnegative, check_positive
@@ -133,6 +133,13 @@ def _next_fast_length(n: int) -> int:
     return best
 
 
+def _lse(x: np.ndarray) -> float:
+    """log sum exp(x) (scipy's ``logsumexp`` without its per-call overhead; any t of a Chernoff
+    bound is valid, so a few ulps here only move the window)."""
+    top = float(np.max(x))
+    return top + math.log(float(np.sum(np.exp(x - top))))
+
+
 def _min_over_t(fn, spread: float) -> float:
     """Minimum of a unimodal ``fn`` over t in [1e-6, 1e4] / spread (golden section on log t)."""
     a, b = math.log(1e-6 / spread), math.log(1e4 / spread)
@@ -153,7 +160,8 @@ def _min_over_t(fn, spread: float) -> float:
 
 def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     """Linear convolution of two nonnegative mass vectors of total mass <= 1 (direct when small,
-    else FFT), clipped at zero, and a bound on the l1 error of the computed masses.
+    else FFT; a square, ``y is x``, transforms once), clipped at zero, and a bound on the l1 error
+    of the computed masses.
 
     Direct: each output is a sum of at most m = min(len) nonnegative products, relative error
     <= (m + 1) u (Higham 2002, Sec 3.1), so l1 error <= (m + 1) u sum(out). FFT: with
@@ -165,9 +173,9 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return out, (min(len(x), len(y)) + 1) * u * 1.01 * float(np.sum(out))
     n = len(x) + len(y) - 1
     size = _next_fast_length(n)
-    fx, fy = np.fft.rfft(x, size), np.fft.rfft(y, size)
+    fx = np.fft.rfft(x, size)
     ex = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(x)), u)
-    ey = _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)), u)
+    fy, ey = (fx, ex) if y is x else (np.fft.rfft(y, size), _fft_error(size, math.sqrt(size) * float(np.linalg.norm(y)), u))
     product = fx * fy
     spectrum_error = ex + (1.0 + ex) * ey + 2.0 * u * _spectral_norm(product, size)
     out = np.fft.irfft(product, size)[:n]
@@ -235,6 +243,9 @@ class LossPmf:
         lo, hi = max(0, -self.offset), len(l) - 1  # delta(l_lo) > delta >= delta(l_hi)
         if self.delta(l[lo]) <= delta:
             lo -= 1
+        guess = self._bracket_guess(lo, delta)
+        if guess is not None and self.delta(l[guess - 1]) > delta >= self.delta(l[guess]):
+            lo, hi = guess - 1, guess  # the guess checked exactly: no search needed
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.delta(l[mid]) > delta:
@@ -248,6 +259,21 @@ class LossPmf:
         e = float(np.sum(m * np.exp(left - l[hi:])))
         eps = left + math.log((self.charged_infinity + s - delta) / e)
         return float(min(l[hi], max(0.0, left, eps)))
+
+    def _bracket_guess(self, lo: int, delta: float) -> int | None:
+        """Where delta(l_i) first drops to ``delta`` (i > ``lo`` >= 0), from suffix sums: all grid
+        points at once, but with cancellation at small delta, so only a guess that
+        :meth:`epsilon` then checks with :meth:`delta` itself."""
+        if lo < 0:
+            return None
+        l, m = self.losses[lo:], self.masses[lo:]
+        with np.errstate(over="ignore", invalid="ignore"):
+            s1 = np.cumsum(m[::-1])[::-1]
+            s2 = np.cumsum((m * np.exp(-l))[::-1])[::-1]
+            tail1, tail2 = np.append(s1[1:], 0.0), np.append(s2[1:], 0.0)
+            approx = self.charged_infinity + tail1 - np.exp(l) * tail2
+        below = np.flatnonzero(approx <= delta)
+        return int(lo + below[0]) if len(below) and below[0] > 0 else None
 
     def truncate(self, log_mass_truncation_bound: float) -> "LossPmf":
         """Cut each tail of mass at most e^bound: the lower one moves up to the first kept point,
@@ -282,8 +308,8 @@ class LossPmf:
         keep = self.masses > 0
         l, log_m = self.losses[keep], np.log(self.masses[keep])
         spread = max(float(l[-1] - l[0]), self.interval)
-        upper = _min_over_t(lambda t: (count * float(logsumexp(log_m + t * l)) - log_tau) / t, spread)
-        lower = -_min_over_t(lambda t: (count * float(logsumexp(log_m - t * l)) - log_tau) / t, spread)
+        upper = _min_over_t(lambda t: (count * _lse(log_m + t * l) - log_tau) / t, spread)
+        lower = -_min_over_t(lambda t: (count * _lse(log_m - t * l) - log_tau) / t, spread)
         return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
     def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int,
@@ -515,6 +541,78 @@ class GaussianPair:
         return connect_the_dots(self.delta(np.arange(first, last + 1) * interval), first, interval)
 
 
+def optimistic_loss_pmf(pair: GaussianPair, interval: float, log_mass_truncation_bound: float) -> LossPmf:
+    """A PLD *dominated* by ``pair``'s: the mass of the loss in (eps_i, eps_{i+1}] at eps_i, the mass
+    below the first and above the last grid point dropped (so every delta(eps) it gives is at most
+    the pair's, up to ``roundoff``: the survival function's few-ulp errors, 4u per point)."""
+    k = math.sqrt(-2.0 * log_mass_truncation_bound)
+    lo_x = (1.0 if pair.a == 1.0 else 0.0) - k * pair.s
+    hi_x = (0.0 if pair.a == 0.0 else 1.0) + k * pair.s
+    l_lo, l_hi = (float(v) for v in pair.loss(np.array([lo_x, hi_x])))
+    first, last = math.floor(l_lo / interval), math.ceil(l_hi / interval)
+    if last - first > MAX_POINTS or max(abs(l_lo), abs(l_hi)) > MAX_LOSS:
+        raise ValueError("noise_multiplier: too small for a lower-bound PLD on this grid")
+    eps = np.arange(first, last + 1) * interval
+    x = pair.threshold(eps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_p = np.logaddexp(_log(1.0 - pair.a) + log_ndtr(-x / pair.s), _log(pair.a) + log_ndtr((1.0 - x) / pair.s))
+    surv = np.where(np.isneginf(x), 1.0, np.where(np.isposinf(x), 0.0, np.exp(log_p)))  # P[L > eps_i]
+    masses = np.maximum(surv[:-1] - surv[1:], 0.0)
+    return LossPmf(interval, first, masses, 0.0, 8.0 * _U * float(np.sum(surv)))
+
+
+def lower_bound_epsilon(pairs: list[tuple[GaussianPair, int]], delta: float, interval: float = 1e-4,
+                        log_mass_truncation_bound: float = LOG_TAIL_MASS) -> float:
+    """A rigorous lower bound on the epsilon at ``delta`` of composing ``count`` copies of each
+    (one-direction) ``pair``: the dominated PLD of :func:`optimistic_loss_pmf` composed by FFT, with
+    every mass it may have added subtracted from delta -- the round-off, the mass the window wraps
+    (charged at +inf by :meth:`LossPmf.self_compose`) and the tails :meth:`LossPmf.truncate` moves
+    (at most e^bound per side and operation). Largest eps (to 1e-6 relative) whose lower delta
+    still exceeds ``delta``."""
+    dl = check_delta("delta", delta)
+    total, ops = None, 0
+    for pair, count in pairs:
+        part = optimistic_loss_pmf(pair, interval, log_mass_truncation_bound).self_compose(
+            count, log_mass_truncation_bound)
+        total = part if total is None else total.compose(part, log_mass_truncation_bound)
+        ops += 2
+    slack = total.roundoff + total.infinity_mass + 2.0 * ops * math.exp(log_mass_truncation_bound)
+    finite = dataclasses.replace(total, infinity_mass=0.0, roundoff=0.0)
+
+    def low(eps: float) -> float:
+        return finite.delta(eps) - slack
+
+    if low(0.0) <= dl:
+        return 0.0
+    lo, hi = 0.0, float(finite.losses[-1])
+    while hi - lo > 1e-6 * max(hi, 1e-3):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if low(mid) > dl else (lo, mid)
+    return lo
+
+
+def count_test_lower_bound(pair: GaussianPair, steps: int, delta: float) -> float:
+    """A rigorous lower bound on the epsilon at ``delta`` of ``steps`` independent copies of
+    ``pair``, from a test: count the steps whose output exceeds tau and reject when at least m do.
+    The per-step pass probabilities are closed forms in Phi, so for every (tau, m)
+    delta <= P[Bin(T, p_P) >= m] - e^eps P[Bin(T, p_Q) >= m]; the best over a grid of (tau, m), with
+    the binomial tails' relative error (1e-9) counted against it. Strong where a few steps carry
+    the loss (small q, many steps), where a grid-based lower PLD is loose."""
+    from scipy.stats import binom
+
+    dl = check_delta("delta", delta)
+    taus = np.linspace(-3.0, 12.0, 301) * pair.s + 0.5
+    p_pass = (1.0 - pair.a) * np.exp(log_ndtr(-taus / pair.s)) + pair.a * np.exp(log_ndtr((1.0 - taus) / pair.s))
+    q_pass = (1.0 - pair.b) * np.exp(log_ndtr(-taus / pair.s)) + pair.b * np.exp(log_ndtr((-1.0 - taus) / pair.s))
+    counts = np.unique(np.geomspace(1, steps, 60).astype(np.int64))[:, None]
+    sf_p = binom.sf(counts - 1, steps, p_pass[None, :]) * (1 - 1e-9)
+    sf_q = binom.sf(counts - 1, steps, q_pass[None, :]) * (1 + 1e-9)
+    usable = (sf_p > dl) & (sf_q > 1e-250)  # tails deep in the subnormals are not trusted
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.where(usable, np.log(np.where(usable, sf_p - dl, 1.0)) - np.log(np.where(usable, sf_q, 1.0)), 0.0)
+    return float(max(0.0, np.max(eps)))
+
+
 def connect_the_dots(d: np.ndarray, first: int, interval: float) -> LossPmf:
     """The pessimistic PLD whose hockey-stick curve equals ``d`` (the true delta at the grid points
     (first + i) * interval, the last one's value charged to +inf) and is linear in e^eps in between
@@ -657,6 +755,46 @@ def from_with_replacement_gaussian(
             break
         parts.append((float(_binomial.pmf(k, m, 1.0 / n)), part))
     return mixture(parts + [(charged, non_private(h, log_mass_truncation_bound))])
+
+
+def from_truncated_subsampled_gaussian(
+    noise_multiplier: float,
+    sampling_prob: float,
+    dataset_size: int,
+    truncated_batch_size: int,
+    neighbouring: ev.NeighboringRelation = ev.ADD_OR_REMOVE_ONE,
+    value_discretization_interval: float = 1e-4,
+    log_mass_truncation_bound: float = LOG_TAIL_MASS,
+) -> PrivacyLossDistribution:
+    """PLD of a Gaussian sum over a Poisson sample (rate q of n records) cut to a uniform subset of
+    B when larger (dp-accounting's ``TruncatedSubsampledGaussianDpEvent``; arXiv 2508.15089).
+
+    Whether the *other* n - 1 records already fill the cap, T = [Bin(n - 1, q) >= B], does not
+    depend on the changed record, so releasing it makes the step the labelled mixture of
+    (not T) the Poisson-subsampled Gaussian (the record, kept w.p. q, displaces nobody) and (T)
+    a replace-one-type step: the record enters w.p. q_T = P[Bin(n, q) > B] B / (n P[T]) and then
+    displaces one other record, a shift of at most 2C, certified by the replace-one Poisson pair
+    at z / 2 (as dp-accounting, whose construction this is)."""
+    from scipy import stats
+
+    z = check_positive("noise_multiplier", noise_multiplier)
+    n, cap = int(dataset_size), int(truncated_batch_size)
+    if n < 1 or cap < 1:
+        raise ValueError(f"dataset_size and truncated_batch_size must be >= 1, got {n}, {cap}")
+    h, bound = value_discretization_interval, log_mass_truncation_bound
+    plain = from_gaussian_mechanism(z, sampling_prob, neighbouring, h, bound)
+    p_cut = float(stats.binom.sf(cap - 1, n - 1, sampling_prob))
+    if p_cut == 0.0:
+        return plain
+    q_cut = min(1.0, float(stats.binom.sf(cap, n, sampling_prob)) * cap / p_cut / n)
+    if q_cut == 0.0:
+        return plain
+    displaced = from_gaussian_mechanism(z / 2.0, q_cut, ev.REPLACE_ONE, h, bound)
+    out = mixture([(p_cut, displaced), (1.0 - p_cut, plain)])
+    slack = 1e-12 * p_cut  # the weights' relative error (binomial tails): l1 <= 2 |dw|, charged
+    return dataclasses.replace(out, remove=dataclasses.replace(out.remove, roundoff=out.remove.roundoff + slack),
+                               add=None if out.add is None else
+                               dataclasses.replace(out.add, roundoff=out.add.roundoff + slack))
 
 
 def from_privacy_parameters(epsilon: float, delta: float, value_discretization_interval: float = 1e-4,

@@ -31,6 +31,11 @@ Batch samplings (how a record enters the messages of one group):
   ceil(count / floor(n/K)) un-subsampled steps.
 * ``POISSON`` -- each record enters each message independently with probability q = K / n (K the
   expected batch size; Opacus' ``DPDataLoader``): ``count`` Poisson-subsampled steps.
+* ``BALLS_IN_BINS`` -- each epoch every record is put in one of t = floor(n/K) batches, chosen
+  uniformly and independently (batches of random size, K on average): ceil(count / t) epochs
+  of random allocation (:mod:`silodp.accounting.allocation`; Chua et al. 2025, Feldman &
+  Shenfeld 2025). Within an epoch a record is in exactly one batch, so every charge of
+  ``SHUFFLED`` holds too; the accountants that know the allocation (PLD) certify less.
 
 Shuffle-DP releases are certified two ways. The tight certificate (:func:`pvec_groups` and
 :mod:`silodp.accounting.pvec`) is the exact discrete PLD of the binomial protocol's counts with
@@ -64,6 +69,7 @@ class BatchSampling(enum.Enum):
     SUBSET = "subset"
     SHUFFLED = "shuffled"
     POISSON = "poisson"
+    BALLS_IN_BINS = "balls-in-bins"
 
 
 #: Tail mass charged to delta when a with-replacement shuffle-DP invocation is bounded by group privacy.
@@ -132,9 +138,10 @@ def _check_common(r) -> None:
 
 
 def uses_per_record(sampling: BatchSampling, count: int, batch_size: int, dataset_size: int) -> int:
-    """How many of ``count`` messages a record can enter with ``SHUFFLED`` batches (one per epoch)."""
+    """How many of ``count`` messages a record can enter with ``SHUFFLED`` or ``BALLS_IN_BINS``
+    batches (one per epoch)."""
     per_epoch = max(1, dataset_size // batch_size)
-    return -(-count // per_epoch) if sampling == BatchSampling.SHUFFLED else count
+    return -(-count // per_epoch) if sampling in (BatchSampling.SHUFFLED, BatchSampling.BALLS_IN_BINS) else count
 
 
 def gaussian_steps(count: int, noise_multiplier: float, sampling: BatchSampling, batch_size: int,
@@ -154,6 +161,8 @@ def gaussian_steps(count: int, noise_multiplier: float, sampling: BatchSampling,
         per_epoch = min(count, n // k)
         epoch = ev.ParallelComposedDpEvent(step, per_epoch) if per_epoch > 1 else step
         return ev.SelfComposedDpEvent(epoch, uses_per_record(sampling, count, k, n))
+    if sampling == BatchSampling.BALLS_IN_BINS and n // k > 1:  # a partial last epoch: post-processing
+        return ev.SelfComposedDpEvent(ev.BallsInBinsDpEvent(n // k, step), uses_per_record(sampling, count, k, n))
     return ev.SelfComposedDpEvent(step, count)
 
 
@@ -175,7 +184,8 @@ def delta_weight(r: ShuffleRelease) -> float:
 def sampled_steps(steps: int, noise_multiplier: float, sampling: Sampling | str = Sampling.NONE,
                   q: float | None = None, dataset_size: int | None = None) -> ev.DpEvent:
     """``steps`` Gaussian steps (noise multiplier sigma / C) on records drawn by ``sampling``: none
-    (every record), Poisson with probability ``q``, or a batch of ceil(q n) of ``dataset_size``
+    (every record), Poisson with probability ``q``, balls-in-bins into floor(1 / ``q``) batches
+    per epoch (rounded down, toward more privacy loss; ``steps`` / batches epochs, rounded up), or a batch of ceil(q n) of ``dataset_size``
     records without or with replacement (fresh each step; rounded up, toward more privacy loss:
     :func:`silodp._validation.batch_from_rate`). A parameter the sampling does not use is
     an error, not ignored (the library side of ``silodp epsilon|noise``)."""
@@ -194,6 +204,11 @@ def sampled_steps(steps: int, noise_multiplier: float, sampling: Sampling | str 
         if dataset_size is not None:
             raise ValueError("dataset_size: does not apply to Poisson sampling (only q does)")
         return ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(noise_multiplier)), steps)
+    if how == Sampling.BALLS_IN_BINS:
+        if dataset_size is not None:
+            raise ValueError("dataset_size: does not apply to balls-in-bins sampling (only q = 1 / batches does)")
+        batches = int(math.floor(1.0 / q * (1 + 1e-12)))
+        return gaussian_steps(steps, noise_multiplier, BatchSampling.BALLS_IN_BINS, 1, batches)
     if dataset_size is None:
         raise ValueError(f"dataset_size: required with sampling {how.value} (batch = ceil(q n))")
     n = check_count("dataset_size", dataset_size)

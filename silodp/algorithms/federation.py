@@ -151,3 +151,36 @@ class SubsetSampler:
 
     def next(self) -> torch.Tensor:
         return torch.multinomial(self.weights, self.batch_size, replacement=False, generator=self.generator)
+
+
+class BallsInBinsSampler:
+    """Balls-in-bins minibatches (``BatchSampling.BALLS_IN_BINS``), all silos in one call: at the
+    start of each epoch every record of every silo is put in one of ``batches`` bins, chosen
+    uniformly and independently; step j of the epoch uses bin j. Batch sizes vary, so
+    :meth:`next` returns indices ``[N, M]`` (M the largest bin of the step, padded with index 0)
+    and a 0/1 ``mask`` ``[N, M]`` of the real members: a step must sum ``mask``-weighted
+    contributions and divide by a constant (the expected batch size), never by the bin's size."""
+
+    sampling = BatchSampling.BALLS_IN_BINS
+
+    def __init__(self, counts: torch.Tensor, batches: int, generator: torch.Generator):
+        self.counts = counts
+        self.batches = int(batches)
+        if self.batches < 1:
+            raise ValueError(f"batches: must be >= 1, got {batches}")
+        self.generator = generator
+        self._bins = None
+        self._step = 0
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        n_silos, n_max = self.counts.shape[0], int(self.counts.max())
+        if self._bins is None or self._step == self.batches:  # a fresh allocation per epoch
+            bins = torch.randint(self.batches, (n_silos, n_max), generator=self.generator)
+            self._bins = bins.masked_fill(torch.arange(n_max).unsqueeze(0) >= self.counts.unsqueeze(1), -1)
+            self._step = 0
+        member = self._bins == self._step
+        self._step += 1
+        width = max(1, int(member.sum(dim=1).max()))
+        order = torch.argsort((~member).to(torch.int8), dim=1, stable=True)[:, :width]  # members first
+        mask = torch.gather(member, 1, order)
+        return torch.where(mask, order, torch.zeros_like(order)), mask.to(torch.get_default_dtype())

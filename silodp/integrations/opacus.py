@@ -11,6 +11,7 @@ name                                      batches             neighbouring relat
 ``silodp-pld``, ``silodp-rdp``            Poisson             add/remove (Opacus')
 ``silodp-pld-replace-one`` (``-rdp-``)    Poisson             replace-one
 ``silodp-pld-shuffled`` (``-rdp-``)       shuffled, fixed     replace-one
+``silodp-pld-balls-in-bins``              balls-in-bins       add/remove
 ========================================  ==================  ======================
 
 and :func:`opacus_accountant` registers any other combination (with-replacement sampling needs
@@ -31,6 +32,13 @@ that keeps the permutation and swaps the record); epochs compose adaptively. Thi
 changes inside an epoch the epoch is charged its smallest noise multiplier. Under add/remove the
 argument fails (an inserted record shifts every later batch boundary), so shuffled batches are
 certified under replace-one only.
+
+Balls-in-bins batches (:func:`balls_in_bins_data_loader`, with ``poisson_sampling=False``): each
+epoch every record goes to one of ``len(data_loader)`` batches, chosen uniformly and independently
+(batch sizes vary; Opacus averages by the expected batch size, a constant). Removing a record
+leaves the others' batches as they were, so add/remove holds, and the epoch is a random
+allocation: :mod:`silodp.accounting.allocation` certifies it with amplification close to
+Poisson's (Chua et al. 2025; Feldman & Shenfeld 2025). Only the ``pld`` accountant knows it.
 """
 
 from __future__ import annotations
@@ -69,6 +77,44 @@ class OpacusSampling(enum.Enum):
     POISSON = "poisson"
     SHUFFLED = "shuffled"
     WITH_REPLACEMENT = "with-replacement"
+    BALLS_IN_BINS = "balls-in-bins"
+
+
+class BallsInBinsBatchSampler:
+    """Batches of indices for a ``DataLoader(batch_sampler=...)``: each epoch (one pass of
+    ``__iter__``) every one of ``num_samples`` records is put in one of ``num_batches`` batches,
+    chosen uniformly and independently (``torch.randint``); batches may be empty."""
+
+    def __init__(self, num_samples: int, num_batches: int, generator=None) -> None:
+        self.num_samples = check_count("num_samples", num_samples)
+        self.num_batches = check_count("num_batches", num_batches)
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self):
+        import torch
+
+        bins = torch.randint(self.num_batches, (self.num_samples,), generator=self.generator)
+        order = torch.argsort(bins, stable=True)
+        counts = torch.bincount(bins, minlength=self.num_batches).tolist()
+        for batch in torch.split(order, counts):
+            yield batch.tolist()
+
+
+def balls_in_bins_data_loader(data_loader, generator=None):
+    """``data_loader``'s dataset and collate function with balls-in-bins batches, as many per epoch
+    as ``data_loader`` has (empty batches collated as Opacus' own Poisson loader does); pass it to
+    ``make_private(..., poisson_sampling=False)`` with the accountant ``silodp-pld-balls-in-bins``."""
+    from opacus.data_loader import wrap_collate_with_empty
+    from torch.utils.data import DataLoader
+
+    dataset = data_loader.dataset
+    sampler = BallsInBinsBatchSampler(len(dataset), len(data_loader), generator)
+    collate = wrap_collate_with_empty(collate_fn=data_loader.collate_fn)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=data_loader.num_workers,
+                      pin_memory=data_loader.pin_memory)
 
 
 class SilodpOpacusAccountant(IAccountant):
@@ -116,8 +162,8 @@ class SilodpOpacusAccountant(IAccountant):
         """The silodp event of every step recorded so far (see the module docstring)."""
         if not self.history:
             return ev.NoOpDpEvent()
-        if self.sampling == OpacusSampling.SHUFFLED:
-            return _shuffled_event(self.history)
+        if self.sampling in (OpacusSampling.SHUFFLED, OpacusSampling.BALLS_IN_BINS):
+            return _shuffled_event(self.history, BatchSampling(self.sampling.value))
         parts = []
         for z, q, steps in self.history:
             step = ev.GaussianDpEvent(check_positive("noise_multiplier", z))
@@ -135,6 +181,26 @@ class SilodpOpacusAccountant(IAccountant):
         return get_accountant(self.accountant, self.neighbouring).compose(self.event()).get_epsilon(
             check_delta("delta", delta))
 
+    def get_epsilon_lower_bound(self, delta: float) -> float:
+        """Shuffled or balls-in-bins batches: an epsilon no sound accountant can go below on the
+        worst-case instance (the max-coordinate test of Chua et al. 2024 over the complete
+        epochs, at the largest noise recorded; :func:`silodp.accounting.allocation.lower_bound_epsilon`),
+        to set beside :meth:`get_epsilon`: how much the un-amplified shuffled charge may cost."""
+        from silodp.accounting import allocation
+
+        if self.sampling not in (OpacusSampling.SHUFFLED, OpacusSampling.BALLS_IN_BINS):
+            raise ValueError(f"sampling: a lower bound is offered for shuffled or balls-in-bins batches, "
+                             f"not {self.sampling.value}")
+        if not self.history:
+            return 0.0
+        m = _batches_per_epoch(self.history[0][1])
+        epochs = self.steps // m
+        if epochs == 0:
+            return 0.0
+        z = max(float(z) for z, _, _ in self.history)
+        return allocation.lower_bound_epsilon(z, m, epochs, check_delta("delta", delta),
+                                              replace_one=self.neighbouring == ev.REPLACE_ONE)
+
     def get_privacy_spent(self, *, delta: float, **kwargs: Any) -> tuple[float, None]:
         """``(epsilon, None)`` at ``delta``, as Opacus' ``get_privacy_spent`` (no best RDP order:
         the certificate is :meth:`get_epsilon`'s)."""
@@ -150,9 +216,11 @@ def _batches_per_epoch(sample_rate: float) -> int:
     return m
 
 
-def _shuffled_event(history: list[tuple[float, float, int]]) -> ev.DpEvent:
-    """Epoch by epoch: each epoch charged one Gaussian at its smallest noise multiplier (parallel
-    composition within the epoch), consecutive epochs of equal noise as one ``gaussian_steps``."""
+def _shuffled_event(history: list[tuple[float, float, int]],
+                    sampling: BatchSampling = BatchSampling.SHUFFLED) -> ev.DpEvent:
+    """Epoch by epoch: each epoch charged at its smallest noise multiplier (shuffled: one Gaussian,
+    parallel composition within the epoch; balls-in-bins: one random-allocation epoch),
+    consecutive epochs of equal noise as one ``gaussian_steps``."""
     rates = {q for _, q, _ in history}
     if len(rates) != 1:
         raise ValueError(f"sample_rate: shuffled batches need one batches-per-epoch count, got rates {sorted(rates)}")
@@ -175,7 +243,7 @@ def _shuffled_event(history: list[tuple[float, float, int]]) -> ev.DpEvent:
         else:
             runs.append([z, steps])
     # m batches of one record "slot" each: a record is in exactly one batch per epoch
-    return ev.ComposedDpEvent([gaussian_steps(int(steps), z, BatchSampling.SHUFFLED, 1, m) for z, steps in runs])
+    return ev.ComposedDpEvent([gaussian_steps(int(steps), z, sampling, 1, m) for z, steps in runs])
 
 
 def _default_name(accountant: str, sampling: OpacusSampling, neighbouring: ev.NeighboringRelation,
@@ -200,15 +268,18 @@ def opacus_accountant(accountant: str = "pld", sampling: OpacusSampling | str = 
     ``accountant``: a registered silodp accountant that supports these steps (``"pld"``, ``"rdp"``, ...;
     see :mod:`silodp.accounting.accountants`).
     ``sampling``: ``"poisson"`` (Opacus' default loader), ``"shuffled"`` (``poisson_sampling=False``;
-    replace-one only) or ``"with-replacement"`` (a loader drawing ``batch_size`` indices i.i.d. from
-    ``dataset_size`` records each step; replace-one only).
+    replace-one only), ``"with-replacement"`` (a loader drawing ``batch_size`` indices i.i.d. from
+    ``dataset_size`` records each step; replace-one only) or ``"balls-in-bins"``
+    (:func:`balls_in_bins_data_loader`; ``pld`` only).
     """
     try:
         how = OpacusSampling(sampling)
     except ValueError:
         raise ValueError(f"sampling must be one of {[s.value for s in OpacusSampling]}, got {sampling!r}") from None
     rel = ev.relation(neighbouring)
-    if how != OpacusSampling.POISSON and rel != ev.REPLACE_ONE:
+    if how == OpacusSampling.BALLS_IN_BINS and accountant != "pld":
+        raise ValueError("accountant: balls-in-bins batches are certified by 'pld' only")
+    if how not in (OpacusSampling.POISSON, OpacusSampling.BALLS_IN_BINS) and rel != ev.REPLACE_ONE:
         raise ValueError(f"neighbouring: {how.value} batches are certified under REPLACE_ONE only "
                          "(see silodp.integrations.opacus)")
     if how == OpacusSampling.WITH_REPLACEMENT:
@@ -265,6 +336,7 @@ def _register_defaults() -> None:
         opacus_accountant(name)
         opacus_accountant(name, neighbouring=ev.REPLACE_ONE)
         opacus_accountant(name, OpacusSampling.SHUFFLED, ev.REPLACE_ONE)
+    opacus_accountant("pld", OpacusSampling.BALLS_IN_BINS)
 
 
 _register_defaults()

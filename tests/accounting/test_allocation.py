@@ -1,0 +1,147 @@
+"""Balls-in-bins (random allocation) accounting: the PLD upper bound against an exact two-batch
+curve (a 1-D integral of the Black-Scholes-type closed form), against Feldman & Shenfeld's
+``pld-accounting`` 2.0 (pinned numbers) and against the rigorous max-coordinate lower bound."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate
+from scipy.special import ndtr
+
+from silodp.accounting import accountants, allocation, events as ev, releases
+from silodp.accounting.blocks import UnsupportedEventError
+
+AR = ev.ADD_OR_REMOVE_ONE
+
+
+def _call(c, s):  # E[(Y - c)_+], log Y ~ N(-s^2/2, s^2)
+    if c <= 0:
+        return 1.0 - c
+    d1 = (-math.log(c) + s * s / 2) / s
+    return ndtr(d1) - c * ndtr(d1 - s)
+
+
+def _put(c, s):  # E[(c - Y)_+]
+    if c <= 0:
+        return 0.0
+    d1 = (-math.log(c) + s * s / 2) / s
+    return c * ndtr(-(d1 - s)) - ndtr(-d1)
+
+
+def _exact_two(z, eps, remove):
+    """delta(eps) of one epoch of 2 batches: R = (Y_1 + Y_2) / 2 under Q, by quadrature over Y_1."""
+    s = 1.0 / z
+
+    def inner(v):  # v = log Y_1 ~ N(-s^2/2, s^2)
+        y1 = math.exp(v)
+        dens = math.exp(-0.5 * ((v + s * s / 2) / s) ** 2) / (s * math.sqrt(2 * math.pi))
+        if remove:  # E[(R - e^eps)_+] = E[(Y_2 - (2 e^eps - Y_1))_+] / 2
+            return dens * 0.5 * _call(2 * math.exp(eps) - y1, s)
+        return dens * 0.5 * math.exp(eps) * _put(2 * math.exp(-eps) - y1, s)  # E[(1 - e^eps R)_+]
+
+    lo, hi = -s * s / 2 - 12 * s, -s * s / 2 + 12 * s
+    return integrate.quad(inner, lo, hi, epsabs=1e-14, epsrel=1e-10, limit=400)[0]
+
+
+@pytest.fixture(scope="module")
+def two_batches():
+    return allocation.epoch_pld(1.0, 2, 1e-4)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.5, 1.0, 2.0, 3.0])
+def test_two_batches_upper_bounds_the_exact_curve(two_batches, eps):
+    for direction, remove in ((two_batches.remove, True), (two_batches.add, False)):
+        exact = _exact_two(1.0, eps, remove)
+        got = direction.delta(eps)
+        assert got >= exact * (1 - 1e-9) - 1e-15
+        assert got <= exact * 1.01 + 2e-8  # tight: within 1% (plus the charged round-off)
+
+
+def test_one_batch_is_the_gaussian():
+    from silodp.accounting import gaussian
+
+    got = allocation.epoch_pld(2.0, 1, 1e-4).get_epsilon_for_delta(1e-5)
+    assert got == pytest.approx(gaussian.epsilon_for_delta(2.0, 1e-5), rel=1e-3)
+
+
+# Feldman & Shenfeld's pld-accounting 2.0, gaussian_allocation_epsilon_range(delta, sigma,
+# num_steps=batches, num_epochs): (upper, lower), run in a separate venv (not a dependency).
+PLD_ACCOUNTING = {
+    (1.0, 10, 1, 1e-5): (2.2089584288875757, 2.166168564357366),
+    (1.5, 20, 3, 1e-5): (1.15313966125362, 1.1011679506401055),
+    (2.0, 100, 1, 1e-6): (0.21001190130128242, 0.20049843057557915),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLD_ACCOUNTING))
+def test_against_pld_accounting_and_the_lower_bound(case):
+    z, t, epochs, delta = case
+    upper, lower = PLD_ACCOUNTING[case]
+    got = allocation.add_remove_pld(z, t, epochs, 1e-4).get_epsilon_for_delta(delta)
+    assert got >= lower  # their dominated PLD: no sound bound is below it
+    assert got <= upper * 1.01  # as tight as theirs, within 1%
+    assert got >= allocation.lower_bound_epsilon(z, t, epochs, delta)  # our rigorous lower bound
+
+
+def test_lower_bound_is_a_true_lower_bound_for_two_batches():
+    for eps in (0.5, 1.5):
+        assert allocation.lower_bound_delta(1.0, 2, 1, eps) <= _exact_two(1.0, eps, True)
+
+
+@pytest.fixture(scope="module")
+def twenty_batches_two_epochs():
+    return allocation.add_remove_pld(2.0, 20, 2, 1e-4)
+
+
+def test_replace_one_chain_is_between_add_remove_and_twice_it(twenty_batches_two_epochs):
+    p = twenty_batches_two_epochs
+    ar = p.get_epsilon_for_delta(1e-5)
+    ro = allocation.replace_one_epsilon(p, 1e-5)
+    assert ar < ro < 3.0 * ar
+    assert allocation.epsilon(2.0, 20, 2, 1e-5) == ar
+    plain = accountants.epsilon(releases.gaussian_steps(40, 2.0, releases.BatchSampling.SHUFFLED, 1, 20), 1e-5,
+                                neighbouring=ev.REPLACE_ONE)
+    assert allocation.epsilon(2.0, 20, 2, 1e-5, ev.REPLACE_ONE) == pytest.approx(min(ro, plain), rel=1e-6)
+    assert allocation.lower_bound_epsilon(2.0, 20, 2, 1e-5, replace_one=True) <= ro
+
+
+def test_event_plumbing_and_fail_closed(twenty_batches_two_epochs):
+    e = releases.sampled_steps(40, 2.0, "balls-in-bins", 0.05)  # 20 batches, 2 epochs
+    assert e == ev.SelfComposedDpEvent(ev.BallsInBinsDpEvent(20, ev.GaussianDpEvent(2.0)), 2)
+    got = accountants.epsilon(e, 1e-5, neighbouring=AR)
+    assert got == pytest.approx(twenty_batches_two_epochs.get_epsilon_for_delta(1e-5), rel=1e-6)
+    poisson = accountants.epsilon(releases.sampled_steps(40, 2.0, "poisson", 0.05), 1e-5, neighbouring=AR)
+    shuffled = accountants.epsilon(releases.gaussian_steps(40, 2.0, releases.BatchSampling.SHUFFLED, 1, 20), 1e-5,
+                                   neighbouring=ev.REPLACE_ONE)
+    assert got < 1.2 * poisson and got < shuffled  # amplified, unlike the shuffled charge
+    for name in ("rdp", "gdp", "zcdp", "advanced"):
+        with pytest.raises(UnsupportedEventError):
+            accountants.epsilon(e, 1e-5, accountant=name, neighbouring=AR)
+    with pytest.raises(ValueError, match="dataset_size"):
+        releases.sampled_steps(40, 2.0, "balls-in-bins", 0.05, 100)
+    with pytest.raises(ValueError, match="batches"):
+        ev.BallsInBinsDpEvent(0, ev.GaussianDpEvent(1.0))
+
+
+def test_simulator_sampler_allocates_every_record_once_per_epoch_uniformly():
+    import torch
+
+    from silodp.algorithms.federation import BallsInBinsSampler
+
+    counts = torch.tensor([40, 25, 33])
+    sampler = BallsInBinsSampler(counts, 5, torch.Generator().manual_seed(0))
+    assert sampler.sampling == releases.BatchSampling.BALLS_IN_BINS
+    hits = torch.zeros(3, 5, 40)
+    for _ in range(200):
+        seen = [[] for _ in range(3)]
+        for step in range(5):
+            idx, mask = sampler.next()
+            for s in range(3):
+                members = idx[s][mask[s] > 0].tolist()
+                seen[s] += members
+                hits[s, step, members] += 1
+        assert [sorted(x) for x in seen] == [list(range(int(c))) for c in counts]
+    # each (record, step) pair hit with probability 1/5 in each of 200 epochs: 40 +- 5.7
+    rate = hits[0].flatten() / 200
+    assert abs(float(rate.mean()) - 0.2) < 0.01 and float(rate.max()) < 0.2 + 5 * (0.16 / 200) ** 0.5
