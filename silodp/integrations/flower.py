@@ -82,7 +82,7 @@ class SilodpAccountant:
     once; an update costs one convolution and one query on the composed PLD, whatever the number
     of rounds (it grows only with the PLD's support). Where that PLD's floating-point charge or
     tail mass needs the accountant's slower paths, the query replays the calls through it. With
-    ``"rdp"`` identical events are grouped (curves add; order does not matter). :meth:`state_dict`
+    any other registered accountant (``"rdp"``, ``"gdp"``, ...) identical events are grouped (curves add; order does not matter). :meth:`state_dict`
     lists the calls in order and :meth:`load_state_dict` replays them (one convolution each).
     """
 
@@ -93,6 +93,9 @@ class SilodpAccountant:
         _check_backend(accountant, self._event(GaussianPrivacyEvent(1.0, 1, config.population_size)),
                        ev.relation(config.neighboring_relation))
         self.accountant = accountant
+        #: the composed PLD is kept (one convolution per update) where the accountant is the PLD's
+        #: (a subclass included); any other registered accountant groups identical calls
+        self._incremental = isinstance(get_accountant(accountant), PldAccountant)
         self._calls: list[tuple[GaussianPrivacyEvent, int]] = []  # every compose call, in order
         self._fold = None  # pld: the composed PLD of _calls; rdp: the accountant of the grouped calls
         self._blocks: dict[tuple[GaussianPrivacyEvent, int], object] = {}  # pld: the PLD of one call
@@ -143,8 +146,8 @@ class SilodpAccountant:
         return self._blocks[call]
 
     def _extended(self, call: tuple[GaussianPrivacyEvent, int]):
-        """The state after one more ``call``: the composed PLD (pld) or grouped accountant (rdp)."""
-        if self.accountant == "rdp":
+        """The state after one more ``call``: the composed PLD (pld) or the grouped accountant."""
+        if not self._incremental:
             return self._grouped([*self._calls, call])
         block = self._block(call)
         return block if self._fold is None else self._fold.compose(block)
@@ -161,7 +164,7 @@ class SilodpAccountant:
     def _epsilon(self, state, calls, delta: float) -> float:
         if not calls:
             return 0.0
-        if self.accountant == "pld":
+        if self._incremental:
             if state.roundoff <= PldAccountant.DIRECT_SHARE * delta:  # PldAccountant's own first path
                 eps = state.get_epsilon_for_delta(delta)
                 if math.isfinite(eps):
@@ -177,7 +180,7 @@ class SilodpAccountant:
             raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}")
         if not self._calls:
             return 0.0
-        if self.accountant == "pld":
+        if self._incremental:
             return float(min(1.0, self._fold.get_delta_for_epsilon(epsilon)))
         return self._fold.get_delta(epsilon)
 
