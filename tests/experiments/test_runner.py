@@ -106,6 +106,26 @@ def test_progress_shows_runs_of_the_total_and_failures(tmp_path, monkeypatch):
     assert last.startswith("tiny: 6/6 run (100%)") and "ETA" in last and "failed=0" in last
 
 
+def test_a_broken_pool_is_replaced_and_its_tasks_fail_alone():
+    """SIGKILL the only worker: its tasks fail with BrokenProcessPool, later tasks run on a fresh
+    pool, and a late failure of the dead pool does not touch the new pool's tasks."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = runner.PoolExecutor(1)
+    try:
+        first, second = pool.submit(time.sleep, 30), pool.submit(time.sleep, 30)
+        os.kill(next(iter(pool.pool._processes)), signal.SIGKILL)
+        assert isinstance(pool.wait({first})[0][2], BrokenProcessPool)
+        fresh = pool.submit(abs, -3)
+        outcomes = {}
+        while fresh not in outcomes:
+            outcomes.update({h: (r, e) for h, r, e in pool.wait({second, fresh} - set(outcomes))})
+        assert isinstance(outcomes.get(second, (None, BrokenProcessPool()))[1], BrokenProcessPool)
+        assert outcomes[fresh] == (3, None)
+    finally:
+        pool.close()
+
+
 def test_a_pool_worker_killed_mid_sweep_loses_only_its_runs_and_resume_retries_them(reference, tmp_path, monkeypatch):
     """A real local-pool sweep; one worker SIGKILLed the moment the last run is handed out. The
     runs in flight are recorded ``failed: worker: BrokenProcessPool``, the sweep ends normally,
