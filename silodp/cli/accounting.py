@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from silodp._validation import round_up
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.cli import emit, refuse
+from silodp.cli.tables import columns, num, pairs
 from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, PathArg, Real
 
 #: flags of `noise`'s algorithm mode, and of the generic mechanism mode
@@ -173,7 +173,8 @@ def _epsilon(args) -> int:
         if name == "pld":
             payload["pld_settings"] = _settings_used(args)
         batch = _batch(args, payload)
-        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{name:>11}: {round_up(eps)}")
+        emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n"
+                                 + columns(("accountant", "epsilon"), [(name, eps)]))
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)), event)
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
@@ -181,9 +182,16 @@ def _epsilon(args) -> int:
     if "pld" in _names(args):
         payload["pld_settings"] = _settings_used(args)
     batch = _batch(args, payload)
-    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else round_up(v)}" for k, v in results.items())
-    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{human}")
+    human = columns(("accountant", "epsilon"), [(k, "unsupported" if v is None else v) for k, v in results.items()])
+    emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n{human}")
     return 0
+
+
+def _noise_human(eps: float, delta: float, setting: str, results: dict) -> str:
+    """The generic noise answer per accountant (``None``: unsupported) as a table."""
+    rows = [(k, "unsupported", None) if v is None else (k, v["noise_multiplier"], v["epsilon"]) for k, v in results.items()]
+    return (f"noise for epsilon={num(eps)}, delta={num(delta)} ({setting}); noise_multiplier = sigma / C\n"
+            + columns(("accountant", "noise_multiplier", "certified epsilon"), rows))
 
 
 def _noise_generic(args) -> int:
@@ -206,19 +214,13 @@ def _noise_generic(args) -> int:
     if args.accountant is None:  # the smallest certified noise among the supporting accountants
         payload = {**one(None), "relation": args.relation}
         batch = _batch(args, payload)
-        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}{batch}): noise_multiplier="
-                                 f"{round_up(payload['noise_multiplier'])} = sigma / C (certified eps="
-                                 f"{round_up(payload['epsilon'])})")
+        emit(payload, args.json, _noise_human(eps, delta, f"{args.relation}{batch}", {payload["accountant"]: payload}))
         return 0
     results = _for_each(args, one)
     payload = dict(results[_names(args)[0]]) if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     batch = _batch(args, payload)
-    human = "\n".join(
-        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={round_up(v['noise_multiplier'])} "
-                                                        f"(certified eps={round_up(v['epsilon'])})")
-        for k, v in results.items())
-    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}{batch})\n{human}")
+    emit(payload, args.json, _noise_human(eps, delta, f"{args.relation}{batch}", results))
     return 0
 
 
@@ -259,7 +261,7 @@ def _noise_scaffold(args, cls) -> int:
         user_sampling=args.user_sampling, data_sampling=args.data_sampling, clip=args.clip,
         warm_steps=warm, accountant=args.accountant or "pld")
     payload["algorithm"] = args.algorithm
-    emit(payload, args.json)
+    emit(payload, args.json, pairs(payload))
     return 0
 
 
@@ -286,8 +288,27 @@ def _noise_algorithm(args) -> int:
         cal = calibrate_algorithm(args.algorithm, cfg, args.epsilon, args.delta, args.method, accountant)
         payload = {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas,
                    "epsilon": cal.epsilon, "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
-    emit(payload, args.json)
+    emit(payload, args.json, _algorithm_human(payload, args.epsilon))
     return 0
+
+
+def _algorithm_human(p: dict, target: float) -> str:
+    """``noise --algorithm``: one row per noise scale (and the certified epsilon), one column per
+    calibration (``both``: paper, tight, tight/paper); a shuffle-DP protocol's parameters per
+    message group."""
+    head = f"{p['algorithm']}: noise for target epsilon={num(target)}, delta={num(p['delta'])} ({p['accountant']})"
+    if "method" in p:
+        rows = [*p["sigmas"].items(), ("certified epsilon", p["epsilon"])]
+        lines = [head, columns(("", p["method"]), rows)]
+    else:
+        ratio = p["tight_over_paper"]
+        rows = [(k, v, p["tight_sigmas"].get(k), ratio.get(k)) for k, v in p["paper_sigmas"].items()]
+        rows.append(("certified epsilon", p["paper_certified_epsilon"], p["tight_certified_epsilon"], None))
+        lines = [head, columns(("", "paper", "tight", "tight/paper"), rows)]
+    if p.get("shuffle"):
+        keys = list(next(iter(p["shuffle"].values())))
+        lines += ["shuffle protocol per message group", columns(("group", *keys), [(g, *v.values()) for g, v in p["shuffle"].items()])]
+    return "\n".join(lines)
 
 
 def _noise(args) -> int:
@@ -302,8 +323,8 @@ def _shuffle(args) -> int:
     from silodp.accounting import shuffle_bounds
 
     res = shuffle_bounds(args.eps0, args.n, args.delta)
-    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else round_up(v)}" for k, v in res.items())
-    emit(res, args.json, f"shuffled epsilon for eps0={args.eps0:g}, n={args.n}, delta={args.delta:g}\n{human}")
+    human = columns(("bound", "epsilon"), [(k, "n/a (condition fails)" if v is None else v) for k, v in res.items()])
+    emit(res, args.json, f"shuffled epsilon for eps0={num(args.eps0)}, n={args.n}, delta={num(args.delta)}\n{human}")
     return 0
 
 

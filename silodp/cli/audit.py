@@ -57,10 +57,6 @@ def register(subparsers) -> None:
     p.set_defaults(handler=handle)
 
 
-def _human(payload: dict) -> str:
-    return "\n".join(f"{k:>30}: {v}" for k, v in payload.items())
-
-
 def _check_applicable(args) -> None:
     """Flags that the chosen mode does not read are errors, not silently ignored."""
     from silodp.cli import refuse
@@ -126,10 +122,11 @@ def handle(args) -> int:
     elif args.papers:
         rows = audit.audit_papers(args.epsilon, args.delta, args.trials or 100_000, args.estimator, args.seed)
         payload = {"papers": rows, "trials": args.trials or 100_000}
-        human = "\n".join(f"{r['formula']:<22} target {r['target_epsilon']:g}  certified {r['certified_epsilon']:.3f}"
-                          f"  audit >= {r['epsilon_lower_clopper_pearson']:.3f} (cp) / {r['epsilon_lower_gdp']:.3f} (gdp)"
-                          for r in rows)
-        emit(payload, args.json, human)
+        from silodp.cli.tables import columns
+
+        keys = ("formula", "target_epsilon", "certified_epsilon", "epsilon_lower_clopper_pearson", "epsilon_lower_gdp")
+        emit(payload, args.json, columns(("formula", "target", "certified", "audit >= (cp)", "audit >= (gdp)"),
+                                         [[r[k] for k in keys] for r in rows]))
         return 0
     elif args.repeats is not None:
         if args.mutation not in audit.MUTATION_SCENARIOS:
@@ -154,7 +151,7 @@ def handle(args) -> int:
                                     args.alpha, args.seed)
         payload = {"algorithm": args.algorithm, **res.as_dict()}
     payload = strict_json(payload)
-    emit(payload, args.json, _human(payload))
+    emit(payload, args.json)
     return 0
 
 
@@ -199,5 +196,5 @@ def _one_run(args) -> int:
     else:
         res = shipped.audit_default_opacus(args.canaries or 1000, args.runs or 1, estimator, args.alpha, args.seed)
     payload = strict_json(res.as_dict())
-    emit(payload, args.json, _human(payload))
+    emit(payload, args.json)
     return 0

@@ -13,7 +13,6 @@ silo, local variance or local sigma in integer steps), ``bits``, ``modulus``,
 
 from __future__ import annotations
 
-from silodp._validation import round_up
 from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, Int
 
 
@@ -43,6 +42,5 @@ def handle(args) -> int:
     params = distributed.calibrate(args.mechanism, args.dimension, args.clip, args.silos, args.bits, args.epsilon,
                                    args.delta, args.rounds, args.summed, args.vector_norm)
     out = distributed.summary(params, args.epsilon, args.delta)
-    human = "\n".join(f"{k:>22}: {round_up(v)}" if isinstance(v, float) else f"{k:>22}: {v}" for k, v in out.items())
-    emit(out, args.json, human)
+    emit(out, args.json)
     return 0

@@ -39,15 +39,16 @@ def register(subparsers) -> None:
 
 
 def _human(payload: dict) -> str:
+    """The per-point table (:mod:`silodp.cli.tables`, 4 significant digits, rounded up) and the slopes."""
+    from silodp.cli.tables import columns
+
+    keys = ("value", "mean", "ci_low", "ci_high", "bound", "explicit_bound", "start_metric", "noise_only_mean",
+            "dominant_term")
     lines = [f"{payload['algorithm']} ({payload['theorem']}), varying {payload['vary']}: "
              f"{payload['metric']} vs {payload['bound']}",
-             f"{payload['vary']:>10} {'mean':>11} {'ci_low':>11} {'ci_high':>11} {'bound':>11} "
-             f"{'explicit':>11} {'start':>11} {'noise-only':>11}  dominant"]
-    for r in payload["points"]:
-        expl, floor = ("-" if v is None else f"{v:.4g}" for v in (r["explicit_bound"], r["noise_only_mean"]))
-        lines.append(f"{r['value']:>10.4g} {r['mean']:>11.4g} {r['ci_low']:>11.4g} {r['ci_high']:>11.4g} "
-                     f"{r['bound']:>11.4g} {expl:>11} {r['start_metric']:>11.4g} {floor:>11}  {r['dominant_term']}")
-    lo, hi = payload["slope_ci"]
+             columns((payload["vary"], "mean", "ci_low", "ci_high", "bound", "explicit", "start", "noise-only",
+                      "dominant"), [[r[k] for k in keys] for r in payload["points"]], digits=4)]
+    lo, hi = payload["slope_ci"]  # slopes are statistics, not privacy numbers: nearest, 3 decimals
     lines.append(f"slope {payload['slope']:.3f} [{lo:.3f}, {hi:.3f}]  theory {payload['theory_exponent']:.3f} "
                  f"({payload['dominant_term']} term)  agrees: {payload['slope_agrees']}  "
                  f"explicit bound holds: {payload['explicit_bound_holds']}  "

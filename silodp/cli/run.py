@@ -98,7 +98,7 @@ def handle(args) -> int:
     import torch  # noqa: F401  (heavy import stays inside the handler)
 
     from silodp.algorithms import ALGORITHMS, Problem, get_algorithm, mlp
-    from silodp.cli import emit, table
+    from silodp.cli import emit
 
     if args.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm: must be one of {sorted(ALGORITHMS)}, got {args.algorithm!r}")
@@ -150,11 +150,13 @@ def handle(args) -> int:
         payload.update({k: algo.get_params()[k] for k in ("local_steps", "user_sampling", "data_sampling")})
         payload["batch_size"] = algo.batch(train)
         payload.update({k: privacy.get(k) for k in ("sigma_g", "epsilon_server", "epsilon_third_party")})
-    emit(payload, args.json, table(payload))
+    emit(payload, args.json)
     if cls.private and certified is not None and certified > args.epsilon * (1 + 1e-9):
         import sys  # the run happened, but its noise does not meet the requested budget: say so
 
-        print(f"silodp run: warning: the noise certifies epsilon={certified:.6g}, more than the requested "
+        from silodp.cli.tables import num
+
+        print(f"silodp run: warning: the noise certifies epsilon={num(certified)}, more than the requested "
               f"--epsilon {args.epsilon:g} (--calibration {args.calibration}: {payload['noise']})", file=sys.stderr)
     return 0
 

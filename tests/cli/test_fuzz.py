@@ -351,6 +351,6 @@ def test_printed_noise_certifies_at_most_the_target():
         args = ["--steps", steps, "--delta", "1e-5"] + (["--sampling", "poisson", "--q", q] if q else [])
         code, out, _ = invoke(["noise", "--epsilon", "1", "--accountant", "rdp", *args])
         assert code == 0
-        printed = out.split("noise_multiplier=")[1].split()[0]
+        printed = next(line.split()[1] for line in out.splitlines() if line.startswith("rdp "))
         code, out, _ = invoke(["epsilon", "--noise-multiplier", printed, "--accountant", "rdp", "--json", *args])
         assert code == 0 and json.loads(out)["epsilon"] <= 1.0, (printed, out)
