@@ -78,6 +78,9 @@ def _flag_names(message: str, parser: argparse.ArgumentParser | None, aliases: d
         return flag if flag in known else None
 
     message = re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flag_of(m[1])} {m[2]}" if flag_of(m[1]) else m[0], message)
+    lead = re.match(r"([a-z_]+)=\S", message)  # "epsilon=1e-300 is unreachable ..." names --epsilon
+    if lead and flag_of(lead[1]):
+        return f"{flag_of(lead[1])}: {message}"
     head, sep, rest = message.partition(":")
     if not sep or " " in head.strip():
         return message

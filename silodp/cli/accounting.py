@@ -8,7 +8,7 @@ import math
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.cli import emit, refuse
 from silodp.cli.tables import columns, num, pairs
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, PathArg, Real
+from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, SCALE, Int, PathArg, Real, text
 
 #: flags of `noise`'s algorithm mode, and of the generic mechanism mode
 ALGORITHM_FLAGS = ("--method", "--n", "--rounds", "--batch-size", "--batch-size2", "--clip", "--spider-q",
@@ -312,7 +312,7 @@ def _algorithm_human(p: dict, target: float) -> str:
 
 
 def _noise(args) -> int:
-    if args.algorithm:
+    if args.algorithm is not None:
         refuse(args, MECHANISM_FLAGS, "with --algorithm (the algorithm's own transcript is calibrated)")
         return _noise_algorithm(args)
     refuse(args, ALGORITHM_FLAGS, "without --algorithm")
@@ -343,13 +343,13 @@ def register(sub) -> None:
     p.add_argument("--epsilon", type=EPSILON, required=True)
     _mechanism_flags(p)
     g = p.add_argument_group("algorithm mode (--algorithm NAME)")
-    g.add_argument("--algorithm", default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
+    g.add_argument("--algorithm", type=text("an algorithm name"), default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
     g.add_argument("--method", choices=METHOD_CHOICES, default="both")
     g.add_argument("--n", type=COUNT, default=1000, help="records per silo")
     g.add_argument("--rounds", type=Int(1, 10 ** 7), default=10, help="R (epochs E for SVRG)")
     g.add_argument("--batch-size", type=COUNT, default=100, help="K (K1 for SPIDER)")
     g.add_argument("--batch-size2", type=COUNT, default=None, help="K2 (SPIDER, Alg 11)")
-    g.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample clip norm L")
+    g.add_argument("--clip", type=SCALE, default=1.0, help="per-sample clip norm L")
     g.add_argument("--spider-q", type=COUNT, default=1, help="SPIDER period q")
     g.add_argument("--inner-steps", type=COUNT, default=1, help="SVRG epoch length Q")
     g.add_argument("--restarts", type=COUNT, default=1, help="PL-SVRG restarts S")

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("--epsilon", type=Real(0.05, 100.0, closed="lowhigh"), default=2.0,
                    help="target epsilon the noise is calibrated to, in [0.05, 100] (default 2; an audit resolves no less)")
     p.add_argument("--delta", type=DELTA, default=1e-5, help="delta (default 1e-5)")
-    p.add_argument("--noise-multiplier", type=POSITIVE, default=None,
+    p.add_argument("--noise-multiplier", type=Real(1e-4, 1e100, closed="lowhigh"), default=None,
                    help="--mechanism gaussian: sigma / C for one release under add/remove (shift C)")
     p.add_argument("--messages", type=Int(1, 10 ** 6), default=100, help="--mechanism pvec: number of shuffled messages")
     p.add_argument("--trials", type=Int(2, 10 ** 7), default=None,

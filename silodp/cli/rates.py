@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from silodp.cli.domains import POSITIVE, SEED, Int, PathArg
+from silodp.cli.domains import POSITIVE, SEED, Int, PathArg, text
 
 VARY = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--noise", choices=NOISE, default=None,
                    help="calibration of the accounting layer (default: the preset's; paper for Prox-SGD)")
     p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--compare", default=None, metavar="ALGORITHM",
+    p.add_argument("--compare", type=text("an algorithm name"), default=None, metavar="ALGORITHM",
                    help="also run ALGORITHM on the same grid and fit the slope of the ratio (e.g. sdp-prox-sgd)")
     p.add_argument("--plot", type=PathArg("out", ("png", "pdf", "svg")), default=None, metavar="PNG", help="write the log-log figure here")
     p.add_argument("--csv", type=PathArg("out", ("csv",)), default=None, metavar="CSV", help="write the per-point table here")
@@ -63,10 +63,12 @@ def _human(payload: dict) -> str:
 def handle(args) -> int:
     import torch  # noqa: F401  (heavy imports stay inside the handler)
 
-    from silodp.cli import check_writable, emit
+    from silodp.cli import check_writable, emit, refuse
     from silodp.verify import rates
 
-    if args.mutations:
+    if args.mutations:  # the suite has its own presets: every other flag but --quick and --json is ignored
+        refuse(args, ("--vary", "--algorithm", "--trials", "--noise", "--seed", "--values", "--prescribed", "--compare",
+                      "--plot", "--csv"), "with --mutations (the suite runs its own presets)")
         from silodp.verify.rates import mutations
 
         table = mutations.run_suite(quick=args.quick)
@@ -79,7 +81,7 @@ def handle(args) -> int:
     for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
         if path:
             check_writable(path, flag)  # before the (long) computation
-    if args.compare:  # before the (long) first computation
+    if args.compare is not None:  # before the (long) first computation
         from silodp.verify.rates.theorems import get_theorem
 
         try:
@@ -90,10 +92,17 @@ def handle(args) -> int:
     overrides = {k: v for k, v in given if v is not None}
     if args.values is not None:
         overrides["values"] = tuple(args.values)
-    if args.prescribed:
-        setup = rates.prescribed_setup(args.algorithm, args.vary, args.quick, **overrides)
-    else:
-        setup = (rates.quick_setup if args.quick else rates.full_setup)(args.algorithm, args.vary, **overrides)
+    try:
+        if args.prescribed:
+            setup = rates.prescribed_setup(args.algorithm, args.vary, args.quick, **overrides)
+        else:
+            setup = (rates.quick_setup if args.quick else rates.full_setup)(args.algorithm, args.vary, **overrides)
+    except ValueError as exc:  # name the flag the user typed: the values of the varied parameter, or the preset
+        if args.values is not None and str(exc).startswith(f"{args.vary}:"):
+            raise ValueError(f"--values: {exc}") from None
+        if args.prescribed and "prescribed" in str(exc):
+            raise ValueError(f"--prescribed: {exc}") from None
+        raise
     if args.compare:
         comparison = rates.compare(setup, args.compare)
         result = comparison.first

@@ -19,7 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("preset", metavar="PRESET",
                    help="wbcd | wbcd-sdp | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
     p.add_argument("--quick", action="store_true", help="the preset's small variant (seconds)")
-    p.add_argument("--store", type=text("a file path"), default="results.db", help="SQLite results store (created; resumed if present)")
+    p.add_argument("--store", type=PathArg("out"), default="results.db", help="SQLite results store (created in an existing folder; resumed if present)")
     p.add_argument("--scheduler", type=text("a Dask scheduler address such as tcp://host:8786"), default=None, metavar="ADDR", help="Dask scheduler address, e.g. tcp://host:8786")
     p.add_argument("--workers", type=Int(1, 4096), default=None, help="local worker processes (default: all CPUs; 1 = in-process)")
     p.add_argument("--data-path", type=PathArg("dir"), default=None, help="local MNIST IDX files or CIFAR-10 python batches")

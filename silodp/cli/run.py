@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from silodp.cli.domains import COUNT, DELTA, EPSILON, Int, POSITIVE, PROBABILITY, Real, SEED
+from silodp.cli.domains import COUNT, DELTA, EPSILON, SCALE, Int, POSITIVE, PROBABILITY, Real, SEED
 
 import math
 
@@ -23,8 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("--silos-per-round", type=COUNT, default=None, help="M (default: all silos)")
     p.add_argument("--batch-size", type=COUNT, default=None, help="K (default: n / 4)")
     p.add_argument("--step-size", type=POSITIVE, default=0.1)
-    p.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample gradient clip L")
-    p.add_argument("--hidden", type=Int(1, 10 ** 5), nargs="*", default=None, help="MLP hidden sizes (default: paper's model)")
+    p.add_argument("--clip", type=SCALE, default=1.0, help="per-sample gradient clip L")
+    p.add_argument("--hidden", type=Int(1, 10 ** 5), nargs="+", default=None, help="MLP hidden sizes (default: paper's model)")
     p.add_argument("--calibration", choices=("tight", "paper"), default="tight")
     p.add_argument("--output", choices=OUTPUT_RULES, default="random",
                    help="which iterate test_error scores: random = the algorithm's own rule (Alg 1, 2, 3, 11: "
