@@ -332,6 +332,22 @@ def test_name_flags_refuse_unknown_names_before_any_work():
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100000000000000000000000000000"], "--steps"),
     (["rates", "--vary", "kappa", "--quick"], "--vary"),
     (["rates", "--vary", "eps", "--quick", "--csv", "/proc/version"], "--csv"),
+    # found by the fresh matrix (scripts/hostile_matrix.py)
+    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", ""], "--algorithm"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "1e-300"], "--epsilon"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--clip", "1e308"], "--clip"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--hidden"], "--hidden"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--hidden", "-inf"], "--hidden"),
+    (["audit", "--mechanism", "gaussian", "--noise-multiplier", "1e308", "--trials", "200"], "--noise-multiplier"),
+    (["audit", "--mechanism", "gaussian", "--noise-multiplier", "1e-300", "--trials", "200"], "--noise-multiplier"),
+    (["rates", "--vary", "M", "--quick", "--mutations"], "--vary"),
+    (["rates", "--vary", "M", "--quick", "--values", "1e308", "4"], "--values"),
+    (["rates", "--vary", "M", "--quick", "--compare", ""], "--compare"),
+    (["distributed", "--mechanism", "skellam", "--dimension", "10", "--clip", "1e308", "--silos", "3", "--bits", "16",
+      "--epsilon", "1", "--delta", "1e-5"], "--clip"),
+    (["distributed", "--mechanism", "skellam", "--dimension", "10", "--clip", "1", "--silos", "3", "--bits", "16",
+      "--epsilon", "1e-100", "--delta", "1e-5"], "--epsilon"),
+    (["reproduce", "wbcd", "--quick", "--store", "/nonexistent-silodp/r.db"], "--store"),
 ])
 def test_issue_cases_are_refused_naming_the_flag(argv, flag):
     code, out, err = invoke(argv)
