@@ -78,6 +78,9 @@ def _flag_names(message: str, parser: argparse.ArgumentParser | None, aliases: d
         return flag if flag in known else None
 
     message = re.sub(r"\b([a-z_]+)='([^']*)'", lambda m: f"{flag_of(m[1])} {m[2]}" if flag_of(m[1]) else m[0], message)
+    lead = re.match(r"([a-z_]+)=\S", message)  # "epsilon=1e-300 is unreachable ..." names --epsilon
+    if lead and flag_of(lead[1]):
+        return f"{flag_of(lead[1])}: {message}"
     head, sep, rest = message.partition(":")
     if not sep or " " in head.strip():
         return message
@@ -153,34 +156,16 @@ def strict_json(value):
     return value
 
 
-def table(payload: dict) -> str:
-    """``payload`` as an aligned two-column table: nested objects flattened (``noise.sigma``),
-    numbers to 6 significant digits, ``None`` (and non-finite numbers) as ``-``."""
-    rows: list[tuple[str, str]] = []
-
-    def add(prefix: str, value) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                add(f"{prefix}.{k}" if prefix else str(k), v)
-        elif isinstance(value, float):
-            rows.append((prefix, f"{value:.6g}" if math.isfinite(value) else "-"))
-        elif isinstance(value, (list, tuple)):
-            rows.append((prefix, ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value)))
-        else:
-            rows.append((prefix, "-" if value is None else str(value)))
-
-    add("", payload)
-    width = max((len(k) for k, _ in rows), default=0)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
 def emit(payload: dict, as_json: bool, human: str | None = None) -> None:
-    """Print ``payload`` as strict JSON (non-finite numbers as ``null``), or ``human`` (a formatted
-    table) when not ``--json``."""
+    """Print ``payload`` as strict JSON at full precision (non-finite numbers as ``null``), or,
+    when not ``--json``, ``human`` (default: ``payload`` as an aligned table,
+    :func:`silodp.cli.tables.pairs`; numbers rounded toward privacy)."""
     if as_json:
         print(json.dumps(strict_json(payload), indent=None, sort_keys=False, allow_nan=False))
     else:
-        print(human if human is not None else json.dumps(strict_json(payload), indent=2, allow_nan=False))
+        from silodp.cli.tables import pairs
+
+        print(human if human is not None else pairs(payload))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

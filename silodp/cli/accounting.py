@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 
-from silodp._validation import round_up
 from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.accounting.accountants import accountant_choices
 from silodp.cli import emit, refuse
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, Int, PathArg, Real
+from silodp.cli.tables import columns, num, pairs
+from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, SCALE, Int, PathArg, Real, text
 
 #: flags of `noise`'s algorithm mode (the algorithms' own transcript flags are generated from
 #: their configs once --algorithm is given: silodp.cli.params), and of the generic mechanism mode
@@ -176,16 +176,24 @@ def _epsilon(args) -> int:
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
         _with_settings(args, payload, [name])
         batch = _batch(args, payload)
-        emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{name:>11}: {round_up(eps)}")
+        emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n"
+                                 + columns(("accountant", "epsilon"), [(name, eps)]))
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)), event)
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     _with_settings(args, payload, [n for n in _names(args) if results[n] is not None])
     batch = _batch(args, payload)
-    human = "\n".join(f"{k:>11}: {'unsupported' if v is None else round_up(v)}" for k, v in results.items())
-    emit(payload, args.json, f"epsilon at delta={delta:g} ({args.relation}{batch})\n{human}")
+    human = columns(("accountant", "epsilon"), [(k, "unsupported" if v is None else v) for k, v in results.items()])
+    emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n{human}")
     return 0
+
+
+def _noise_human(eps: float, delta: float, setting: str, results: dict) -> str:
+    """The generic noise answer per accountant (``None``: unsupported) as a table."""
+    rows = [(k, "unsupported", None) if v is None else (k, v["noise_multiplier"], v["epsilon"]) for k, v in results.items()]
+    return (f"noise for epsilon={num(eps)}, delta={num(delta)} ({setting}); noise_multiplier = sigma / C\n"
+            + columns(("accountant", "noise_multiplier", "certified epsilon"), rows))
 
 
 def _noise_generic(args) -> int:
@@ -208,19 +216,13 @@ def _noise_generic(args) -> int:
     if args.accountant is None:  # the smallest certified noise among the supporting accountants
         payload = {**one(None), "relation": args.relation}
         batch = _batch(args, payload)
-        emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}, {args.relation}{batch}): noise_multiplier="
-                                 f"{round_up(payload['noise_multiplier'])} = sigma / C (certified eps="
-                                 f"{round_up(payload['epsilon'])})")
+        emit(payload, args.json, _noise_human(eps, delta, f"{args.relation}{batch}", {payload["accountant"]: payload}))
         return 0
     results = _for_each(args, one)
     payload = dict(results[_names(args)[0]]) if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     batch = _batch(args, payload)
-    human = "\n".join(
-        f"{k:>11}: " + ("unsupported" if v is None else f"noise_multiplier={round_up(v['noise_multiplier'])} "
-                                                        f"(certified eps={round_up(v['epsilon'])})")
-        for k, v in results.items())
-    emit(payload, args.json, f"noise for (epsilon={eps:g}, delta={delta:g}{batch})\n{human}")
+    emit(payload, args.json, _noise_human(eps, delta, f"{args.relation}{batch}", results))
     return 0
 
 
@@ -272,12 +274,32 @@ def _noise_algorithm(args) -> int:
     accountant = None if args.accountant == "all" else args.accountant
     method = args.method if cls.calibration_methods else "both"
     payload = cls.noise_report(cfg, args.epsilon, args.delta, method, accountant)
-    emit(payload, args.json)
+    emit(payload, args.json, _algorithm_human(payload, args.epsilon)
+         if "sigmas" in payload or "paper_sigmas" in payload else pairs(payload))
     return 0
 
 
+def _algorithm_human(p: dict, target: float) -> str:
+    """``noise --algorithm``: one row per noise scale (and the certified epsilon), one column per
+    calibration (``both``: paper, tight, tight/paper); a shuffle-DP protocol's parameters per
+    message group."""
+    head = f"{p['algorithm']}: noise for target epsilon={num(target)}, delta={num(p['delta'])} ({p['accountant']})"
+    if "method" in p:
+        rows = [*p["sigmas"].items(), ("certified epsilon", p["epsilon"])]
+        lines = [head, columns(("", p["method"]), rows)]
+    else:
+        ratio = p["tight_over_paper"]
+        rows = [(k, v, p["tight_sigmas"].get(k), ratio.get(k)) for k, v in p["paper_sigmas"].items()]
+        rows.append(("certified epsilon", p["paper_certified_epsilon"], p["tight_certified_epsilon"], None))
+        lines = [head, columns(("", "paper", "tight", "tight/paper"), rows)]
+    if p.get("shuffle"):
+        keys = list(next(iter(p["shuffle"].values())))
+        lines += ["shuffle protocol per message group", columns(("group", *keys), [(g, *v.values()) for g, v in p["shuffle"].items()])]
+    return "\n".join(lines)
+
+
 def _noise(args) -> int:
-    if args.algorithm:
+    if args.algorithm is not None:
         refuse(args, MECHANISM_FLAGS, "with --algorithm (the algorithm's own transcript is calibrated)")
         return _noise_algorithm(args)
     refuse(args, ALGORITHM_FLAGS, "without --algorithm")
@@ -288,8 +310,8 @@ def _shuffle(args) -> int:
     from silodp.accounting import shuffle_bounds
 
     res = shuffle_bounds(args.eps0, args.n, args.delta)
-    human = "\n".join(f"{k:>15}: {'n/a (condition fails)' if v is None else round_up(v)}" for k, v in res.items())
-    emit(res, args.json, f"shuffled epsilon for eps0={args.eps0:g}, n={args.n}, delta={args.delta:g}\n{human}")
+    human = columns(("bound", "epsilon"), [(k, "n/a (condition fails)" if v is None else v) for k, v in res.items()])
+    emit(res, args.json, f"shuffled epsilon for eps0={num(args.eps0)}, n={args.n}, delta={num(args.delta)}\n{human}")
     return 0
 
 
@@ -310,12 +332,12 @@ def register(sub) -> None:
     p.add_argument("--epsilon", type=EPSILON, required=True)
     _mechanism_flags(p)
     g = p.add_argument_group("algorithm mode (--algorithm NAME)")
-    g.add_argument("--algorithm", default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
+    g.add_argument("--algorithm", type=text("an algorithm name"), default=None, help="e.g. isrl-prox-sgd, isrl-spider, sdp-prox-sgd")
     g.add_argument("--method", choices=METHOD_CHOICES, default="both")
     g.add_argument("--n", type=COUNT, default=1000, help="records per silo")
     g.add_argument("--rounds", type=Int(1, 10 ** 7), default=10, help="R (epochs E for SVRG)")
     g.add_argument("--batch-size", type=COUNT, default=100, help="K (K1 for SPIDER)")
-    g.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample clip norm L")
+    g.add_argument("--clip", type=SCALE, default=1.0, help="per-sample clip norm L")
     g.add_argument("--beta", type=Real(0.0, math.inf, closed="high"), default=math.inf, help="smoothness (SPIDER)")
     g.add_argument("--silos", type=COUNT, default=1, help="N")
     g.add_argument("--silos-per-round", type=COUNT, default=None, help="M")

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("--epsilon", type=Real(0.05, 100.0, closed="lowhigh"), default=2.0,
                    help="target epsilon the noise is calibrated to, in [0.05, 100] (default 2; an audit resolves no less)")
     p.add_argument("--delta", type=DELTA, default=1e-5, help="delta (default 1e-5)")
-    p.add_argument("--noise-multiplier", type=POSITIVE, default=None,
+    p.add_argument("--noise-multiplier", type=Real(1e-4, 1e100, closed="lowhigh"), default=None,
                    help="--mechanism gaussian: sigma / C for one release under add/remove (shift C)")
     p.add_argument("--messages", type=Int(1, 10 ** 6), default=100, help="--mechanism pvec: number of shuffled messages")
     p.add_argument("--trials", type=Int(2, 10 ** 7), default=None,
@@ -55,10 +55,6 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
-
-
-def _human(payload: dict) -> str:
-    return "\n".join(f"{k:>30}: {v}" for k, v in payload.items())
 
 
 def _check_applicable(args) -> None:
@@ -126,10 +122,11 @@ def handle(args) -> int:
     elif args.papers:
         rows = audit.audit_papers(args.epsilon, args.delta, args.trials or 100_000, args.estimator, args.seed)
         payload = {"papers": rows, "trials": args.trials or 100_000}
-        human = "\n".join(f"{r['formula']:<22} target {r['target_epsilon']:g}  certified {r['certified_epsilon']:.3f}"
-                          f"  audit >= {r['epsilon_lower_clopper_pearson']:.3f} (cp) / {r['epsilon_lower_gdp']:.3f} (gdp)"
-                          for r in rows)
-        emit(payload, args.json, human)
+        from silodp.cli.tables import columns
+
+        keys = ("formula", "target_epsilon", "certified_epsilon", "epsilon_lower_clopper_pearson", "epsilon_lower_gdp")
+        emit(payload, args.json, columns(("formula", "target", "certified", "audit >= (cp)", "audit >= (gdp)"),
+                                         [[r[k] for k in keys] for r in rows]))
         return 0
     elif args.repeats is not None:
         if args.mutation not in audit.MUTATION_SCENARIOS:
@@ -154,7 +151,7 @@ def handle(args) -> int:
                                     args.alpha, args.seed)
         payload = {"algorithm": args.algorithm, **res.as_dict()}
     payload = strict_json(payload)
-    emit(payload, args.json, _human(payload))
+    emit(payload, args.json)
     return 0
 
 
@@ -199,5 +196,5 @@ def _one_run(args) -> int:
     else:
         res = shipped.audit_default_opacus(args.canaries or 1000, args.runs or 1, estimator, args.alpha, args.seed)
     payload = strict_json(res.as_dict())
-    emit(payload, args.json, _human(payload))
+    emit(payload, args.json)
     return 0

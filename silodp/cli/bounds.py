@@ -118,13 +118,15 @@ def _prescribed(bound: Any, point: dict[str, float]) -> dict[str, float]:
 
 
 def _evaluate_human(p: dict[str, Any]) -> str:
-    lines = [f"{p['id']}: {p['value']:.6g}   ({p['source']})",
+    from silodp.cli.tables import num
+
+    lines = [f"{p['id']}: {num(p['value'])}   ({p['source']})",
              f"  dominant term   {p['dominant_term']}"]
-    lines += [f"  term {name:<18} {val:.6g}" for name, val in p["terms"].items()]
+    lines += [f"  term {name:<18} {num(val)}" for name, val in p["terms"].items()]
     lines += [f"  d log / d log {k:<8} {v:+.4f}" for k, v in p["exponents"].items()]
     lines.append(f"  conditions hold {p['conditions_hold']}")
     lines += [f"    {k:<20} {v}" for k, v in p["conditions"].items()]
-    lines += [f"  prescribed {k:<10} {v:.6g}" for k, v in p["prescribed"].items()]
+    lines += [f"  prescribed {k:<10} {num(v)}" for k, v in p["prescribed"].items()]
     if p["unused"]:
         lines.append(f"  unused          {', '.join(p['unused'])}")
     return "\n".join(lines)

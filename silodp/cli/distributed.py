@@ -13,8 +13,7 @@ silo, local variance or local sigma in integer steps), ``bits``, ``modulus``,
 
 from __future__ import annotations
 
-from silodp._validation import round_up
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, Int
+from silodp.cli.domains import COUNT, DELTA, EPSILON, SCALE, Int
 
 
 def register(subparsers) -> None:
@@ -23,14 +22,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("distributed", help="distributed noise under secure aggregation (Skellam, discrete Gaussian, binomial)")
     p.add_argument("--mechanism", choices=MECHANISMS, required=True)
     p.add_argument("--dimension", type=Int(1, 10 ** 8), required=True, help="D, coordinates of each silo's vector")
-    p.add_argument("--clip", type=POSITIVE, required=True, help="C, the l2 clip of each silo's vector")
+    p.add_argument("--clip", type=SCALE, required=True, help="C, the l2 clip of each silo's vector")
     p.add_argument("--silos", type=COUNT, required=True, help="M, silos that send")
     p.add_argument("--summed", type=COUNT, default=None, help="the fewest silos summed (default M)")
     p.add_argument("--bits", type=Int(2, 64), required=True, help="B: secure aggregation sums modulo 2^B")
     p.add_argument("--epsilon", type=EPSILON, required=True)
     p.add_argument("--delta", type=DELTA, required=True)
     p.add_argument("--rounds", type=Int(1, 10 ** 7), default=1, help="R releases of the sum (composed)")
-    p.add_argument("--vector-norm", type=POSITIVE, default=None,
+    p.add_argument("--vector-norm", type=SCALE, default=None,
                    help="record level: each silo's vector (a sum of records, each <= --clip) is clipped to this")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
@@ -43,6 +42,5 @@ def handle(args) -> int:
     params = distributed.calibrate(args.mechanism, args.dimension, args.clip, args.silos, args.bits, args.epsilon,
                                    args.delta, args.rounds, args.summed, args.vector_norm)
     out = distributed.summary(params, args.epsilon, args.delta)
-    human = "\n".join(f"{k:>22}: {round_up(v)}" if isinstance(v, float) else f"{k:>22}: {v}" for k, v in out.items())
-    emit(out, args.json, human)
+    emit(out, args.json)
     return 0

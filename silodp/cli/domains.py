@@ -137,6 +137,9 @@ POSITIVE = Real(0.0, what="a finite number > 0")
 NONNEGATIVE = Real(0.0, closed="low", what="a finite number >= 0")
 PROBABILITY = Real(0.0, 1.0, closed="high", what="a number in (0, 1]")
 DELTA = Real(0.0, 1.0, what="a number in (0, 1)")
-EPSILON = Real(0.0, 1e6, closed="high", what="a number in (0, 1e6]")
+#: a privacy parameter: the papers' closed forms divide by epsilon squared, which must stay a normal float
+EPSILON = Real(1e-100, 1e6, closed="lowhigh", what="a number in [1e-100, 1e6]")
+#: a clip norm or noise scale: its square (a variance) must stay a finite, normal float
+SCALE = Real(1e-100, 1e100, closed="lowhigh", what="a number in [1e-100, 1e100]")
 SEED = Int(0, 2 ** 32 - 1)
 COUNT = Int(1)

@@ -9,7 +9,7 @@ refused. Reads the file only (no Flower, no torch).
 
 from __future__ import annotations
 
-from silodp._validation import round_up
+from silodp.cli.tables import num
 from silodp.cli.domains import text
 
 import argparse
@@ -29,8 +29,8 @@ def handle(args: argparse.Namespace) -> int:
 
     out = SiloLedgerDB(args.path).summary()
     lines = [f"budget: epsilon {out['budget_epsilon']:g} at delta {out['budget_delta']:g}",
-             f"spent:  epsilon {round_up(out['epsilon_spent'])} (every release, all runs composed)"]
-    lines += [f"run {r['run_id']}: {r['releases']} releases, epsilon {round_up(r['epsilon'])}" for r in out["runs"]]
+             f"spent:  epsilon {num(out['epsilon_spent'])} (every release, all runs composed)"]
+    lines += [f"run {r['run_id']}: {r['releases']} releases, epsilon {num(r['epsilon'])}" for r in out["runs"]]
     lines.append(f"refused: {out['refused']} messages")
     emit(out, args.json, "\n".join(lines))
     return 0

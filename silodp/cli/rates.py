@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from silodp.cli.domains import POSITIVE, SEED, Int, PathArg
+from silodp.cli.domains import POSITIVE, SEED, Int, PathArg, text
 
 VARY = ("eps", "n", "M", "N", "d", "kappa")
 NOISE = ("paper", "tight")
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--noise", choices=NOISE, default=None,
                    help="calibration of the accounting layer (default: the preset's; paper for Prox-SGD)")
     p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--compare", default=None, metavar="ALGORITHM",
+    p.add_argument("--compare", type=text("an algorithm name"), default=None, metavar="ALGORITHM",
                    help="also run ALGORITHM on the same grid and fit the slope of the ratio (e.g. sdp-prox-sgd)")
     p.add_argument("--plot", type=PathArg("out", ("png", "pdf", "svg")), default=None, metavar="PNG", help="write the log-log figure here")
     p.add_argument("--csv", type=PathArg("out", ("csv",)), default=None, metavar="CSV", help="write the per-point table here")
@@ -39,15 +39,16 @@ def register(subparsers) -> None:
 
 
 def _human(payload: dict) -> str:
+    """The per-point table (:mod:`silodp.cli.tables`, 4 significant digits, rounded up) and the slopes."""
+    from silodp.cli.tables import columns
+
+    keys = ("value", "mean", "ci_low", "ci_high", "bound", "explicit_bound", "start_metric", "noise_only_mean",
+            "dominant_term")
     lines = [f"{payload['algorithm']} ({payload['theorem']}), varying {payload['vary']}: "
              f"{payload['metric']} vs {payload['bound']}",
-             f"{payload['vary']:>10} {'mean':>11} {'ci_low':>11} {'ci_high':>11} {'bound':>11} "
-             f"{'explicit':>11} {'start':>11} {'noise-only':>11}  dominant"]
-    for r in payload["points"]:
-        expl, floor = ("-" if v is None else f"{v:.4g}" for v in (r["explicit_bound"], r["noise_only_mean"]))
-        lines.append(f"{r['value']:>10.4g} {r['mean']:>11.4g} {r['ci_low']:>11.4g} {r['ci_high']:>11.4g} "
-                     f"{r['bound']:>11.4g} {expl:>11} {r['start_metric']:>11.4g} {floor:>11}  {r['dominant_term']}")
-    lo, hi = payload["slope_ci"]
+             columns((payload["vary"], "mean", "ci_low", "ci_high", "bound", "explicit", "start", "noise-only",
+                      "dominant"), [[r[k] for k in keys] for r in payload["points"]], digits=4)]
+    lo, hi = payload["slope_ci"]  # slopes are statistics, not privacy numbers: nearest, 3 decimals
     lines.append(f"slope {payload['slope']:.3f} [{lo:.3f}, {hi:.3f}]  theory {payload['theory_exponent']:.3f} "
                  f"({payload['dominant_term']} term)  agrees: {payload['slope_agrees']}  "
                  f"explicit bound holds: {payload['explicit_bound_holds']}  "
@@ -62,10 +63,12 @@ def _human(payload: dict) -> str:
 def handle(args) -> int:
     import torch  # noqa: F401  (heavy imports stay inside the handler)
 
-    from silodp.cli import check_writable, emit
+    from silodp.cli import check_writable, emit, refuse
     from silodp.verify import rates
 
-    if args.mutations:
+    if args.mutations:  # the suite has its own presets: every other flag but --quick and --json is ignored
+        refuse(args, ("--vary", "--algorithm", "--trials", "--noise", "--seed", "--values", "--prescribed", "--compare",
+                      "--plot", "--csv"), "with --mutations (the suite runs its own presets)")
         from silodp.verify.rates import mutations
 
         table = mutations.run_suite(quick=args.quick)
@@ -78,7 +81,7 @@ def handle(args) -> int:
     for flag, path in (("--csv", args.csv), ("--plot", args.plot)):
         if path:
             check_writable(path, flag)  # before the (long) computation
-    if args.compare:  # before the (long) first computation
+    if args.compare is not None:  # before the (long) first computation
         from silodp.verify.rates.theorems import get_theorem
 
         try:
@@ -89,10 +92,17 @@ def handle(args) -> int:
     overrides = {k: v for k, v in given if v is not None}
     if args.values is not None:
         overrides["values"] = tuple(args.values)
-    if args.prescribed:
-        setup = rates.prescribed_setup(args.algorithm, args.vary, args.quick, **overrides)
-    else:
-        setup = (rates.quick_setup if args.quick else rates.full_setup)(args.algorithm, args.vary, **overrides)
+    try:
+        if args.prescribed:
+            setup = rates.prescribed_setup(args.algorithm, args.vary, args.quick, **overrides)
+        else:
+            setup = (rates.quick_setup if args.quick else rates.full_setup)(args.algorithm, args.vary, **overrides)
+    except ValueError as exc:  # name the flag the user typed: the values of the varied parameter, or the preset
+        if args.values is not None and str(exc).startswith(f"{args.vary}:"):
+            raise ValueError(f"--values: {exc}") from None
+        if args.prescribed and "prescribed" in str(exc):
+            raise ValueError(f"--prescribed: {exc}") from None
+        raise
     if args.compare:
         comparison = rates.compare(setup, args.compare)
         result = comparison.first

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("preset", metavar="PRESET",
                    help="wbcd | wbcd-sdp | mnist | cifar10 | scaffold-synthetic, or a .json/.toml grid file")
     p.add_argument("--quick", action="store_true", help="the preset's small variant (seconds)")
-    p.add_argument("--store", type=text("a file path"), default="results.db", help="SQLite results store (created; resumed if present)")
+    p.add_argument("--store", type=PathArg("out"), default="results.db", help="SQLite results store (created in an existing folder; resumed if present)")
     p.add_argument("--scheduler", type=text("a Dask scheduler address such as tcp://host:8786"), default=None, metavar="ADDR", help="Dask scheduler address, e.g. tcp://host:8786")
     p.add_argument("--workers", type=Int(1, 4096), default=None, help="local worker processes (default: all CPUs; 1 = in-process)")
     p.add_argument("--data-path", type=PathArg("dir"), default=None, help="local MNIST IDX files or CIFAR-10 python batches")
@@ -56,7 +56,7 @@ def register(subparsers) -> None:
                    help="evaluate each algorithm's own output (default) or its last iterate")
     r.add_argument("--into", type=PathArg("in"), default=None, help="markdown file whose block --name is replaced")
     r.add_argument("--name", type=text("a table name"), default=None, help="the block's name (default: the preset's stem)")
-    r.add_argument("--check", nargs="*", default=None, metavar="FILE",
+    r.add_argument("--check", nargs="*", type=PathArg("in"), default=None, metavar="FILE",
                    help="check every stamped table in FILEs (default docs/*.md) against the current code; no runs")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=handle_report)

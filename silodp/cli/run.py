@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from silodp.cli.domains import COUNT, DELTA, EPSILON, Int, POSITIVE, Real, SEED
+from silodp.cli.domains import COUNT, DELTA, EPSILON, SCALE, Int, POSITIVE, Real, SEED
 
 import math
 
@@ -24,8 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--silos-per-round", type=COUNT, default=None, help="M (default: all silos)")
     p.add_argument("--batch-size", type=COUNT, default=None, help="K (default: n / 4)")
     p.add_argument("--step-size", type=POSITIVE, default=0.1)
-    p.add_argument("--clip", type=POSITIVE, default=1.0, help="per-sample gradient clip L")
-    p.add_argument("--hidden", type=Int(1, 10 ** 5), nargs="*", default=None, help="MLP hidden sizes (default: paper's model)")
+    p.add_argument("--clip", type=SCALE, default=1.0, help="per-sample gradient clip L")
+    p.add_argument("--hidden", type=Int(1, 10 ** 5), nargs="+", default=None, help="MLP hidden sizes (default: paper's model)")
     p.add_argument("--calibration", choices=("tight", "paper"), default="tight")
     p.add_argument("--output", choices=OUTPUT_RULES, default="random",
                    help="which iterate test_error scores: random = the algorithm's own rule (Alg 1, 2, 3, 11: "
@@ -91,7 +91,7 @@ def handle(args) -> int:
     import torch  # noqa: F401  (heavy import stays inside the handler)
 
     from silodp.algorithms import ALGORITHMS, Problem, get_algorithm, mlp
-    from silodp.cli import emit, table
+    from silodp.cli import emit
 
     if args.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm: must be one of {sorted(ALGORITHMS)}, got {args.algorithm!r}")
@@ -140,11 +140,13 @@ def handle(args) -> int:
     }
     payload.update({k: result.params[k] for k in cls.own_params()})  # the algorithm's own parameters
     payload.update(result.details)  # family facts (DP-SCAFFOLD: sigma_g, both guarantees, the batch m)
-    emit(payload, args.json, table(payload))
+    emit(payload, args.json)
     if cls.private and certified is not None and certified > args.epsilon * (1 + 1e-9):
         import sys  # the run happened, but its noise does not meet the requested budget: say so
 
-        print(f"silodp run: warning: the noise certifies epsilon={certified:.6g}, more than the requested "
+        from silodp.cli.tables import num
+
+        print(f"silodp run: warning: the noise certifies epsilon={num(certified)}, more than the requested "
               f"--epsilon {args.epsilon:g} (--calibration {args.calibration}: {payload['noise']})", file=sys.stderr)
     return 0
 

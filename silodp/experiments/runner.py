@@ -132,15 +132,18 @@ class PoolExecutor:
                                         initializer=_watch_parent, initargs=(os.getpid(),))
 
     def submit(self, fn, arg):
-        return self.pool.submit(fn, arg)
+        """Submit to the pool, or to a fresh one when a worker has died (the dead pool's tasks
+        fail with ``BrokenProcessPool`` and are recorded as worker failures, retried on resume)."""
+        try:
+            return self.pool.submit(fn, arg)
+        except BrokenProcessPool:
+            self.pool.shutdown(wait=False)
+            self._start()
+            return self.pool.submit(fn, arg)
 
     def wait(self, handles):
         done, _ = futures_wait(handles, return_when=FIRST_COMPLETED)
-        out = [(f, None if f.exception() else f.result(), f.exception()) for f in done]
-        if any(isinstance(e, BrokenProcessPool) for _, _, e in out):
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self._start()
-        return out
+        return [(f, None if f.exception() else f.result(), f.exception()) for f in done]
 
     def close(self):
         self.pool.shutdown(wait=True, cancel_futures=True)

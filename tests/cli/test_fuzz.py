@@ -143,7 +143,7 @@ def test_accountant_all_answers_null_where_an_accountant_cannot_certify():
 #: flags whose value is a name checked against a registry (not a number or a path)
 NAME_FLAGS = {("noise", "--algorithm"), ("run", "--algorithm"), ("audit", "--algorithm"), ("audit", "--mutation"),
               ("rates", "--algorithm"), ("rates", "--compare"), ("bound", "--param"), ("bound", "id"),
-              ("reproduce", "preset")}
+              ("reproduce", "preset"), ("report", "preset")}
 
 
 def _subparsers():
@@ -228,6 +228,7 @@ def _bases(store: str, out: str) -> dict:
         "rates": ["--vary", "eps", "--quick"],
         "reproduce": ["wbcd", "--quick", "--store", out + ".db"],
         "plot": ["--store", store, "--out", out + ".png"],
+        "report": ["wbcd", "--quick", "--store", store],
         "distributed": ["--mechanism", "skellam", "--dimension", "10", "--clip", "1", "--silos", "3", "--bits", "16",
                         "--epsilon", "1", "--delta", "1e-5"],
         "ledger": [store],  # its one value is the positional path (no generated cases)
@@ -332,6 +333,22 @@ def test_name_flags_refuse_unknown_names_before_any_work():
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100000000000000000000000000000"], "--steps"),
     (["rates", "--vary", "kappa", "--quick"], "--vary"),
     (["rates", "--vary", "eps", "--quick", "--csv", "/proc/version"], "--csv"),
+    # found by the fresh matrix (scripts/hostile_matrix.py)
+    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", ""], "--algorithm"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "1e-300"], "--epsilon"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--clip", "1e308"], "--clip"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--hidden"], "--hidden"),
+    (["run", "--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--hidden", "-inf"], "--hidden"),
+    (["audit", "--mechanism", "gaussian", "--noise-multiplier", "1e308", "--trials", "200"], "--noise-multiplier"),
+    (["audit", "--mechanism", "gaussian", "--noise-multiplier", "1e-300", "--trials", "200"], "--noise-multiplier"),
+    (["rates", "--vary", "M", "--quick", "--mutations"], "--vary"),
+    (["rates", "--vary", "M", "--quick", "--values", "1e308", "4"], "--values"),
+    (["rates", "--vary", "M", "--quick", "--compare", ""], "--compare"),
+    (["distributed", "--mechanism", "skellam", "--dimension", "10", "--clip", "1e308", "--silos", "3", "--bits", "16",
+      "--epsilon", "1", "--delta", "1e-5"], "--clip"),
+    (["distributed", "--mechanism", "skellam", "--dimension", "10", "--clip", "1", "--silos", "3", "--bits", "16",
+      "--epsilon", "1e-100", "--delta", "1e-5"], "--epsilon"),
+    (["reproduce", "wbcd", "--quick", "--store", "/nonexistent-silodp/r.db"], "--store"),
 ])
 def test_issue_cases_are_refused_naming_the_flag(argv, flag):
     code, out, err = invoke(argv)
@@ -351,6 +368,6 @@ def test_printed_noise_certifies_at_most_the_target():
         args = ["--steps", steps, "--delta", "1e-5"] + (["--sampling", "poisson", "--q", q] if q else [])
         code, out, _ = invoke(["noise", "--epsilon", "1", "--accountant", "rdp", *args])
         assert code == 0
-        printed = out.split("noise_multiplier=")[1].split()[0]
+        printed = next(line.split()[1] for line in out.splitlines() if line.startswith("rdp "))
         code, out, _ = invoke(["epsilon", "--noise-multiplier", printed, "--accountant", "rdp", "--json", *args])
         assert code == 0 and json.loads(out)["epsilon"] <= 1.0, (printed, out)

@@ -106,12 +106,94 @@ def test_progress_shows_runs_of_the_total_and_failures(tmp_path, monkeypatch):
     assert last.startswith("tiny: 6/6 run (100%)") and "ETA" in last and "failed=0" in last
 
 
-def test_local_process_pool_matches_in_process(reference, tmp_path):
+def test_a_broken_pool_is_replaced_and_its_tasks_fail_alone():
+    """SIGKILL the only worker: its tasks fail with BrokenProcessPool, later tasks run on a fresh
+    pool, and a late failure of the dead pool does not touch the new pool's tasks."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = runner.PoolExecutor(1)
+    try:
+        first, second = pool.submit(time.sleep, 30), pool.submit(time.sleep, 30)
+        os.kill(next(iter(pool.pool._processes)), signal.SIGKILL)
+        assert isinstance(pool.wait({first})[0][2], BrokenProcessPool)
+        fresh = pool.submit(abs, -3)
+        outcomes = {}
+        while fresh not in outcomes:
+            outcomes.update({h: (r, e) for h, r, e in pool.wait({second, fresh} - set(outcomes))})
+        assert isinstance(outcomes.get(second, (None, BrokenProcessPool()))[1], BrokenProcessPool)
+        assert outcomes[fresh] == (3, None)
+    finally:
+        pool.close()
+
+
+def test_a_pool_worker_killed_mid_sweep_loses_only_its_runs_and_resume_retries_them(reference, tmp_path, monkeypatch):
+    """A real local-pool sweep; one worker SIGKILLed the moment the last run is handed out. The
+    runs in flight are recorded ``failed: worker: BrokenProcessPool``, the sweep ends normally,
+    a plain resume (no --retry-failed) runs exactly those again, and every result equals the
+    in-process sweep's."""
     _, results = reference
+    submit, handed = runner.PoolExecutor.submit, []
+
+    def submit_then_kill(self, fn, arg):
+        future = submit(self, fn, arg)
+        handed.append(fn)
+        if handed.count(runner.ex.run_chunk) == len(results):  # the last run is in flight
+            os.kill(next(iter(self.pool._processes)), signal.SIGKILL)
+        return future
+
+    monkeypatch.setattr(runner.PoolExecutor, "submit", submit_then_kill)
     with Store(tmp_path / "r.db") as st:
-        report = runner.run_grid(_spec().expand(), st, workers=2, chunk_size=2)
-        assert report.ok == 6, [r.error for r in st.records("failed")]
-        assert _results(st) == results
+        report = runner.run_grid(_spec().expand(), st, workers=2, chunk_size=1, progress=False)
+        lost = st.worker_failures()
+        assert report.failed == len(lost) >= 1 and report.ok + report.failed == 6
+        assert all("BrokenProcessPool" in r.error for r in st.records("failed"))
+        pooled = {h: v for h, v in _results(st).items() if v[0] == "ok"}
+        assert all(results[h] == v for h, v in pooled.items())  # the pool's runs equal the in-process ones
+        monkeypatch.undo()
+        again = runner.run_grid(_spec().expand(), st, workers=1, progress=False)
+        assert (again.already_done, again.ran, again.ok) == (6 - len(lost), len(lost), len(lost))
+        assert _results(st) == results and not st.worker_failures()
+
+
+def _wait_for_rows(proc, db, rows: int, timeout: float = 300) -> None:
+    """Poll until the sweep process ``proc`` has written ``rows`` runs into ``db`` (or ended)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+        if not db.exists():  # connecting would create it
+            continue
+        try:
+            if sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] >= rows:
+                return
+        except sqlite3.OperationalError:  # schema not created yet
+            pass
+
+
+def test_two_sweep_processes_on_one_store_never_run_a_run_twice(tmp_path):
+    """Two real `silodp reproduce` processes on one store: the first is paused (SIGSTOP) mid-sweep,
+    holding the store; the second is refused at once (exit 2, one line naming the store) and
+    writes nothing; the first, resumed, finishes every run exactly once."""
+    spec = {"name": "two", "dataset": "wbcd", "epsilons": [2.0], "settings": [[2, 5]], "trials": 6,
+            "algorithms": {"isrl-mb-sgd": {"step_sizes": [0.2, 0.5]}}}
+    grid, db = tmp_path / "grid.json", tmp_path / "r.db"
+    grid.write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "silodp", "reproduce", str(grid), "--store", str(db), "--workers", "1", "--json"]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    _wait_for_rows(first, db, 1)
+    first.send_signal(signal.SIGSTOP)
+    try:
+        rows = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        assert 1 <= rows < 12, "the first sweep was not caught mid-sweep"
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and second.stdout == ""
+        assert second.stderr.count("\n") == 1 and "another sweep is running" in second.stderr and str(db) in second.stderr
+        assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == rows
+    finally:
+        first.send_signal(signal.SIGCONT)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0 and json.loads(out)["runs"]["ran"] == 12
+    n, distinct = sqlite3.connect(db).execute("SELECT COUNT(*), COUNT(DISTINCT config_hash) FROM runs").fetchone()
+    assert n == distinct == 12
 
 
 def test_dask_local_cluster_matches_in_process(reference, tmp_path):
@@ -139,30 +221,23 @@ def test_bad_arguments():
 
 def test_killed_sweep_resumes(tmp_path):
     """SIGKILL a `silodp reproduce` process mid-sweep, re-run it: every run once, same results."""
-    spec = {"name": "killme", "dataset": "wbcd", "epsilons": [2.0], "settings": [[2, 25]], "trials": 8,
+    spec = {"name": "killme", "dataset": "wbcd", "epsilons": [2.0], "settings": [[2, 25]], "trials": 2,
             "algorithms": {"isrl-mb-sgd": {"step_sizes": {"exp_linspace": [-3, 0, 10]}, "clips": [1, 5]}}}
     grid, db = tmp_path / "grid.json", tmp_path / "r.db"
     grid.write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "silodp", "reproduce", str(grid), "--store", str(db), "--workers", "1", "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    done, deadline = 0, time.time() + 300
-    while done < 5 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-        if db.exists():
-            try:
-                done = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-            except sqlite3.OperationalError:  # schema not created yet
-                pass
+    _wait_for_rows(proc, db, 5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     with Store(db) as st:
         at_kill = st.counts()["ok"]
-    assert 5 <= at_kill < 160, "the sweep was not interrupted mid-run"
+    assert 5 <= at_kill < 40, "the sweep was not interrupted mid-run"
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
     payload = json.loads(out.stdout)
-    assert payload["runs"]["already_done"] == at_kill and payload["runs"]["ran"] == 160 - at_kill
+    assert payload["runs"]["already_done"] == at_kill and payload["runs"]["ran"] == 40 - at_kill
     n, distinct = sqlite3.connect(db).execute("SELECT COUNT(*), COUNT(DISTINCT config_hash) FROM runs").fetchone()
-    assert n == distinct == 160
+    assert n == distinct == 40
     with Store(tmp_path / "clean.db") as clean, Store(db) as resumed:
         from silodp.experiments.grid import load_grid
 
