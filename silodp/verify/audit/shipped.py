@@ -18,7 +18,14 @@ two in the Gaussian's mu with thousands of canaries, see :mod:`.onerun`):
 * ``per-layer-clipping``: a deep MLP (13 parameter tensors a canary can own): each tensor clipped
   to C gives a canary sqrt(13) C of sensitivity against a noise calibrated to C.
 * ``shuffled-accounted-as-poisson``: Chua et al. (2024)'s worst case -- every other record a copy
-  of the "-" canary, so only the "+" canary's batch moves; 30 batches per epoch.
+  of the "-" canary, so only the "+" canary's batch moves (by 2 C, 4 noise units at noise
+  multiplier 0.5), and no other batch does: 101 batches of one record, one epoch. That pair is
+  global (the whole dataset copies one canary), so each run holds one canary and the runs are
+  independent trials: Clopper-Pearson (valid for every mechanism) decides, over 200 runs. Its
+  resolution is the bulk of the trade-off curve, so the claim is read at delta = 0.05, a point of
+  the Poisson accountant's own (epsilon, delta) curve; by Chua et al. the curve is wrong at small
+  delta too, but there the excess lies in the tail, beyond the reach of a few hundred runs. Distinct records with +-C gradient
+  canaries (many per run) stay near the Poisson claim: the gap needs the homogeneous background.
 * ``public-seed-noise``: the adversary regenerates the noise from the public seed.
 """
 
@@ -27,7 +34,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from silodp.verify.audit.opacus_audit import OPACUS_MUTATIONS, OpacusAudit, OpacusRunConfig, audit_opacus
+from silodp.verify.audit.opacus_audit import (ACCOUNTANT_ONLY, OPACUS_MUTATIONS, OpacusAudit, OpacusRunConfig,
+                                              audit_opacus, counterpart_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +67,9 @@ SHIPPED: dict[str, ShippedBug] = {b.name: b for b in (
                "Opacus per-layer optimizer's noise norm", (64, 64, 64, 64, 64, 64), None, 569,
                OpacusRunConfig(epochs=1, noise_multiplier=1.0, sample_rate=1.0), 64, 16, "fdp"),
     ShippedBug("shuffled-accounted-as-poisson", "Chua et al. 2024 (shuffled batches, Poisson accounting)",
-               "Opacus loader (shuffled) + Poisson accountant", (8,), 60, 2,
-               OpacusRunConfig(epochs=1, noise_multiplier=1.0, poisson_sampling=False, neighbouring="replace-one",
-                               score="epoch-lr", background=True), 1, 100),
+               "Opacus loader (shuffled) + Poisson accountant", (), 100, 1,
+               OpacusRunConfig(epochs=1, noise_multiplier=0.5, poisson_sampling=False, neighbouring="replace-one",
+                               score="epoch-lr", background=True, delta=0.05), 1, 200, "clopper-pearson"),
     ShippedBug("public-seed-noise", "paper 2's public code (noise re-seeded publicly, identical across users)",
                "Opacus optimizer noise generator", (32,), None, 128,
                OpacusRunConfig(epochs=1, noise_multiplier=2.0), 300, 1),
@@ -112,12 +120,16 @@ def shipped_table(names=None, estimator: str | None = None, alpha: float = 0.05,
     rows = []
     for name in names or SHIPPED:
         bad = audit_shipped(name, True, estimator=estimator, alpha=alpha, seed=seed)
-        good = audit_shipped(name, False, estimator=estimator, alpha=alpha, seed=seed)
+        if name in ACCOUNTANT_ONLY:  # the same training: judge its bounds against the correct claim
+            good = counterpart_of(bad, SHIPPED[name].config)
+        else:
+            good = audit_shipped(name, False, estimator=estimator, alpha=alpha, seed=seed)
         rows.append({"mutation": name, "shipped": SHIPPED[name].shipped, "switch": SHIPPED[name].switch,
-                     "claimed_epsilon": bad.claimed_epsilon, "epsilon_lower": bad.epsilon_lower,
+                     "delta": SHIPPED[name].config.delta, "claimed_epsilon": bad.claimed_epsilon, "epsilon_lower": bad.epsilon_lower,
                      "verdict": bad.verdict, "verdict_by": bad.estimator, "counterpart_claimed_epsilon": good.claimed_epsilon,
                      "counterpart_epsilon_lower": good.epsilon_lower, "counterpart_verdict": good.verdict,
-                     "canaries": bad.canaries, "runs": bad.runs, "wall_s": bad.wall_s + good.wall_s})
+                     "canaries": bad.canaries, "runs": bad.runs,
+                     "wall_s": bad.wall_s + (0.0 if name in ACCOUNTANT_ONLY else good.wall_s)})
     return rows
 
 
@@ -129,7 +141,8 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         lo = r["epsilon_lower"]
         bounds = " / ".join(f"{lo[k]:.2f}" if k in lo else "-" for k in ("steinke", "fdp", "clopper-pearson", "gdp"))
-        lines.append(f"| `{r['mutation']}` | {r['shipped']} | {r['claimed_epsilon']:.2f} | {bounds} | {r['verdict']} ({r['verdict_by']}) | "
+        at = "" if r["delta"] == 1e-5 else f" (delta {r['delta']:g})"
+        lines.append(f"| `{r['mutation']}` | {r['shipped']} | {r['claimed_epsilon']:.2f}{at} | {bounds} | {r['verdict']} ({r['verdict_by']}) | "
                      f"{r['counterpart_verdict']} ({r['counterpart_claimed_epsilon']:.2f}; "
                      f"{r['counterpart_epsilon_lower'][r['verdict_by']]:.2f}) | {r['runs']} x {r['canaries'] // r['runs']} | "
                      f"{r['wall_s']:.0f} |")
