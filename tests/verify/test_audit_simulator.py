@@ -49,3 +49,20 @@ def full(request):
 def test_every_one_run_mutation_is_caught_at_the_default_budget(full, name):
     bad, good = audit_simulator(name), audit_simulator(name, counterpart=True)
     assert (bad.verdict, good.verdict) == ("violated", "consistent")
+
+
+def test_cli_simulator_audit(capsys):
+    """`silodp audit --simulator --mutation NAME --json`: the issue's keys; a missing or many-run-only
+    mutation and --runs are refused (exit 2)."""
+    import json
+
+    from silodp.cli import main
+
+    assert main(["audit", "--simulator", "--mutation", "shared-seed", "--canaries", "300", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "violated" and out["canaries"] == 300 and out["mutation"] == "shared-seed"
+    assert set(out["epsilon_lower"]) == {"steinke", "fdp", "clopper-pearson", "gdp"}
+    assert main(["audit", "--simulator"]) == 2
+    assert main(["audit", "--simulator", "--mutation", "median-clip"]) == 2
+    assert "many-run game" in capsys.readouterr().err
+    assert main(["audit", "--simulator", "--mutation", "missing-k", "--runs", "2"]) == 2

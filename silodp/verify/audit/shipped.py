@@ -115,10 +115,34 @@ def audit_shipped(name: str, mutated: bool = True, canaries: int | None = None, 
                         seed=seed)
 
 
+def _simulator_row(name: str, estimator: str | None, alpha: float, seed: int) -> dict:
+    """The row of a mutation of the simulator's suite, audited by one run of the real algorithm."""
+    from silodp.verify.audit.simulator_audit import audit_simulator
+
+    bad = audit_simulator(name, estimator=estimator, alpha=alpha, seed=seed)
+    good = audit_simulator(name, counterpart=True, estimator=estimator, alpha=alpha, seed=seed)
+    return {"mutation": name, "shipped": "silodp's mutation suite (issue 7)",
+            "switch": f"simulator channel ({bad.algorithm})", "delta": 1e-5, "claimed_epsilon": bad.claimed_epsilon,
+            "epsilon_lower": bad.epsilon_lower, "verdict": bad.verdict, "verdict_by": bad.estimator,
+            "counterpart_claimed_epsilon": good.claimed_epsilon, "counterpart_epsilon_lower": good.epsilon_lower,
+            "counterpart_verdict": good.verdict, "canaries": bad.canaries, "runs": 1, "wall_s": bad.wall_s + good.wall_s}
+
+
+def table_names() -> list[str]:
+    """Every row of the table: the shipped bugs (real Opacus runs), then the simulator's suite
+    where one run catches it (:data:`.simulator_audit.ONE_RUN_MUTATIONS`)."""
+    from silodp.verify.audit.simulator_audit import ONE_RUN_MUTATIONS
+
+    return [*SHIPPED, *ONE_RUN_MUTATIONS]
+
+
 def shipped_table(names=None, estimator: str | None = None, alpha: float = 0.05, seed: int = 0) -> list[dict]:
     """One row per bug: claim, lower bound per estimator, verdict, its counterpart's, runs, wall time."""
     rows = []
-    for name in names or SHIPPED:
+    for name in names or table_names():
+        if name not in SHIPPED:
+            rows.append(_simulator_row(name, estimator, alpha, seed))
+            continue
         bad = audit_shipped(name, True, estimator=estimator, alpha=alpha, seed=seed)
         if name in ACCOUNTANT_ONLY:  # the same training: judge its bounds against the correct claim
             good = counterpart_of(bad, SHIPPED[name].config)
@@ -167,4 +191,4 @@ def audit_default_opacus(canaries: int = 1000, runs: int = 1, estimator: str | N
 
 
 __all__ = ["DEFAULT_RUN", "SHIPPED", "ShippedBug", "audit_default_opacus", "audit_shipped", "markdown", "shipped_table",
-           "wbcd_records"]
+           "table_names", "wbcd_records"]
