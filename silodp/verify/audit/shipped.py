@@ -115,25 +115,45 @@ def audit_shipped(name: str, mutated: bool = True, canaries: int | None = None, 
                         seed=seed)
 
 
+def _row(name: str, shipped: str, switch: str, bad, good, runs: int) -> dict:
+    """A table row from a mutated audit and its counterpart's (one-run audits of any real path)."""
+    return {"mutation": name, "shipped": shipped, "switch": switch, "delta": 1e-5, "claimed_epsilon": bad.claimed_epsilon,
+            "epsilon_lower": bad.epsilon_lower, "verdict": bad.verdict, "verdict_by": bad.estimator,
+            "counterpart_claimed_epsilon": good.claimed_epsilon, "counterpart_epsilon_lower": good.epsilon_lower,
+            "counterpart_verdict": good.verdict, "canaries": bad.canaries, "runs": runs, "wall_s": bad.wall_s + good.wall_s}
+
+
 def _simulator_row(name: str, estimator: str | None, alpha: float, seed: int) -> dict:
     """The row of a mutation of the simulator's suite, audited by one run of the real algorithm."""
     from silodp.verify.audit.simulator_audit import audit_simulator
 
     bad = audit_simulator(name, estimator=estimator, alpha=alpha, seed=seed)
     good = audit_simulator(name, counterpart=True, estimator=estimator, alpha=alpha, seed=seed)
-    return {"mutation": name, "shipped": "silodp's mutation suite (issue 7)",
-            "switch": f"simulator channel ({bad.algorithm})", "delta": 1e-5, "claimed_epsilon": bad.claimed_epsilon,
-            "epsilon_lower": bad.epsilon_lower, "verdict": bad.verdict, "verdict_by": bad.estimator,
-            "counterpart_claimed_epsilon": good.claimed_epsilon, "counterpart_epsilon_lower": good.epsilon_lower,
-            "counterpart_verdict": good.verdict, "canaries": bad.canaries, "runs": 1, "wall_s": bad.wall_s + good.wall_s}
+    return _row(name, "silodp's mutation suite (issue 7)", f"simulator channel ({bad.algorithm})", bad, good, 1)
+
+
+#: the table's names for the Flower mod's rows (the bug's name after this prefix)
+MOD_PREFIX = "flower-mod:"
+
+
+def _mod_row(name: str, estimator: str | None, alpha: float, seed: int) -> dict:
+    """The row of a shipped bug switched on in silodp's Flower mod (:mod:`.flower_mod`)."""
+    from silodp.verify.audit.flower_mod import audit_flower_mod
+
+    bug = name[len(MOD_PREFIX):]
+    bad = audit_flower_mod(bug, estimator=estimator, alpha=alpha, seed=seed)
+    good = audit_flower_mod(bug, counterpart=True, estimator=estimator, alpha=alpha, seed=seed)
+    return _row(bug, SHIPPED[bug].shipped, "Flower mod (IsrlDpMod._privatize)", bad, good, bad.runs)
 
 
 def table_names() -> list[str]:
-    """Every row of the table: the shipped bugs (real Opacus runs), then the simulator's suite
-    where one run catches it (:data:`.simulator_audit.ONE_RUN_MUTATIONS`)."""
+    """Every row of the table: the shipped bugs in real Opacus runs, then in silodp's Flower mod
+    (:data:`.flower_mod.MOD_SCENARIOS`), then the simulator's suite where one run catches it
+    (:data:`.simulator_audit.ONE_RUN_MUTATIONS`)."""
+    from silodp.verify.audit.flower_mod import MOD_SCENARIOS
     from silodp.verify.audit.simulator_audit import ONE_RUN_MUTATIONS
 
-    return [*SHIPPED, *ONE_RUN_MUTATIONS]
+    return [*SHIPPED, *(MOD_PREFIX + name for name in MOD_SCENARIOS), *ONE_RUN_MUTATIONS]
 
 
 def shipped_table(names=None, estimator: str | None = None, alpha: float = 0.05, seed: int = 0) -> list[dict]:
@@ -141,7 +161,7 @@ def shipped_table(names=None, estimator: str | None = None, alpha: float = 0.05,
     rows = []
     for name in names or table_names():
         if name not in SHIPPED:
-            rows.append(_simulator_row(name, estimator, alpha, seed))
+            rows.append((_mod_row if name.startswith(MOD_PREFIX) else _simulator_row)(name, estimator, alpha, seed))
             continue
         bad = audit_shipped(name, True, estimator=estimator, alpha=alpha, seed=seed)
         if name in ACCOUNTANT_ONLY:  # the same training: judge its bounds against the correct claim
@@ -159,14 +179,14 @@ def shipped_table(names=None, estimator: str | None = None, alpha: float = 0.05,
 
 def markdown(rows: list[dict]) -> str:
     """The docs table of :func:`shipped_table`'s rows."""
-    head = ("| mutation | where it shipped | claimed eps | lower: steinke / fdp / CP / GDP | verdict (by) | "
-            "counterpart (claim; its bound) | runs x canaries | wall s |\n|---|---|---|---|---|---|---|---|")
+    head = ("| mutation | where it shipped | switched in | claimed eps | lower: steinke / fdp / CP / GDP | verdict (by) | "
+            "counterpart (claim; its bound) | runs x canaries | wall s |\n|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lo = r["epsilon_lower"]
         bounds = " / ".join(f"{lo[k]:.2f}" if k in lo else "-" for k in ("steinke", "fdp", "clopper-pearson", "gdp"))
         at = "" if r["delta"] == 1e-5 else f" (delta {r['delta']:g})"
-        lines.append(f"| `{r['mutation']}` | {r['shipped']} | {r['claimed_epsilon']:.2f}{at} | {bounds} | {r['verdict']} ({r['verdict_by']}) | "
+        lines.append(f"| `{r['mutation']}` | {r['shipped']} | {r['switch']} | {r['claimed_epsilon']:.2f}{at} | {bounds} | {r['verdict']} ({r['verdict_by']}) | "
                      f"{r['counterpart_verdict']} ({r['counterpart_claimed_epsilon']:.2f}; "
                      f"{r['counterpart_epsilon_lower'][r['verdict_by']]:.2f}) | {r['runs']} x {r['canaries'] // r['runs']} | "
                      f"{r['wall_s']:.0f} |")
@@ -190,5 +210,5 @@ def audit_default_opacus(canaries: int = 1000, runs: int = 1, estimator: str | N
                         estimator=estimator or "steinke", alpha=alpha, seed=seed)
 
 
-__all__ = ["DEFAULT_RUN", "SHIPPED", "ShippedBug", "audit_default_opacus", "audit_shipped", "markdown", "shipped_table",
+__all__ = ["DEFAULT_RUN", "MOD_PREFIX", "SHIPPED", "ShippedBug", "audit_default_opacus", "audit_shipped", "markdown", "shipped_table",
            "table_names", "wbcd_records"]
