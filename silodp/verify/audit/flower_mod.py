@@ -136,16 +136,23 @@ def _run(mod_cls, sc: ModScenario, signs: np.ndarray, delta: float, subtract_pub
 @contextmanager
 def _task_identity():
     """Flower's messages need the run / task / node identity of a running app: this process's
-    (the audit plays one silo in process), set for the call where none is, restored after."""
+    (the audit plays one silo in process), set for the call where none is, restored after; the
+    mod's per-release log line is held back meanwhile (thousands of releases)."""
+    import logging
+
     from flwr.supercore.task_identity import TaskIdentity
 
     saved = {name: getattr(TaskIdentity, name) for name in ("_run_id", "_task_id", "_node_id")}
+    logger = logging.getLogger("flwr")
+    level = logger.level
     for name, value in saved.items():
         if value is None:
             setattr(TaskIdentity, name, 1)
+    logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
+        logger.setLevel(level)
         for name, value in saved.items():
             setattr(TaskIdentity, name, value)
 
