@@ -54,7 +54,7 @@ class ModScenario:
 MOD_SCENARIOS = {
     "public-seed-noise": ModScenario(rounds=300, runs=1, verdict_by="steinke"),
     "per-layer-clipping": ModScenario(rounds=1, runs=1000, arrays=16),
-    "replace-one-shift-c": ModScenario(rounds=1, runs=4000, epsilon=8.0),
+    "replace-one-shift-c": ModScenario(rounds=1, runs=12000, epsilon=4.0),
 }
 
 
