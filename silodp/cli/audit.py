@@ -7,10 +7,11 @@
     silodp audit --papers [--epsilon E] [--trials T] --json
     silodp audit --algorithm NAME --mutation NAME --repeats R --json      (detection rate)
     silodp audit --opacus [--mutation NAME [--counterpart]] [--canaries M] [--runs R] --json
+    silodp audit --simulator --mutation NAME [--counterpart] [--canaries M] --json  (one simulator run)
     silodp audit --shipped [--mutation NAME] [--json]          (the shipped bugs' table, docs/audit.md)
     silodp audit --flower-app PATH --canaries M --json         (a Flower app on the simulation engine)
 
-The last three are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
+The last four are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
 print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``canaries`` and
 ``verdict`` (``consistent`` / ``violated``).
 """
@@ -32,12 +33,15 @@ def register(subparsers) -> None:
     what.add_argument("--papers", action="store_true", help="audit the papers' closed-form calibrations")
     what.add_argument("--opacus", action="store_true",
                       help="one-run audit of a real Opacus run (an MLP on breast cancer; --mutation: a shipped bug's run)")
+    what.add_argument("--simulator", action="store_true",
+                      help="one-run audit of a real simulator run with --mutation (or its --counterpart)")
     what.add_argument("--shipped", action="store_true", help="the shipped privacy bugs, each audited with and without it")
     what.add_argument("--flower-app", type=PathArg("dir"), default=None, metavar="PATH",
                       help="one-run audit of a Flower app (e.g. examples/flower) on the simulation engine")
     p.add_argument("--canaries", type=Int(1, 10 ** 6), default=None, help="one-run audits: canaries per run")
     p.add_argument("--runs", type=Int(1, 10 ** 4), default=None, help="one-run audits: independent runs pooled (few-run audit)")
-    p.add_argument("--counterpart", action="store_true", help="--opacus --mutation: run the correct counterpart")
+    p.add_argument("--counterpart", action="store_true",
+                   help="--opacus / --simulator --mutation: run the correct counterpart")
     p.add_argument("--mutation", default=None, help="deliberate privacy bug to inject (see docs/audit.md)")
     p.add_argument("--epsilon", type=Real(0.05, 100.0, closed="lowhigh"), default=2.0,
                    help="target epsilon the noise is calibrated to, in [0.05, 100] (default 2; an audit resolves no less)")
@@ -62,14 +66,16 @@ def _check_applicable(args) -> None:
     from silodp.cli import refuse
 
     one_run = ("--canaries", "--runs", "--counterpart")
-    if args.opacus or args.shipped or args.flower_app is not None:
+    if args.opacus or args.shipped or args.simulator or args.flower_app is not None:
         refuse(args, ("--noise-multiplier", "--messages", "--repeats", "--trials", "--epsilon"), "to one-run audits")
+        if args.simulator:
+            refuse(args, ("--runs",), "to --simulator (one run)")
         if args.shipped:
             refuse(args, one_run, "to --shipped")
         if args.flower_app is not None:
             refuse(args, ("--counterpart", "--runs"), "to --flower-app")
         return
-    refuse(args, one_run, "outside one-run audits (--opacus, --flower-app)")
+    refuse(args, one_run, "outside one-run audits (--opacus, --simulator, --flower-app)")
     if args.estimator in ("steinke", "fdp"):
         raise ValueError(f"--estimator: {args.estimator} is a one-run estimator (--opacus, --shipped, --flower-app)")
     if args.mechanism == "gaussian":
@@ -87,8 +93,10 @@ def _check_args(args) -> None:
         raise ValueError(f"--trials: must be >= 2, got {args.trials}")
     if args.repeats is not None and (args.repeats < 1 or args.mutation is None):
         raise ValueError("--repeats: needs --mutation and a count >= 1")
-    if args.mutation is not None and args.algorithm is None and not (args.opacus or args.shipped):
-        raise ValueError("--mutation: needs --algorithm, --opacus or --shipped")
+    if args.mutation is not None and args.algorithm is None and not (args.opacus or args.shipped or args.simulator):
+        raise ValueError("--mutation: needs --algorithm, --opacus, --simulator or --shipped")
+    if args.simulator and args.mutation is None:
+        raise ValueError("--simulator: needs --mutation (the bug whose one-run scenario to audit)")
     if args.counterpart and args.mutation is None:
         raise ValueError("--counterpart: needs --mutation")
     for flag, value in (("--canaries", args.canaries), ("--runs", args.runs)):
@@ -104,7 +112,7 @@ def handle(args) -> int:
 
     _check_args(args)
     _check_applicable(args)
-    if args.opacus or args.shipped or args.flower_app is not None:
+    if args.opacus or args.shipped or args.simulator or args.flower_app is not None:
         return _one_run(args)
     args.estimator = args.estimator or "clopper-pearson"
     if args.mechanism == "gaussian":
@@ -171,7 +179,7 @@ def _check_names(args, audit) -> None:
 
 
 def _one_run(args) -> int:
-    """``--opacus``, ``--shipped``, ``--flower-app``: audits of real runs, one (or a few) each."""
+    """``--opacus``, ``--simulator``, ``--shipped``, ``--flower-app``: audits of real runs, one (or a few) each."""
     import warnings
 
     from silodp.cli import emit, strict_json
@@ -179,8 +187,17 @@ def _one_run(args) -> int:
 
     warnings.filterwarnings("ignore", message=".*(secure_mode|empty).*")
     estimator = args.estimator  # None: each scenario's own (steinke unless the run is a Gaussian mechanism)
-    if args.mutation is not None and args.mutation not in shipped.SHIPPED:
-        raise ValueError(f"--mutation: must be one of {sorted(shipped.SHIPPED)}, got {args.mutation!r}")
+    if args.simulator:
+        from silodp.verify.audit.simulator_audit import audit_simulator
+
+        res = audit_simulator(args.mutation, canaries=args.canaries or 4000, counterpart=args.counterpart,
+                              estimator=estimator, alpha=args.alpha, seed=args.seed)
+        payload = strict_json(res.as_dict())
+        emit(payload, args.json, _human(payload))
+        return 0
+    names = shipped.table_names() if args.shipped else shipped.SHIPPED
+    if args.mutation is not None and args.mutation not in names:
+        raise ValueError(f"--mutation: must be one of {sorted(names)}, got {args.mutation!r}")
     if args.shipped:
         rows = shipped.shipped_table([args.mutation] if args.mutation else None, estimator, args.alpha, args.seed)
         emit({"shipped": rows}, args.json, shipped.markdown(rows))

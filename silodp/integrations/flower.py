@@ -395,8 +395,7 @@ class IsrlDpMod:
         key, reply = next(iter(out.content.array_records.items()))
         if list(reply.keys()) != list(sent.keys()):
             return refuse("reply arrays differ from the sent ones")
-        released = privatize(reply.to_numpy_ndarrays(), sent_arrays, self.clipping_norm, self.noise_multiplier,
-                             np.random.default_rng())
+        released = self._privatize(reply.to_numpy_ndarrays(), sent_arrays)
         content = RecordDict({key: ArrayRecord({k: Array(v) for k, v in zip(reply.keys(), released, strict=True)})})
         eps = epsilon()
         names = list(out.content.metric_records) or ["metrics"]
@@ -405,6 +404,12 @@ class IsrlDpMod:
         log(INFO, "IsrlDpMod: update clipped to %.4g, noise std %.4g; silo epsilon %.6g",
             self.clipping_norm, self.noise_multiplier * self.clipping_norm, eps)
         return Message(content, reply_to=msg)
+
+
+    def _privatize(self, new: list[np.ndarray], old: list[np.ndarray]) -> list[np.ndarray]:
+        """The release (:func:`privatize` with fresh noise); the audits' mutated mods
+        (:mod:`silodp.verify.audit.flower_mod`) override this one seam."""
+        return privatize(new, old, self.clipping_norm, self.noise_multiplier, np.random.default_rng())
 
 
 def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float, noise_multiplier: float,

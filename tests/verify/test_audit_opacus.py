@@ -111,3 +111,18 @@ def test_cli_one_run_audit(capsys):
     assert main(["audit", "--opacus", "--mutation", "halve-noise"]) == 2
     assert main(["audit", "--mechanism", "gaussian", "--noise-multiplier", "1", "--estimator", "steinke"]) == 2
     assert main(["audit", "--opacus", "--counterpart"]) == 2
+
+
+def test_accountant_only_counterpart_judges_the_same_run_against_the_correct_claim():
+    """replace-one-shift-c switches only the accountant: its counterpart is the same run (same bounds)
+    under silodp's replace-one claim, which is larger (the bug halves the sensitivity it reads)."""
+    from silodp.verify.audit.opacus_audit import counterpart_of
+    from silodp.verify.audit.shipped import SHIPPED, audit_shipped
+
+    bad = audit_shipped("replace-one-shift-c", canaries=200, runs=1)
+    good = counterpart_of(bad, SHIPPED["replace-one-shift-c"].config)
+    assert good.epsilon_lower == bad.epsilon_lower and good.mutation is None and good.history == bad.history
+    assert good.claimed_epsilon > bad.claimed_epsilon and good.accountant != bad.accountant
+    assert good.verdict == ("violated" if good.epsilon_lower[good.estimator] > good.claimed_epsilon else "consistent")
+    with pytest.raises(ValueError, match="counterpart_of"):
+        counterpart_of(audit_shipped("public-seed-noise", canaries=20), SHIPPED["public-seed-noise"].config)

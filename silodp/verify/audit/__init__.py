@@ -6,6 +6,8 @@
 * :mod:`.sdp` -- whole-transcript audits of the shuffle-DP algorithms;
 * :mod:`.canaries` -- the neighbouring datasets; :mod:`.mutations` -- deliberate privacy bugs;
 * :mod:`.estimators` -- epsilon lower bounds from scores; :mod:`.onerun` -- from one run's canaries;
+* real runs: :mod:`.opacus_audit`, :mod:`.flower_audit`, :mod:`.flower_mod` (silodp's Flower mod),
+  :mod:`.simulator_audit` (the simulator), :mod:`.shipped` (the shipped bugs' table);
 * :mod:`.testing` -- ``assert_dp``;
 * :mod:`.plots` -- figures.
 """

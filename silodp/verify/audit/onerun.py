@@ -300,8 +300,9 @@ def estimate_all(canary: CanaryScores, delta: float, alpha: float = 0.05, guesse
     from silodp.verify.audit.estimators import clopper_pearson_epsilon, gdp_epsilon
 
     out = {name: float(f(canary, delta, alpha, guesses).epsilon) for name, f in ONE_RUN_ESTIMATORS.items()}
-    split = two_world_scores(canary)
-    if min(split.null.size, split.alt.size) >= 10:
+    included = int(np.count_nonzero(canary.included))
+    if min(included, canary.canaries - included) >= 10:
+        split = two_world_scores(canary)
         out["clopper-pearson"] = clopper_pearson_epsilon(split, delta, alpha).epsilon
         out["gdp"] = gdp_epsilon(split, delta, alpha).epsilon
     return out

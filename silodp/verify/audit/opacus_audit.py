@@ -116,6 +116,8 @@ class OpacusAudit(RunAudit):
     noise_multiplier: float
     steps: int
     wall_s: float
+    #: the Opacus accountant's history of the run, (noise multiplier, sample rate, steps) entries
+    history: tuple = ()
 
 
 class _Canaried(torch.utils.data.Dataset):
@@ -380,7 +382,27 @@ def _audit(model, data_loader, loss_fn, canaries, runs, config, mutation, estima
     canary = CanaryScores(np.concatenate(all_scores), np.concatenate(all_inc))
     return OpacusAudit(**judge_run(canary, claimed, config.delta, alpha, estimator), runs=runs, mutation=mutation,
                        accountant=accountant, noise_multiplier=config.noise_multiplier, steps=steps,
-                       wall_s=time.perf_counter() - started)
+                       wall_s=time.perf_counter() - started, history=tuple(ledger.history))
 
 
-__all__ = ["CanaryHook", "OPACUS_MUTATIONS", "OpacusAudit", "OpacusRunConfig", "ShiftCAccountant", "audit_opacus"]
+#: mutations that switch only the accountant: the training is the correct run's, the claim is not
+ACCOUNTANT_ONLY = ("replace-one-shift-c", "shuffled-accounted-as-poisson")
+
+
+def counterpart_of(audit: OpacusAudit, config: OpacusRunConfig) -> OpacusAudit:
+    """The same runs judged against the correct accountant's claim, for a mutation of
+    :data:`ACCOUNTANT_ONLY` (the released gradients are those of the correct run, so the audit's
+    lower bounds stand; only the claim and the verdict change)."""
+    from opacus.accountants.registry import create_accountant
+
+    if audit.mutation not in ACCOUNTANT_ONLY:
+        raise ValueError(f"audit: counterpart_of needs a mutation in {ACCOUNTANT_ONLY}, got {audit.mutation!r}")
+    name = _accountant_name(config, None)
+    ledger = create_accountant(name)
+    ledger.history = list(audit.history)
+    claimed = float(ledger.get_epsilon(config.delta))
+    verdict = "violated" if audit.epsilon_lower.get(audit.estimator, 0.0) > claimed else "consistent"
+    return dataclasses.replace(audit, claimed_epsilon=claimed, verdict=verdict, mutation=None, accountant=name)
+
+
+__all__ = ["ACCOUNTANT_ONLY", "CanaryHook", "OPACUS_MUTATIONS", "counterpart_of", "OpacusAudit", "OpacusRunConfig", "ShiftCAccountant", "audit_opacus"]
