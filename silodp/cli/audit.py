@@ -193,7 +193,7 @@ def _one_run(args) -> int:
         res = audit_simulator(args.mutation, canaries=args.canaries or 4000, counterpart=args.counterpart,
                               estimator=estimator, alpha=args.alpha, seed=args.seed)
         payload = strict_json(res.as_dict())
-        emit(payload, args.json, _human(payload))
+        emit(payload, args.json)
         return 0
     names = shipped.table_names() if args.shipped else shipped.SHIPPED
     if args.mutation is not None and args.mutation not in names:
