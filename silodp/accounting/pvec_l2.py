@@ -62,9 +62,9 @@ COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 512.0, 4096.0)
 WINDOW_SDS = 10.0
 #: Relative slack on the log-moments for floating-point round-off (pessimistic).
 SLACK = 1e-9
-#: Largest orders x shifts x window points summed per noise size (about a second); more trials
-#: are certified at :func:`trials_cap` (sound: post-processing).
-MAX_WORK = 2e8
+#: Largest orders x shifts x window points summed per noise size (about a second of matrix
+#: products); more trials are certified at :func:`trials_cap` (sound: post-processing).
+MAX_WORK = 2e9
 #: log of the smallest scaled chunk sum :func:`log_correlations` accepts.
 ACCEPT = -600.0
 #: Fewest shifts per matrix product in :func:`log_correlations` (fewer: sums in log space).
