@@ -28,16 +28,8 @@ per coordinate), so one invocation is the d-fold product (FFT convolutions by re
 multiplicity is the labelled mixture over k ~ Bin(K, 1/n) of the k-message PLDs (releasing k only
 adds information), the tail beyond the 1 - 1e-15 quantile charged as non-private.
 
-Rotation (the l2-aware protocol). Before quantization every message is multiplied by a random
-sign diagonal D and the normalized Walsh-Hadamard matrix H / sqrt(d') (d' the next power of two;
-:func:`silodp.algorithms.shuffle.rotate`). Each rotated coordinate is a Rademacher sum
-sum_i +-x_i / sqrt(d') of variance ||x||^2 / d', so by Hoeffding and a union bound over d'
-coordinates P[max_j |y_j| > gamma] <= beta for gamma = L sqrt(2 ln(2 d' / beta) / d')
-(:func:`rotated_bound`). The rotated coordinates are clamped to [-gamma, gamma] before
-quantization, so the certificate above holds for *every* sign draw with range gamma instead of
-L (the d' coordinates of the rotated message): the rotation failure costs no delta, only a bias
-on the (at most beta) clamped messages. The noise per coordinate then scales as gamma^2 =
-O(L^2 log(d / beta) / d) instead of L^2.
+The protocol's parameters (levels, the rotation's range, the noise window, the groups) are in
+:mod:`silodp.accounting.pvec_protocol`; the l2-aware certificate in :mod:`silodp.accounting.pvec_l2`.
 """
 
 from __future__ import annotations
@@ -50,57 +42,18 @@ from typing import Sequence
 import numpy as np
 from scipy.special import ndtr
 
-from silodp.accounting import _binomial
+from silodp.accounting import _binomial, pvec_l2
 from silodp.accounting import pld as pld_lib
-from silodp._validation import check_count, check_delta, check_positive, check_probability
+from silodp.accounting.pvec_protocol import (PvecGroup, certified_dimension, levels, log_pmf_window,  # noqa: F401
+                                             rotated_bound, rotated_dimension)  # (re-exported: the protocol's names)
+from silodp._validation import check_count, check_delta, check_positive
 
 #: Standard deviations of Bin(m, 1/2) kept on each side of the mean (the rest is charged to +inf).
 WINDOW_SDS = 12.0
 #: Largest noise trials m b per coordinate (the exact pmf window then has ~4e7 points).
 MAX_TRIALS = 10 ** 13
-#: Rotation failure probability per message (bias only, see the module docstring).
-ROTATION_BETA = 1e-3
 #: The per-coordinate PLD is skipped when it charges this many times the l2 shift (transcript_epsilon).
 L2_PREFERRED = 4.0
-#: Levels g = max(ceil(sqrt(messages)), MIN_LEVELS): rounding variance at most one message range.
-MIN_LEVELS = 4
-
-
-def levels(messages: int) -> int:
-    """g for ``messages`` messages (see :data:`MIN_LEVELS`)."""
-    return max(math.ceil(math.sqrt(check_count("messages", messages))), MIN_LEVELS)
-
-
-def rotated_dimension(dimension: int) -> int:
-    """d' = the smallest power of two >= d (the Walsh-Hadamard size)."""
-    return 1 << (check_count("dimension", dimension) - 1).bit_length()
-
-
-def rotated_bound(bound: float, dimension: int, beta: float = ROTATION_BETA) -> float:
-    """gamma = L sqrt(2 ln(2 d' / beta) / d') (Hoeffding + union bound; module docstring), at most L."""
-    L = check_positive("bound", bound)
-    b = check_probability("beta", beta)
-    dp = rotated_dimension(dimension)
-    return min(L, L * math.sqrt(2.0 * math.log(2.0 * dp / b) / dp))
-
-
-def _log_pmf_from_mode(trials: int, extra: int = 0, sds: float = WINDOW_SDS) -> tuple[int, np.ndarray, float]:
-    """(lo, log Bin(trials, 1/2)(x) for x = lo..hi (+ ``extra`` points beyond hi, at most to
-    ``trials``), a bound on the mass outside lo..hi) on the symmetric +-``sds`` standard deviations
-    window, from the ratios B(x+1)/B(x) = (m - x)/(x + 1) accumulated from the mode, normalized to
-    the window's mass."""
-    m = trials
-    sd = 0.5 * math.sqrt(m)
-    lo = max(0, math.floor(m / 2 - sds * sd))
-    hi = m - lo
-    x = np.arange(lo, min(m, hi + extra), dtype=float)
-    steps = np.log(m - x) - np.log(x + 1.0)  # log B(x+1) - log B(x), x = lo..
-    c = np.concatenate([[0.0], np.cumsum(steps)])
-    # Hoeffding, P[X <= m/2 - t] <= exp(-2 t^2 / m), for each side cut (bdtr loses accuracy at huge m)
-    outside = 2.0 * math.exp(-2.0 * (m / 2 - lo + 1) ** 2 / m) if lo > 0 else 0.0
-    c -= c[:hi - lo + 1].max()
-    c -= math.log(float(np.sum(np.exp(c[:hi - lo + 1])))) - math.log1p(-outside)  # window: 1 - outside
-    return lo, c, outside
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,7 +65,7 @@ def coordinate_pld(trials: int, shift: int, interval: float) -> pld_lib.PrivacyL
         raise ValueError(f"trials: at most {MAX_TRIALS:.0e} noise trials per coordinate, got {m:.3g}")
     s = check_count("shift", shift)
     h = check_positive("interval", interval)
-    _, c, outside = _log_pmf_from_mode(m)
+    _, c, outside = log_pmf_window(m, WINDOW_SDS)
     n = len(c)
     if s >= n:  # the shift leaves the noise window: no privacy
         return pld_lib.non_private(h)
@@ -147,44 +100,12 @@ def power(dist: pld_lib.PrivacyLossDistribution, count: int) -> pld_lib.PrivacyL
         base = base.compose(base)
 
 
-def certified_dimension(dimension: int, rotate: bool) -> int:
-    """Coordinates the certificate composes: d, or d' with the rotation."""
-    return rotated_dimension(dimension) if rotate else check_count("dimension", dimension)
-
-
 @functools.lru_cache(maxsize=256)
 def invocation_pld(g: int, b: int, messages: int, dimension: int, multiplicity: int,
                    interval: float) -> pld_lib.PrivacyLossDistribution:
     """One P_vec invocation (``dimension`` coordinates, Bin(messages b, 1/2) each) when one record
     moves ``multiplicity`` of its messages: the coordinate PLD at shift multiplicity * g, d-fold."""
     return power(coordinate_pld(messages * b, multiplicity * g, interval), check_count("dimension", dimension))
-
-
-@dataclasses.dataclass(frozen=True)
-class PvecGroup:
-    """The P_vec invocations of one message group as the certificate sees them: ``uses`` adaptive
-    invocations a record can enter; its multiplicity in each is 1, or Bin(batch, 1/n) with
-    replacement (``with_replacement``)."""
-
-    uses: int
-    g: int
-    b: int
-    messages: int
-    dimension: int
-    with_replacement: bool = False
-    batch_size: int = 1
-    dataset_size: int = 1
-    #: l2 bound on one message's level shift (:func:`silodp.accounting.pvec_l2.shift_l2`); None:
-    #: only the per-coordinate certificate applies
-    l2: float | None = None
-
-    def __post_init__(self) -> None:
-        """Fail closed: counts are integers (uses >= 0, the rest >= 1), the l2 bound > 0 and finite."""
-        object.__setattr__(self, "uses", check_count("uses", self.uses, minimum=0))
-        for name in ("g", "b", "messages", "dimension", "batch_size", "dataset_size"):
-            object.__setattr__(self, name, check_count(name, getattr(self, name)))
-        if self.l2 is not None:
-            object.__setattr__(self, "l2", check_positive("l2", self.l2))
 
 
 def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.LOG_TAIL_MASS)
@@ -237,8 +158,6 @@ def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: fl
     its conversion floor, and every group has an l2 bound at least :data:`L2_PREFERRED` times below
     the per-coordinate charge d g^2 (the PLD, which costs far more, cannot win there: its squared
     shift is that much larger, the Renyi conversion loses less), else the smaller of the two."""
-    from silodp.accounting import pvec_l2
-
     dl = check_delta("delta", delta)
     for grp in groups:  # re-validated: a frozen group can still be changed through object.__setattr__
         if not isinstance(grp, PvecGroup):
@@ -254,8 +173,6 @@ def transcript_epsilon(groups: tuple[PvecGroup, ...], delta: float, interval: fl
 def invocation_epsilon(g: int, b: int, messages: int, dimension: int, rotate: bool, delta: float) -> float:
     """Certified epsilon at ``delta`` of one invocation for one message (``dimension``: the
     messages' own; the better of the two certificates, :func:`transcript_epsilon`)."""
-    from silodp.accounting import pvec_l2
-
     g, b, messages = check_count("g", g), check_count("b", b), check_count("messages", messages)
     dimension = check_count("dimension", dimension)
     grp = PvecGroup(1, g, b, messages, certified_dimension(dimension, rotate), l2=pvec_l2.shift_l2(g, dimension, rotate))
@@ -306,35 +223,52 @@ def calibrate_noise(groups: tuple[PvecGroup, ...], weights: tuple[float, ...], e
     def bs(i: int) -> tuple[int, ...]:
         return tuple(max(1, math.ceil(2.0 ** (i / 64.0) * w)) for w in weights)
 
+    def at(i: int) -> tuple[PvecGroup, ...]:
+        return tuple(dataclasses.replace(g, b=b) for g, b in zip(groups, bs(i)))
+
     def certify(i: int) -> float:
-        return transcript_epsilon(tuple(dataclasses.replace(g, b=b) for g, b in zip(groups, bs(i))), dl, interval)
+        return transcript_epsilon(at(i), dl, interval)
+
+    def probe(i: int) -> float:
+        """certify(i), or the l2-aware certificate where that already meets the target (it bounds
+        certify(i) from above: the same decision, without the per-coordinate PLD)."""
+        l2 = pvec_l2.certificate(at(i), dl).epsilon
+        return l2 if l2 <= eps else certify(i)
 
     lowest = -64 * 40
     most = max(w * g.messages for g, w in zip(groups, weights))  # trials per unit scale
     highest = math.floor(64.0 * math.log2(MAX_TRIALS / most)) - 1
     start = round(64.0 * math.log2(_gaussian_scale(groups, weights, eps, dl)))
     lo, hi, i = lowest, None, min(highest, max(lowest, start))
-    for _ in range(12):  # jumps on the model eps ~ b^(-1/2) until the target is bracketed
-        e = certify(i)
+    seen: list[tuple[int, float]] = []  # (i, log eps) of the finite certificates
+    for _ in range(12):  # secant jumps on log eps (first on the model eps ~ b^(-1/2)) until bracketed
+        e = probe(i)
         if e <= eps:
             hi = i if hi is None else min(hi, i)
         else:
             lo = max(lo, i)
         if hi is not None and hi - lo <= 1:
             break
-        step = 256 if not math.isfinite(e) else round(128.0 * math.log2(e / eps)) + (1 if e > eps else -1)
+        if math.isfinite(e) and e > 0:
+            seen.append((i, math.log(e)))
+        (i0, l0), (i1, l1) = seen[-2:] if len(seen) > 1 else ((0, 0.0), (0, 0.0))
+        slope = (l1 - l0) / (i1 - i0) if i1 != i0 else 0.0
+        if slope < 0:  # the smallest grid point at or past the predicted crossing
+            step = math.ceil((math.log(eps) - l1) / slope - 1e-9)
+        else:
+            step = 256 if not math.isfinite(e) else round(128.0 * math.log2(e / eps)) + (1 if e > eps else -1)
         i = min(highest, max(lowest, i + step))
         if hi is not None:
             i = min(max(i, lo + 1), hi - 1)
         elif i <= lo:
             i = lo + 1
     if hi is None:
-        if certify(highest) > eps:
+        if probe(highest) > eps:
             raise ValueError(f"epsilon={eps:g} is unreachable for the binomial protocol at delta={dl:g}")
         hi = highest
     while hi - lo > 1:  # bisection on the grid (monotone: more trials, less loss)
         mid = (lo + hi) // 2
-        if bs(mid) == bs(hi) or certify(mid) <= eps:
+        if bs(mid) == bs(hi) or probe(mid) <= eps:
             hi = mid
         else:
             lo = mid

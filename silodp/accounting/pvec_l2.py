@@ -23,7 +23,7 @@ most the mixture of the moments T(s) = sum_x P_s(x)^a Q(x)^(1-a) of the pure shi
 (+-:data:`WINDOW_SDS` sd), its outside mass charged to delta. Then H_e^eps(P || Q) <= H(P_W || Q) +
 P(N not in W), and P_W has support inside Q's when hi + k g <= m. With p = 1/2, T(-s) = T(s)
 (reflection), and the reverse direction has the same moments. Per shift s,
-T(s) = sum_{y in W} B(y)^a B(y + s)^(1 - a), exact log-pmfs (:func:`pvec._log_pmf_from_mode`).
+T(s) = sum_{y in W} B(y)^a B(y + s)^(1 - a), exact log-pmfs (:func:`pvec_protocol.log_pmf_window`).
 
 **The worst shift vector.** Per coordinate the log-moment is at most h(t) = log((1 - phi)
 V_j + phi V_{j+1}) for t = j + phi, V_j = Tbar(k j) (Tbar the running maximum of T, so h is
@@ -49,7 +49,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import logsumexp
 
-from silodp.accounting import _binomial, pvec
+from silodp.accounting import _binomial, pvec_protocol
 from silodp.accounting import pld as pld_lib
 
 #: Renyi orders the certificate tries (more orders only tighten the minimum).
@@ -62,15 +62,21 @@ COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 512.0, 4096.0)
 WINDOW_SDS = 10.0
 #: Relative slack on the log-moments for floating-point round-off (pessimistic).
 SLACK = 1e-9
-#: Largest orders x shifts x window points summed per noise size (about a second); more trials
-#: are certified at :func:`trials_cap` (sound: post-processing).
-MAX_WORK = 2e8
+#: Largest orders x shifts x window points summed per noise size (about a second of matrix
+#: products); more trials are certified at :func:`trials_cap` (sound: post-processing).
+MAX_WORK = 2e9
+#: log of the smallest scaled chunk sum :func:`log_correlations` accepts.
+ACCEPT = -600.0
+#: Fewest shifts per matrix product in :func:`log_correlations` (fewer: sums in log space).
+MIN_CHUNK = 8
+#: Most shifts per matrix product in :func:`log_correlations`.
+CHUNK = 64
 
 
 def shift_l2(g: int, dimension: int, rotate: bool) -> float:
     """Lambda, the l2 bound on one message's level shift: g L / gamma with the rotation (gamma =
-    :func:`pvec.rotated_bound`), g without (module docstring)."""
-    return g / pvec.rotated_bound(1.0, dimension) if rotate else float(g)
+    :func:`pvec_protocol.rotated_bound`), g without (module docstring)."""
+    return g / pvec_protocol.rotated_bound(1.0, dimension) if rotate else float(g)
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,19 +86,78 @@ def shift_moments(trials: int, shifts: int, orders: tuple[float, ...] = ORDERS) 
     :data:`MAX_WORK`."""
     if trials > trials_cap(shifts, len(orders)):  # too costly: no l2 certificate
         return np.full((len(orders), shifts + 1), np.inf), 1.0
-    lo, c, outside = pvec._log_pmf_from_mode(trials, shifts, WINDOW_SDS)
+    lo, c, outside = pvec_protocol.log_pmf_window(trials, WINDOW_SDS, shifts)
     n = trials - 2 * lo + 1  # window points
     inside = min(shifts, len(c) - n) + 1
-    partners = np.lib.stride_tricks.sliding_window_view(c, n)[:inside]  # row s: log B(y + s), y in W
     out = np.full((len(orders), shifts + 1), np.inf)
-    for i, a in enumerate(orders):  # a row-wise log-sum-exp, in place
-        terms = (1.0 - a) * partners
-        terms += a * c[:n]
+    for i, a in enumerate(orders):
+        out[i, :inside] = log_correlations(c, n, inside, a)
+    return out, outside
+
+
+def log_correlations(c: np.ndarray, n: int, shifts: int, a: float) -> np.ndarray:
+    """log sum_{y < n} exp(a c[y] + (1 - a) c[y + s]) for s = 0..``shifts`` - 1, an upper bound
+    including floating-point round-off (``c``: finite, at least n + shifts - 1 values).
+
+    A chunk of L shifts s0 + r is one matrix product: with y = j L + i, the sum is
+    sum_i G[i, i + r], G = U^T V, U[j, i] = exp(a c[jL + i] - x_j), V[j, t] = exp((1 - a)
+    c[jL + s0 + t] - w_j). Each row j is scaled by its own maxima and by top, the chunk's bound
+    on every product (x_j + w_j = top), so every factor is at most 1 and no sum overflows. A
+    product below 2^-1022 may be lost or subnormal (absolute error at most that, per product): a
+    chunk is accepted when each of its sums is at least e^:data:`ACCEPT` (the loss is then below
+    n e^-108 relative), else it is split in two (a single shift always passes: top is then its
+    largest term). L starts where a row's bound overshoots its products by about 150 at most;
+    where that is below :data:`MIN_CHUNK` shifts (steep exponents: small noise, large orders),
+    the sums are taken term by term in log space (n exponentials per shift, as cheap there).
+    Round-off (allowed for, upward): each exponent carries at most 8 (|a| + 1) max|c| units of
+    2^-53, each sum of N positive terms at most N more (J + L for the products, log2 n + 16 for
+    numpy's pairwise sums)."""
+    m = n + shifts - 1
+    lu_all, lv_all = a * c[:n], (1.0 - a) * c[:m]
+    allowance = 2.0 ** -52 * (4.0 * (abs(a) + 1.0) * float(np.max(np.abs(c[:m]))) + 16.0)
+    steep = (2.0 * abs(a) + 1.0) * float(np.max(np.abs(np.diff(c[:m])), initial=0.0))
+    L0 = int(min(shifts, CHUNK, max(1.0, 150.0 / max(steep, 1e-300))))
+    out = np.empty(shifts)
+    if L0 < min(MIN_CHUNK, shifts):
+        terms = np.lib.stride_tricks.sliding_window_view(lv_all, n)[:shifts] + lu_all
         top = terms.max(axis=1, keepdims=True)
         terms -= top
         np.exp(terms, out=terms)
-        out[i, :inside] = np.log(terms.sum(axis=1)) + top[:, 0]
-    return out, outside
+        return np.log(terms.sum(axis=1)) + top[:, 0] + allowance + 2.0 ** -52 * n.bit_length()
+    chunks = [(s0, min(L0, shifts - s0)) for s0 in range(0, shifts, L0)]
+    while chunks:
+        s0, L = chunks.pop()
+        J = -(-n // L)
+        lu = np.full(J * L, -np.inf)
+        lu[:n] = lu_all
+        lu = lu.reshape(J, L)
+        lv = np.full(max((J + 1) * L + s0, m), -np.inf)
+        lv[:m] = lv_all
+        lv = np.lib.stride_tricks.sliding_window_view(lv[s0:], 2 * L - 1)[::L][:J]  # row j: z = jL + s0 + t
+        mu, mv = lu.max(axis=1), lv.max(axis=1)
+        live = np.isfinite(mu) & np.isfinite(mv)
+        top = float(np.max((mu + mv)[live]))
+        half = np.where(live, (mu + mv - top) / 2.0, -np.inf)  # <= 0
+        u = np.exp(lu - np.where(live, mu - half, np.inf)[:, None])
+        v = np.exp(lv - np.where(live, mv - half, np.inf)[:, None])
+        g = _gram(u, v)
+        sums = np.array([np.trace(g, offset=r) for r in range(L)])
+        if L == 1 or np.all(sums >= math.exp(ACCEPT)):
+            out[s0:s0 + L] = np.log(sums) + top + 2.0 ** -52 * (J + L) + n * math.exp(-100.0)
+        else:
+            chunks += [(s0, L // 2), (s0 + L // 2, L - L // 2)]
+    return out + allowance
+
+
+def _gram(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """u^T v as a sum of small products (each below OpenBLAS's threading threshold: threads
+    contending for a loaded machine's cores cost more than the product)."""
+    k = max(1, min(len(u), 200_000 // (u.shape[1] * v.shape[1])))
+    rows = -(-len(u) // k) * k
+    if rows != len(u):
+        u = np.concatenate([u, np.zeros((rows - len(u), u.shape[1]))])
+        v = np.concatenate([v, np.zeros((rows - len(v), v.shape[1]))])
+    return np.matmul(u.reshape(-1, k, u.shape[1]).transpose(0, 2, 1), v.reshape(-1, k, v.shape[1])).sum(axis=0)
 
 
 def trials_cap(shifts: int, orders: int) -> int:
@@ -156,20 +221,28 @@ def invocation_moments(g: int, trials: int, dimension: int, l2: float, multiplic
     each) when one record moves ``multiplicity`` identical messages with level shifts of l2 norm
     <= ``l2`` and at most g per coordinate, for a in ``orders`` (module docstring).
     ``shifts``: compute the shift moments that far (>= multiplicity g; shares the cache)."""
-    k = multiplicity
-    logT, _ = shift_moments(trials, shifts or k * g, orders)
-    bar = np.maximum.accumulate(logT[:, :k * g + 1], axis=1)
-    if k > 1:  # the chord bound needs Tbar convex on 0..k g: rows that are not get no bound
-        finite = np.all(np.isfinite(bar), axis=1)
-        v = np.exp(bar[finite] - bar[finite, -1:])
-        bad = np.flatnonzero(finite)[np.any(np.diff(v, 2, axis=1) < -1e-12 * v[:, 2:], axis=1)]
-        bar[bad] = np.inf
+    return _multiplicity_moments(g, trials, dimension, l2, (multiplicity,), shifts or multiplicity * g, orders)[0]
+
+
+def _multiplicity_moments(g: int, trials: int, dimension: int, l2: float, multiplicities: tuple[int, ...],
+                          shifts: int, orders: tuple[float, ...]) -> np.ndarray:
+    """:func:`invocation_moments` for each of ``multiplicities`` (rows), one envelope pass for all."""
+    logT, _ = shift_moments(trials, shifts, orders)
+    rows = []
+    for k in multiplicities:
+        bar = np.maximum.accumulate(logT[:, :k * g + 1], axis=1)
+        if k > 1:  # the chord bound needs Tbar convex on 0..k g: rows that are not get no bound
+            finite = np.all(np.isfinite(bar), axis=1)
+            v = np.exp(bar[finite] - bar[finite, -1:])
+            bad = np.flatnonzero(finite)[np.any(np.diff(v, 2, axis=1) < -1e-12 * v[:, 2:], axis=1)]
+            bar[bad] = np.inf
+        rows.append(bar[:, ::k])
     u0 = min(l2 * l2 / dimension, float(g * g))
-    out = dimension * _envelopes(bar[:, ::k], u0)
+    out = dimension * _envelopes(np.concatenate(rows), u0).reshape(len(multiplicities), len(orders))
     return out + SLACK * np.abs(out)
 
 
-def group_moments(group: pvec.PvecGroup, tail: float, orders: tuple[float, ...] = ORDERS
+def group_moments(group: pvec_protocol.PvecGroup, tail: float, orders: tuple[float, ...] = ORDERS
                   ) -> tuple[np.ndarray, float, bool]:
     """(log-moments of the group's ``uses`` invocations at ``orders``, the mass charged to delta,
     whether its noise was capped at :func:`trials_cap`)."""
@@ -182,16 +255,17 @@ def group_moments(group: pvec.PvecGroup, tail: float, orders: tuple[float, ...] 
     if not group.with_replacement:
         step = invocation_moments(group.g, m, group.dimension, group.l2, 1, None, orders)
     else:
+        ks = tuple(range(1, kmax + 1))
+        moments = _multiplicity_moments(group.g, m, group.dimension, group.l2, ks,
+                                        kmax * group.g, orders)
         terms = [np.full(len(orders), math.log(float(_binomial.pmf(0, K, q))))]
-        terms += [math.log(float(_binomial.pmf(k, K, q)))
-                  + invocation_moments(group.g, m, group.dimension, group.l2, k, kmax * group.g, orders)
-                  for k in range(1, kmax + 1)]
+        terms += [math.log(float(_binomial.pmf(k, K, q))) + row for k, row in zip(ks, moments)]
         step = logsumexp(np.array(terms), axis=0)
         charged += _binomial.sf(kmax, K, q)
     return group.uses * step, group.uses * charged, group.messages * group.b > cap
 
 
-def _epsilons(groups: tuple[pvec.PvecGroup, ...], delta: float, orders: tuple[float, ...]) -> tuple[np.ndarray, bool]:
+def _epsilons(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float, orders: tuple[float, ...]) -> tuple[np.ndarray, bool]:
     """(the converted epsilon at each order, module docstring, +inf where the charged mass
     reaches delta; whether a group's noise was capped)."""
     uses = sum(g.uses for g in groups if g.with_replacement)
@@ -225,7 +299,7 @@ class Certificate(NamedTuple):
 
 
 @functools.lru_cache(maxsize=512)
-def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> Certificate:
+def certificate(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float) -> Certificate:
     """The l2-aware certificate of the whole transcript at ``delta`` (epsilon +inf when a group
     has no l2 bound or the charged mass reaches ``delta``): the minimum over the :data:`COARSE`
     orders, then over the :data:`ORDERS` between the best one's neighbours (every order bounds)."""
@@ -243,6 +317,6 @@ def certificate(groups: tuple[pvec.PvecGroup, ...], delta: float) -> Certificate
     return Certificate(max(0.0, eps), capped, floor)
 
 
-def transcript_epsilon(groups: tuple[pvec.PvecGroup, ...], delta: float) -> float:
+def transcript_epsilon(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float) -> float:
     """The certified epsilon of :func:`certificate`."""
     return certificate(groups, delta).epsilon

@@ -129,8 +129,14 @@ class FederatedAlgorithm:
     def _summed_floor(self, cfg: TranscriptConfig, federation) -> dict:
         """Shuffle-DP under random availability (Assumption 6): declare the fewest silos whose
         messages are summed, :func:`silodp.accounting.distributed.availability_floor` over every
-        invocation with tail :attr:`availability_share` delta, charged to delta; {} otherwise."""
-        if not (self.shuffled and self.private and federation.availability == "random"):
+        invocation with tail :attr:`availability_share` delta, charged to delta; under secure
+        aggregation, its reconstruction threshold (no sum of fewer is revealed: nothing charged);
+        {} otherwise."""
+        if not (self.shuffled and self.private):
+            return {}
+        if federation.reconstruction_threshold is not None:
+            return {"silos_per_round": federation.reconstruction_threshold, "charged_delta": 0.0}
+        if federation.availability != "random":
             return {}
         from silodp.accounting.distributed import availability_floor
 

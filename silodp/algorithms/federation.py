@@ -30,6 +30,9 @@ class Federation:
     counts: torch.Tensor
     silos_per_round: int | None = None
     availability: str = "fixed"
+    #: secure aggregation's reconstruction threshold (SecAgg+): no sum of fewer silos is revealed,
+    #: so shuffle-DP declares it as the fewest silos summed (None: no secure aggregation)
+    reconstruction_threshold: int | None = None
     mask: torch.Tensor = field(init=False, repr=False)
     weights: torch.Tensor = field(init=False, repr=False)
 
@@ -46,6 +49,9 @@ class Federation:
         self.silos_per_round = m
         if self.availability not in AVAILABILITY:
             raise ValueError(f"availability: must be one of {AVAILABILITY}, got {self.availability!r}")
+        t = self.reconstruction_threshold
+        if t is not None and not (isinstance(t, int) and 1 <= t <= (n_silos if self.availability == "random" else m)):
+            raise ValueError(f"reconstruction_threshold: must be an integer in [1, {m}] (silos per round), got {t!r}")
         self.mask = torch.arange(n_max).unsqueeze(0) < self.counts.unsqueeze(1)
         self.weights = self.mask.to(self.x.dtype) / self.counts.unsqueeze(1).to(self.x.dtype)
 
@@ -74,10 +80,11 @@ class Federation:
         return int(self.counts.min())
 
     def with_availability(self, silos_per_round: int | None, availability: str = "fixed") -> "Federation":
-        return Federation(self.x, self.y, self.counts, silos_per_round, availability)
+        return Federation(self.x, self.y, self.counts, silos_per_round, availability, self.reconstruction_threshold)
 
     def to(self, dtype: torch.dtype) -> "Federation":
-        return Federation(self.x.to(dtype), self.y.to(dtype), self.counts, self.silos_per_round, self.availability)
+        return Federation(self.x.to(dtype), self.y.to(dtype), self.counts, self.silos_per_round, self.availability,
+                          self.reconstruction_threshold)
 
     def sample_available(self, generator: torch.Generator) -> torch.Tensor:
         """Boolean ``[N]`` mask of this round's available silos."""

@@ -11,14 +11,14 @@ import pytest
 from scipy.special import logsumexp
 from scipy.stats import binom
 
-from silodp.accounting import pvec, pvec_l2
+from silodp.accounting import pvec, pvec_l2, pvec_protocol
 from silodp.accounting.releases import BatchSampling, ShuffleRelease, pvec_groups
 
 M = 2000  # noise trials: a +-12 sd window strictly inside 0..M
 
 
 def window(m):
-    lo, _, outside = pvec._log_pmf_from_mode(m, 0, pvec_l2.WINDOW_SDS)
+    lo, _, outside = pvec_protocol.log_pmf_window(m, pvec_l2.WINDOW_SDS)
     return np.arange(lo, m - lo + 1), outside
 
 
@@ -31,6 +31,52 @@ def test_shift_moments_are_the_exact_renyi_sums_on_the_window(shift):
     for i, a in enumerate(pvec_l2.ORDERS[:18]):
         ref = logsumexp(a * binom.logpmf(y, M, 0.5) + (1 - a) * binom.logpmf(y + shift, M, 0.5))
         assert logT[i, shift] == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+def dense_shift_moments(trials, shifts, orders=pvec_l2.ORDERS):
+    """The moments as summed before the blocked products (the reference): one log-sum-exp per
+    order and shift over the whole window."""
+    lo, c, outside = pvec_protocol.log_pmf_window(trials, pvec_l2.WINDOW_SDS, shifts)
+    n = trials - 2 * lo + 1
+    inside = min(shifts, len(c) - n) + 1
+    out = np.full((len(orders), shifts + 1), np.inf)
+    partners = np.lib.stride_tricks.sliding_window_view(c, n)[:inside]
+    for i, a in enumerate(orders):
+        out[i, :inside] = logsumexp(a * c[:n] + (1 - a) * partners, axis=1)
+    return out, outside
+
+
+@pytest.mark.parametrize("trials,shifts", [(30, 40), (400, 20), (5000, 30), (2000, 64), (100000, 40), (20000, 120)])
+def test_blocked_products_bound_the_dense_sums_from_above_and_closely(trials, shifts):
+    """Every order (1.1 to 4096: the matrix products, their chunk splitting and the log-space
+    path) gives at least the dense log-sum-exp and at most 1e-9 more, +inf at the same places."""
+    new, outside = pvec_l2.shift_moments.__wrapped__(trials, shifts)
+    ref, ref_outside = dense_shift_moments(trials, shifts)
+    assert outside == ref_outside
+    assert np.array_equal(np.isfinite(new), np.isfinite(ref))
+    f = np.isfinite(ref)
+    assert np.all(new[f] >= ref[f]) and np.all(new[f] - ref[f] <= 1e-9)
+
+
+def battery():
+    """Groups of the SDP transcripts' shapes: with and without replacement, one and two groups."""
+    one = pvec.PvecGroup(25, 10, 200, 84, 256, True, 42, 170, pvec_l2.shift_l2(10, 161, True))
+    diff = pvec.PvecGroup(20, 10, 1800, 84, 256, True, 42, 170, 2 * pvec_l2.shift_l2(10, 161, True))
+    full = pvec.PvecGroup(5, 19, 1600, 340, 256, False, 1, 1, pvec_l2.shift_l2(19, 161, True))
+    plain = pvec.PvecGroup(3, 8, 50, 64, 16, False, 1, 1, pvec_l2.shift_l2(8, 16, False))
+    return [(one,), (full, diff), (plain,)]
+
+
+@pytest.mark.parametrize("groups", battery())
+@pytest.mark.parametrize("delta", [1e-5, 1e-9])
+def test_certificates_are_at_least_the_dense_ones(groups, delta, monkeypatch):
+    """New >= old: the certificate on the blocked moments is at least the one on the dense sums and
+    within 1e-6 relative of it (the round-off allowance only)."""
+    new = pvec_l2.certificate.__wrapped__(groups, delta)
+    monkeypatch.setattr(pvec_l2, "shift_moments", dense_shift_moments)
+    old = pvec_l2.certificate.__wrapped__(groups, delta)
+    assert math.isfinite(old.epsilon) and new.capped == old.capped
+    assert old.epsilon <= new.epsilon <= old.epsilon * (1 + 1e-6)
 
 
 def test_reflection_gives_the_same_moments_both_ways():
@@ -214,9 +260,21 @@ def test_level_shifts_of_real_messages_respect_the_certified_bounds(rotate):
     assert float(diff.norm(dim=-1).max()) >= 0.5 * lam  # the bound is not vacuous here
 
 
-def test_capped_noise_is_certified_at_the_cap_and_stays_monotone():
+@pytest.fixture
+def low_cap(monkeypatch):
+    """trials_cap 10^4x lower (MAX_WORK / 100), the caches cleared before and after."""
+    monkeypatch.setattr(pvec_l2, "MAX_WORK", pvec_l2.MAX_WORK / 100)
+    pvec_l2.shift_moments.cache_clear()
+    pvec_l2.certificate.cache_clear()
+    yield
+    pvec_l2.shift_moments.cache_clear()
+    pvec_l2.certificate.cache_clear()
+
+
+def test_capped_noise_is_certified_at_the_cap_and_stays_monotone(low_cap):
     """Beyond trials_cap the moments are those of the capped noise (sound: the rest is added on
-    top), so the certificate is constant in b there, never larger, and flagged as capped."""
+    top), so the certificate is constant in b there, never larger, and flagged as capped (at a
+    far lower cap than the library's, to stay fast)."""
     grp = lambda b: pvec.PvecGroup(10, 8, b, 10, 64, l2=pvec_l2.shift_l2(8, 64, True))
     cap = pvec_l2.trials_cap(8, len(pvec_l2.COARSE))
     below, at, beyond = (pvec_l2.certificate((grp(b),), 1e-5) for b in (cap // 20, cap // 10, 10 * cap // 10))

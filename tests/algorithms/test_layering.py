@@ -66,3 +66,10 @@ def test_the_algorithm_layer_imports_in_no_circle():
     assert _cycle(sub, algorithms) is None
     assert not {m for m in graph["silodp.algorithms.registry"] if m.startswith("silodp.algorithms")}, \
         "the registry imports no algorithm module"
+
+
+def test_no_module_of_silodp_imports_in_a_circle():
+    """The whole package, e.g. accounting.pvec -> pvec_l2 -> pvec_protocol, never back."""
+    graph = _graph()
+    assert _cycle(graph, sorted(graph)) is None
+    assert "silodp.accounting.pvec" not in graph["silodp.accounting.pvec_l2"]

@@ -224,3 +224,33 @@ def test_sdp_runs_under_random_availability_at_the_declared_floor():
     sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=floor * 10 - 1)
     with pytest.raises(ValueError, match="messages"):
         ReleaseLedger(decl).record(sent)
+
+
+def test_secure_aggregation_threshold_is_the_declared_floor():
+    """Under SecAgg+ no sum of fewer than the reconstruction threshold t is revealed: the
+    declaration states t silos summed (nothing charged), the calibration certifies at t (more
+    noise per message than at all M), the run works, and the ledger refuses a sum of fewer."""
+    import dataclasses
+
+    from silodp.accounting.releases import ReleaseLedger, Sent
+    from silodp.algorithms import Problem, get_algorithm, linear_model, synthetic
+    from silodp.algorithms.privacy import calibrate_algorithm
+
+    fed = synthetic(num_silos=6, n=40, d=3, task="logistic", seed=1).train
+    secagg = dataclasses.replace(fed.with_availability(6), reconstruction_threshold=4)
+    assert secagg.to(torch.float64).reconstruction_threshold == 4
+    problem = Problem(linear_model(3), "logistic", clip=1.0)
+    algo = get_algorithm("sdp-prox-sgd", rounds=3, batch_size=10, step_size=0.1, epsilon=3.0, metrics_every=0)
+    cfg, full = algo.transcript_config(problem, secagg), algo.transcript_config(problem, fed)
+    assert (cfg.silos_per_round, cfg.charged_delta, full.silos_per_round) == (4, 0.0, 6)
+    res = algo.run(problem, secagg, seed=0)
+    assert res.epsilon <= 3.0
+    at_all = calibrate_algorithm("sdp-prox-sgd", full, 3.0, 1.0 / fed.min_size ** 2)
+    assert res.shuffle["grad"]["b"] > at_all.shuffle["grad"]["b"]
+    decl = algo.declared_releases(problem, secagg, {}, {g: as_params(p) for g, p in res.shuffle.items()})
+    assert decl[0].messages == 4 * 10
+    sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=4 * 10 - 1)
+    with pytest.raises(ValueError, match="messages"):
+        ReleaseLedger(decl).record(sent)
+    with pytest.raises(ValueError, match="reconstruction_threshold"):
+        dataclasses.replace(fed.with_availability(3), reconstruction_threshold=4)
