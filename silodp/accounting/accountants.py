@@ -26,7 +26,9 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
   discretization. Poisson under replace-one uses the exact replace-one pair; with-replacement
-  sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library.
+  sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library. The only
+  accountant of :class:`~silodp.accounting.events.LabelledMixtureDpEvent` (DP-SCAFFOLD's
+  sampling patterns): its PLD is exactly the weighted sum of the components'.
 * ``gdp`` -- un-subsampled Gaussian steps only, any mix of noise multipliers: *exact*. Gaussian
   with sigma / shift r is (1/r)-GDP exactly (Dong, Roth & Su 2022, arXiv:1905.02383, Thm 2.7),
   mu_i-GDP mechanisms compose to exactly sqrt(sum mu_i^2)-GDP (ibid., Cor 3.3), and mu-GDP is
