@@ -66,7 +66,7 @@ from silodp.accounting import events as ev
 from silodp.accounting import _binomial
 from silodp._validation import batch_from_rate, check_count, check_delta, check_positive, check_probability
 from silodp.accounting._numerics import monotone_root
-from silodp.accounting.accountants import get_accountant
+from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant
 from silodp.accounting.calibration import calibrate, pld_discretization
 
 class Participation(enum.Enum):
@@ -203,16 +203,17 @@ def _is_mixture(against: str, participation: str) -> bool:
     return _choice("against", against, ("server", "third-party")) == "third-party" or participation == "expected"
 
 
-def _accountant(name: str, event: ev.DpEvent, disc: float | None = None):
+def _accountant(name: str, event: ev.DpEvent, disc: float | None = None) -> Accountant:
     """The registered accountant ``name`` under replace-one with ``event`` composed; refused
     (ValueError naming ``accountant``) unless its ``supports()`` accepts the event. ``disc``: the
     grid of an accountant with the ``value_discretization_interval`` setting."""
-    settings = get_accountant(name, ev.REPLACE_ONE).SETTINGS
-    kw = {"value_discretization_interval": disc} if disc is not None and "value_discretization_interval" in settings else {}
-    acc = get_accountant(name, ev.REPLACE_ONE, **kw)
+    acc = get_accountant(name, ev.REPLACE_ONE)
+    if disc is not None and "value_discretization_interval" in acc.SETTINGS:
+        acc = get_accountant(name, ev.REPLACE_ONE, value_discretization_interval=disc)
     if not acc.supports(event):
-        raise ValueError(f"accountant: {name!r} does not certify this DP-SCAFFOLD transcript: "
-                         f"{acc.unsupported_reason(event)}")
+        able = [n for n in ACCOUNTANTS if get_accountant(n, ev.REPLACE_ONE).supports(event)]
+        raise ValueError(f"accountant: {name!r} does not certify this DP-SCAFFOLD transcript (those that do: "
+                         f"{able}): {acc.unsupported_reason(event)}")
     return acc.compose(event)
 
 

@@ -13,6 +13,7 @@ from scipy import stats
 
 from silodp.accounting import (
     ACCOUNTANTS,
+    ADD_OR_REMOVE_ONE,
     REPLACE_ONE,
     GaussianDpEvent,
     NoOpDpEvent,
@@ -209,3 +210,23 @@ def test_only_accountants_allow_listing_the_mixture_certify_it():
     assert not get_accountant("pld", REPLACE_ONE).supports(LabelledMixtureDpEvent((0.5, 0.5), (step, NonPrivateDpEvent())))
     with pytest.raises(ValueError, match="accountant: 'rdp' does not certify"):
         certified_epsilon(CFG, 1.0, DELTA, "server", "expected", accountant="rdp")
+
+
+def test_mixture_event_certifies_what_the_direct_pld_mixture_did():
+    """The pld accountant's certificate of :func:`mixture_event` is bit for bit the one the PLD
+    mixture code computed directly before the mixture became an event (rebuilt here)."""
+    from silodp.accounting import pld as ours
+
+    cfg = ScaffoldConfig(num_users=6, records_per_user=40, rounds=3, local_steps=2, user_sampling=0.4,
+                         data_sampling=0.25, warm_steps=2)
+    sigma, disc, q = 0.9, 1e-3, cfg.batch_size / cfg.records_per_user
+
+    def steps(z, count):
+        return ours.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, disc).self_compose(count)
+
+    parts = [(cfg.user_sampling * w, steps(sigma * math.sqrt(size), cfg.local_steps))
+             for size, w in sorted(aggregation_groups(cfg).items())]
+    parts.append((1.0 - sum(w for w, _ in parts), ours.identity(disc)))
+    direct = ours.mixture(parts).self_compose(cfg.rounds).compose(steps(sigma, cfg.warm_steps))
+    assert certified_epsilon(cfg, sigma, DELTA, "third-party", value_discretization_interval=disc) \
+        == direct.get_epsilon_for_delta(DELTA)
