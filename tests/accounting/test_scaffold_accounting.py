@@ -16,6 +16,7 @@ from silodp.accounting import (
     ADD_OR_REMOVE_ONE,
     REPLACE_ONE,
     GaussianDpEvent,
+    LabelledMixtureDpEvent,
     NoOpDpEvent,
     NonPrivateDpEvent,
     delta,
@@ -23,7 +24,6 @@ from silodp.accounting import (
     gaussian,
     get_accountant,
 )
-from silodp.accounting.events import LabelledMixtureDpEvent
 from silodp.accounting.scaffold import (
     ScaffoldConfig,
     aggregation_groups,
