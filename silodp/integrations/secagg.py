@@ -1,26 +1,47 @@
-"""Distributed noise under Flower's SecAgg+ (flwr 1.42 ``SecAggPlusWorkflow`` + ``secaggplus_mod``):
-every silo encodes and noises its own message, the server learns only the modular sum.
+"""Federated training under Flower's SecAgg+ (flwr 1.42 ``SecAggPlusWorkflow`` + ``secaggplus_mod``):
+every silo encodes and noises its own integer message, the server learns only the modular sum.
 
-A silo's message is :func:`silodp.algorithms.distributed.encode` (Skellam or discrete Gaussian
-noise, record level: its vector is the sum of its per-record clipped gradients), residues in
-[0, 2^bits). SecAgg+ quantizes floats itself (``quantize``: clip to +-clipping_range, scale by
+Two algorithms (:data:`ALGORITHMS`, the ``algorithm`` of the app's run config), logistic regression:
+
+* ``sdp-prox-sgd`` (paper Algorithm 7, shuffle-DP): each round every silo draws K records
+  (disjoint batches within an epoch, one secret permutation per epoch, as the declaration's
+  SHUFFLED sampling), clips their per-record gradients to L and runs the binomial randomizer
+  R_vec (paper Alg 5, rotated: :func:`silodp.algorithms.shuffle.randomize`) on each; its message
+  is the per-coordinate total of ones over its K reports. SecAgg+ plays the shuffler: the server
+  sees only the sum over silos of those totals, exactly the analyzer's sufficient statistic
+  (:func:`silodp.algorithms.shuffle.tally`), so the P_vec certificate covers it. Parameters
+  (g, b, 1/2, rotate) and the certificate: :func:`silodp.algorithms.privacy.calibrate_algorithm`
+  (the exact P_vec transcript certificates, :mod:`silodp.accounting.pvec`) on the algorithm's
+  own declaration, the federation carrying ``reconstruction_threshold`` so that the invocation
+  counts only threshold x K messages (the declared floor). The bit width is the smallest that
+  holds the sum of all M silos' totals, M K (g + b), without wrap-around (the sum is exact).
+* ``isrl-mb-sgd`` (the distributed twin of ISRL-DP minibatch SGD): each round every silo draws K
+  distinct records uniformly (fresh per round), sums their clipped gradients (norm <= K L, which
+  is the ``vector_norm``: nothing clipped) and encodes the sum with Skellam (Agarwal, Kairouz &
+  Liu 2021) or distributed discrete Gaussian (Kairouz, Liu & Steinke 2021, Thm 1) noise
+  (:func:`silodp.algorithms.distributed.encode`, record level). Calibration and certificate:
+  :func:`silodp.accounting.distributed.calibrate` with ``summed`` = the threshold, R rounds
+  composed adaptively (no subsampling amplification claimed), the wrap-around probability
+  charged to delta.
+
+Wire format. SecAgg+ quantizes floats itself (``quantize``: clip to +-clipping_range, scale by
 quantization_range / (2 clipping_range), stochastic rounding) and weights each update by
-num_examples / max_weight. :func:`workflow_settings` makes both the identity on our integers:
-clipping_range = 2^(bits-1), quantization_range = 2^bits (scale 1), max_weight = num_examples = 1,
-and the silo sends residue - 2^(bits-1) (:func:`to_flower`), an integer-valued float that the
-stochastic rounding leaves unchanged. SecAgg+ sums modulo modulus_range = 2^32, a multiple of
-2^bits, and hands the strategy (sum - n clipping_range) / n for the n silos summed, from which
-:func:`from_flower` recovers the sum modulo 2^bits exactly.
+num_examples / max_weight. :func:`workflow_settings` makes both the identity on integers in
+[0, 2^bits): clipping_range = 2^(bits-1), quantization_range = 2^bits (scale 1), max_weight =
+num_examples = 1, and the silo sends residue - 2^(bits-1) (:func:`to_flower`), an integer-valued
+float that the stochastic rounding leaves unchanged. SecAgg+ sums modulo modulus_range = 2^32, a
+multiple of 2^bits, and hands the strategy (sum - n clipping_range) / n for the n silos summed,
+from which :func:`from_flower` recovers the sum modulo 2^bits exactly.
 
-Dropouts go through SecAgg+'s reconstruction: the sum is revealed only when at least
-``reconstruction_threshold`` silos' masked vectors are summed, so the certificate
-(:func:`silodp.accounting.distributed.calibrate` with ``summed`` = the threshold) counts the
-noise of that many silos only and holds whoever drops.
+Dropouts go through SecAgg+'s reconstruction: a sum is revealed only when at least
+``reconstruction_threshold`` silos' masked vectors are summed, so both certificates count the
+noise of that many silos only and hold whoever drops; the strategy refuses a smaller sum as well.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -29,82 +50,197 @@ from silodp.accounting import distributed as acc
 #: SecAgg+'s modulus (its largest): a multiple of every 2^bits, bits <= 31.
 FLOWER_MODULUS = 1 << 32
 
+#: The algorithms the app runs (its run config's ``algorithm``).
+ALGORITHMS = ("sdp-prox-sgd", "isrl-mb-sgd")
 
-def workflow_settings(p: acc.DistributedParams) -> dict:
-    """SecAggPlusWorkflow's quantization arguments that make its quantization the identity on the
-    silos' residues (module docstring)."""
-    if p.bits > 31 or p.silos * p.modulus >= FLOWER_MODULUS:
-        raise ValueError(f"bits: SecAgg+ sums modulo 2^32, so silos * 2^bits must stay below it, got {p.bits}")
-    return {"clipping_range": float(p.modulus // 2), "quantization_range": p.modulus,
+
+def workflow_settings(bits: int, silos: int) -> dict:
+    """SecAggPlusWorkflow's quantization arguments that make its quantization the identity on
+    ``silos`` silos' residues in [0, 2^bits) (module docstring)."""
+    if bits > 31 or silos * (1 << bits) >= FLOWER_MODULUS:
+        raise ValueError(f"bits: SecAgg+ sums modulo 2^32, so silos * 2^bits must stay below it, got {bits}")
+    return {"clipping_range": float(1 << (bits - 1)), "quantization_range": 1 << bits,
             "modulus_range": FLOWER_MODULUS, "max_weight": 1.0}
 
 
-def to_flower(residues: np.ndarray, p: acc.DistributedParams) -> np.ndarray:
+def to_flower(residues: np.ndarray, bits: int) -> np.ndarray:
     """A silo's residues as the float vector SecAgg+ quantizes back to them."""
-    return residues.astype(np.float64) - p.modulus // 2
+    return residues.astype(np.float64) - (1 << (bits - 1))
 
 
-def from_flower(aggregate: np.ndarray, summed: int, p: acc.DistributedParams) -> np.ndarray:
+def from_flower(aggregate: np.ndarray, summed: int, bits: int) -> np.ndarray:
     """The sum of the ``summed`` silos' residues modulo 2^bits from SecAgg+'s aggregate."""
-    total = np.rint(aggregate.astype(np.float64) * summed + summed * (p.modulus // 2)).astype(np.int64)
-    return np.mod(total, p.modulus)
+    total = np.rint(aggregate.astype(np.float64) * summed + summed * (1 << (bits - 1))).astype(np.int64)
+    return np.mod(total, 1 << bits)
 
 
-@dataclasses.dataclass(frozen=True)
-class Deployment:
-    """One SecAgg+ training run of logistic regression: ``params`` the certified configuration,
-    ``x``/``y`` per silo, ``rounds`` of full-batch noisy gradient steps of size ``lr``."""
-
-    params: acc.DistributedParams
-    threshold: int
-    delta: float
-    xs: tuple
-    ys: tuple
-    lr: float = 1.0
-    public_seed: int = 0
-
-    @property
-    def epsilon(self) -> float:
-        """silodp's certificate of this configuration."""
-        return acc.certified_epsilon(self.params, self.delta)
+def clipped_grads(w: np.ndarray, x: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
+    """The per-record logistic gradients ``[n, d + 1]`` (bias last), each clipped to ``clip``."""
+    xa = np.hstack([x, np.ones((len(x), 1))])
+    g = (1.0 / (1.0 + np.exp(-xa @ w)) - y)[:, None] * xa
+    return g * np.minimum(1.0, clip / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-300))
 
 
-def deployment(xs, ys, mechanism: str, clip: float, vector_norm: float, bits: int, epsilon: float, delta: float,
-               rounds: int, threshold: int, lr: float = 1.0) -> Deployment:
-    """Calibrate the mechanism for the silos' data at the reconstruction ``threshold``."""
-    dim = xs[0].shape[1] + 1
-    p = acc.calibrate(mechanism, dim, clip, len(xs), bits, epsilon, delta, rounds, summed=threshold,
-                      vector_norm=vector_norm)
-    return Deployment(p, threshold, delta, tuple(xs), tuple(ys), lr)
-
-
-def signs(dep: Deployment, server_round: int):
+def signs(dimension: int, public_seed: int, server_round: int):
     """The round's public rotation (from the run's public seed)."""
     import torch
 
     from silodp.algorithms.shuffle import rotation_signs
 
-    return rotation_signs(dep.params.dimension, torch.Generator().manual_seed(dep.public_seed * 100003 + server_round))
+    return rotation_signs(dimension, torch.Generator().manual_seed(public_seed * 100003 + server_round))
 
 
-def silo_vector(w: np.ndarray, x: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
-    """The sum of the silo's per-record logistic gradients, each clipped to ``clip``."""
-    xa = np.hstack([x, np.ones((len(x), 1))])
-    g = (1.0 / (1.0 + np.exp(-xa @ w)) - y)[:, None] * xa
-    g *= np.minimum(1.0, clip / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-300))
-    return g.sum(0)
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """One SecAgg+ training run: ``rounds`` steps of size ``lr`` on the mean of the silos' K-record
+    minibatch gradients; ``epsilon`` is silodp's certificate of the configuration (at the
+    reconstruction ``threshold``), ``bits`` the width of each silo's residues."""
+
+    xs: tuple
+    ys: tuple
+    threshold: int
+    delta: float
+    rounds: int
+    batch_size: int
+    clip: float
+    epsilon: float
+    bits: int
+    lr: float
+    public_seed: int
+
+    @property
+    def dimension(self) -> int:
+        return self.xs[0].shape[1] + 1
+
+    def batch(self, pid: int, server_round: int, secret: int) -> np.ndarray:
+        """The indices of silo ``pid``'s K records in ``server_round`` (``secret``: the silo's own seed)."""
+        raise NotImplementedError
+
+    def message(self, grads: np.ndarray, server_round: int, generator) -> np.ndarray:
+        """One silo's residues in [0, 2^bits) for its clipped per-record gradients ``[K, d]``."""
+        raise NotImplementedError
+
+    def mean_gradient(self, total: np.ndarray, summed: int, server_round: int) -> np.ndarray:
+        """The estimate of the mean over the ``summed`` silos of their minibatch mean gradients."""
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class SdpDeployment(Deployment):
+    """Algorithm 7 on P_vec (module docstring); ``params`` the calibrated (g, b, 1/2, rotate)."""
+
+    params: object = None
+
+    def _bound(self) -> float:
+        from silodp.accounting.pvec import rotated_bound
+
+        return rotated_bound(self.clip, self.dimension) if self.params.rotate else self.clip
+
+    def batch(self, pid, server_round, secret):
+        per_epoch = len(self.xs[pid]) // self.batch_size
+        epoch, slot = divmod(server_round - 1, per_epoch)
+        order = np.random.default_rng([secret, epoch]).permutation(len(self.xs[pid]))
+        return order[slot * self.batch_size:(slot + 1) * self.batch_size]
+
+    def message(self, grads, server_round, generator):
+        import torch
+
+        from silodp.algorithms.shuffle import randomize, rotate
+
+        t = torch.from_numpy(grads)
+        if self.params.rotate:
+            t = rotate(t, signs(self.dimension, self.public_seed, server_round))
+        return randomize(t, self._bound(), self.params, generator).sum(0).numpy()
+
+    def mean_gradient(self, total, summed, server_round):
+        import torch
+
+        from silodp.algorithms.shuffle import analyze, unrotate
+
+        messages = summed * self.batch_size
+        est = analyze(torch.from_numpy(total), messages, self._bound(), self.params)
+        if self.params.rotate:
+            est = unrotate(est, signs(self.dimension, self.public_seed, server_round), self.dimension)
+        return est.numpy() / messages
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedDeployment(Deployment):
+    """The distributed twin of isrl-mb-sgd (module docstring); ``params`` the calibrated mechanism."""
+
+    params: acc.DistributedParams = None
+
+    def batch(self, pid, server_round, secret):
+        return np.random.default_rng([secret, server_round]).choice(len(self.xs[pid]), self.batch_size, replace=False)
+
+    def message(self, grads, server_round, generator):
+        import torch
+
+        from silodp.algorithms import distributed as enc
+
+        v = torch.from_numpy(grads.sum(0))[None]
+        return enc.encode(v, self.params, signs(self.dimension, self.public_seed, server_round), generator)[0].numpy()
+
+    def mean_gradient(self, total, summed, server_round):
+        import torch
+
+        from silodp.algorithms import distributed as enc
+
+        est = enc.decode(torch.from_numpy(total), self.params, summed, signs(self.dimension, self.public_seed,
+                                                                               server_round))
+        return est.numpy() / (summed * self.batch_size)
+
+
+def sdp_transcript(xs, ys, rounds: int, batch_size: int, clip: float, threshold: int, lr: float = 1.0):
+    """The library's transcript configuration of sdp-prox-sgd on these silos, the federation
+    declaring SecAgg+'s ``threshold`` as the fewest silos summed."""
+    from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
+
+    fed = Federation.from_silos([np.asarray(x, np.float64) for x in xs], [np.asarray(y, np.float64) for y in ys],
+                                reconstruction_threshold=threshold)
+    algo = get_algorithm("sdp-prox-sgd", rounds=rounds, batch_size=batch_size, step_size=lr, metrics_every=0)
+    return algo.transcript_config(Problem(linear_model(xs[0].shape[1]), "logistic", clip=clip), fed)
+
+
+def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: int, batch_size: int,
+               threshold: int, clip: float = 1.0, mechanism: str = "discrete-gaussian", bits: int = 20,
+               lr: float = 1.0, public_seed: int = 0) -> Deployment:
+    """Calibrate ``algorithm`` (:data:`ALGORITHMS`) for the silos' data at the reconstruction
+    ``threshold``. ``mechanism`` and ``bits``: isrl-mb-sgd's noise and width (sdp-prox-sgd's
+    binomial sets its own width from the calibrated (g, b))."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm: must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    m, dim = len(xs), xs[0].shape[1] + 1
+    if not 1 <= threshold <= m:
+        raise ValueError(f"threshold: must be an integer in [1, {m}], got {threshold!r}")
+    common = dict(xs=tuple(xs), ys=tuple(ys), threshold=threshold, delta=delta, rounds=rounds,
+                  batch_size=batch_size, clip=clip, lr=lr, public_seed=public_seed)
+    if algorithm == "sdp-prox-sgd":
+        from silodp.algorithms.privacy import calibrate_algorithm
+        from silodp.algorithms.shuffle import as_params
+
+        cfg = sdp_transcript(xs, ys, rounds, batch_size, clip, threshold, lr)
+        cal = calibrate_algorithm("sdp-prox-sgd", cfg, epsilon, delta)
+        p = as_params(cal.shuffle["grad"])
+        width = max(2, math.ceil(math.log2(m * batch_size * (p.g + p.b) + 1)))
+        workflow_settings(width, m)  # refuses a sum that SecAgg+ cannot hold
+        return SdpDeployment(epsilon=cal.epsilon, bits=width, params=p, **common)
+    p = acc.calibrate(mechanism, dim, clip, m, bits, epsilon, delta, rounds, summed=threshold,
+                      vector_norm=batch_size * clip)
+    return DistributedDeployment(epsilon=acc.certified_epsilon(p, delta), bits=bits, params=p, **common)
 
 
 def make_client_app(dep: Deployment, drop: tuple[int, int] | None = None):
     """The silos' ClientApp (legacy NumPyClient behind ``secaggplus_mod``). ``drop``: (silo,
-    round) at which that silo fails (a dropout, for tests)."""
+    round) at which that silo fails (a dropout, for tests). Each silo's batch seed is drawn here,
+    once (the server never sees it); its noise is fresh secret randomness per message."""
     import secrets
 
     import torch
     from flwr.client import ClientApp, NumPyClient
     from flwr.client.mod import secaggplus_mod
 
-    from silodp.algorithms import distributed as enc
+    seeds = [secrets.randbits(63) for _ in dep.xs]
 
     class Silo(NumPyClient):
         def __init__(self, pid: int) -> None:
@@ -114,10 +250,10 @@ def make_client_app(dep: Deployment, drop: tuple[int, int] | None = None):
             r = int(config["round"])
             if drop is not None and (self.pid, r) == drop:
                 raise RuntimeError(f"silo {self.pid} drops out in round {r}")
-            v = silo_vector(parameters[0], dep.xs[self.pid], dep.ys[self.pid], dep.params.clip)
+            idx = dep.batch(self.pid, r, seeds[self.pid])
+            grads = clipped_grads(parameters[0], dep.xs[self.pid][idx], dep.ys[self.pid][idx], dep.clip)
             gen = torch.Generator().manual_seed(secrets.randbits(63))  # secret: the server must not know it
-            residues = enc.encode(torch.from_numpy(v)[None], dep.params, signs(dep, r), gen)[0].numpy()
-            return [to_flower(residues, dep.params)], 1, {}
+            return [to_flower(dep.message(grads, r, gen), dep.bits)], 1, {}
 
     def client_fn(context):
         return Silo(int(context.node_config["partition-id"])).to_client()
@@ -128,17 +264,13 @@ def make_client_app(dep: Deployment, drop: tuple[int, int] | None = None):
 def make_server_app(dep: Deployment, sink):
     """The ServerApp: SecAgg+ sums the silos' residues; the strategy decodes the sum and steps.
     ``sink`` receives {"w", "epsilon", "summed"} when the run ends."""
-    import torch
     from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
     from flwr.server import LegacyContext, ServerApp, ServerConfig
     from flwr.server.strategy import FedAvg
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
-    from silodp.algorithms import distributed as enc
-
-    p, m = dep.params, len(dep.xs)
-    total_records = sum(len(x) for x in dep.xs)
-    state = {"w": np.zeros(p.dimension), "summed": []}
+    m = len(dep.xs)
+    state = {"w": np.zeros(dep.dimension), "summed": []}
 
     class Decode(FedAvg):
         def aggregate_fit(self, server_round, results, failures):
@@ -146,9 +278,8 @@ def make_server_app(dep: Deployment, sink):
             if n < dep.threshold:  # SecAgg+ never reveals fewer; refuse all the same
                 raise ValueError(f"summed: {n} silos, the certificate needs at least {dep.threshold}")
             agg = parameters_to_ndarrays(results[0][1].parameters)[0]
-            total = torch.from_numpy(from_flower(agg, n, p))
-            est = enc.decode(total, p, n, signs(dep, server_round)).numpy()
-            state["w"] = state["w"] - dep.lr * est / total_records
+            grad = dep.mean_gradient(from_flower(agg, n, dep.bits), n, server_round)
+            state["w"] = state["w"] - dep.lr * grad
             state["summed"].append(n)
             return ndarrays_to_parameters([state["w"]]), {}
 
@@ -159,9 +290,9 @@ def make_server_app(dep: Deployment, sink):
 
     @app.main()
     def main(grid, context) -> None:
-        legacy = LegacyContext(context, config=ServerConfig(num_rounds=p.rounds), strategy=strategy)
+        legacy = LegacyContext(context, config=ServerConfig(num_rounds=dep.rounds), strategy=strategy)
         workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares=m, reconstruction_threshold=dep.threshold,
-                                                                   **workflow_settings(p)))
+                                                                   **workflow_settings(dep.bits, m)))
         workflow(grid, legacy)
         sink({"w": state["w"].copy(), "epsilon": dep.epsilon, "summed": list(state["summed"])})
 
@@ -173,5 +304,5 @@ def error_rate(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean((xa @ w > 0) != (y > 0.5)))
 
 
-__all__ = ["Deployment", "deployment", "error_rate", "from_flower", "make_client_app", "make_server_app",
-           "to_flower", "workflow_settings"]
+__all__ = ["ALGORITHMS", "Deployment", "DistributedDeployment", "SdpDeployment", "deployment", "error_rate",
+           "from_flower", "make_client_app", "make_server_app", "sdp_transcript", "to_flower", "workflow_settings"]

@@ -1,8 +1,10 @@
-"""Distributed noise under Flower's SecAgg+ (silodp.integrations.secagg): the quantization
-settings make SecAgg+'s own quantize/mask/mod/dequantize the identity on the silos' residues, and
-on the simulation engine (3 WBCD silos, 2 rounds, silo 0 dropping out in round 2) the model trains
-below the majority-class error, the printed epsilon is silodp's certificate of the same
-configuration, and the round summed over 2 silos is still within it (reconstruction threshold 2)."""
+"""Training under Flower's SecAgg+ (silodp.integrations.secagg): the quantization settings make
+SecAgg+'s own quantize/mask/mod/dequantize the identity on the silos' residues; on the simulation
+engine (3 WBCD silos, 3 rounds, silo 0 dropping out in round 2, reconstruction threshold 2) both
+algorithms of the app's run config, sdp-prox-sgd (Alg 7, binomial P_vec summed by SecAgg+) and
+isrl-mb-sgd's discrete-Gaussian twin, train below the majority-class error, print silodp's
+certificate of the same configuration (recomputed here from the library, independently of the
+app), at most the target, and the round summed over 2 silos is covered by it."""
 
 import contextlib
 import os
@@ -20,6 +22,7 @@ from silodp.accounting import distributed as acc  # noqa: E402
 from silodp.integrations import secagg  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower_secagg"
+ROUNDS, EPS, DELTA, K = 3, 4.0, 1e-5, 50
 
 
 def test_secagg_quantization_is_the_identity_on_the_residues():
@@ -27,21 +30,25 @@ def test_secagg_quantization_is_the_identity_on_the_residues():
     SecAggPlusWorkflow applies them, return the silos' sum modulo 2^bits exactly."""
     from flwr.common.secure_aggregation.quantization import dequantize, quantize
 
-    p = acc.calibrate("skellam", 8, 1.0, 3, 20, 3.0, 1e-5, 1, vector_norm=10.0)
-    s = secagg.workflow_settings(p)
+    bits = 20
+    s = secagg.workflow_settings(bits, 3)
     rng = np.random.default_rng(0)
-    residues = [rng.integers(0, p.modulus, size=8) for _ in range(3)]
+    residues = [rng.integers(0, 1 << bits, size=8) for _ in range(3)]
     for n in (3, 2):
-        q = [quantize([secagg.to_flower(r, p)], s["clipping_range"], s["quantization_range"])[0] for r in residues[:n]]
+        q = [quantize([secagg.to_flower(r, bits)], s["clipping_range"], s["quantization_range"])[0] for r in residues[:n]]
         total = np.mod(sum(x.astype(np.int64) for x in q), s["modulus_range"])
         agg = dequantize([total], s["clipping_range"], s["quantization_range"])[0]
         agg = (agg - (n - 1) * s["clipping_range"]) / n  # the workflow's offset and 1 / total weight
-        assert np.array_equal(secagg.from_flower(agg, n, p), np.mod(sum(residues[:n]), p.modulus))
+        assert np.array_equal(secagg.from_flower(agg, n, bits), np.mod(sum(residues[:n]), 1 << bits))
     with pytest.raises(ValueError, match="bits"):
-        secagg.workflow_settings(acc.DistributedParams("skellam", 8, 1.0, 3, 3, 31, 1, 1.0, 1.0))
+        secagg.workflow_settings(31, 3)
+    with pytest.raises(ValueError, match="algorithm"):
+        secagg.deployment("sdp-spider", [np.zeros((4, 2))], [np.zeros(4)], epsilon=1.0, delta=1e-5, rounds=1,
+                          batch_size=2, threshold=1)
 
 
-def test_secagg_simulation_trains_certifies_and_survives_a_dropout():
+def _simulate(**run_config) -> dict:
+    """One simulation with silo 0 dropping out in round 2; kills every Ray/Flower process it started."""
     pytest.importorskip("ray", reason="the simulation engine needs flwr[simulation] (Ray)")
     import psutil
 
@@ -59,7 +66,7 @@ def test_secagg_simulation_trains_certifies_and_survives_a_dropout():
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        res = simulate("discrete-gaussian", rounds=2, epsilon=4.0, delta=1e-5, bits=20, drop=(0, 2))
+        res = simulate(drop=(0, 2), rounds=ROUNDS, epsilon=EPS, delta=DELTA, batch_size=K, threshold=2, **run_config)
     finally:
         done.set()
         watcher.join()
@@ -68,9 +75,50 @@ def test_secagg_simulation_trains_certifies_and_survives_a_dropout():
                 proc.kill()
         _, alive = psutil.wait_procs(list(seen), timeout=10)
     assert not alive
-    xs, ys, _, _ = __import__("run_simulation").wbcd_silos()
-    p = acc.calibrate("discrete-gaussian", 31, 1.0, 3, 20, 4.0, 1e-5, 2, summed=2, vector_norm=64.0)
-    assert res["epsilon"] == acc.certified_epsilon(p, 1e-5) <= 4.0
+    return res
+
+
+@pytest.fixture(scope="module")
+def sdp_run():
+    return _simulate(algorithm="sdp-prox-sgd")
+
+
+@pytest.fixture(scope="module")
+def twin_run():
+    return _simulate(algorithm="isrl-mb-sgd", mechanism="discrete-gaussian", bits=20)
+
+
+def _wbcd():
+    sys.path.insert(0, str(EXAMPLE))
+    return __import__("run_simulation").wbcd_silos()
+
+
+def _trained_through_a_dropout(res):
     # silo 0 dropped in round 2 (round 1 may also start with the first 2 nodes up): never below 2
-    assert len(res["summed"]) == 2 and res["summed"][1] == 2 and min(res["summed"]) >= 2
+    assert len(res["summed"]) == ROUNDS and res["summed"][1] == 2 and min(res["summed"]) >= 2
     assert res["test_error"] < res["majority_error"]
+
+
+def test_sdp_prox_sgd_trains_and_certifies_at_the_threshold(sdp_run):
+    """The printed epsilon is the library's P_vec transcript certificate of sdp-prox-sgd's own
+    declaration at threshold 2 (2 K messages per invocation), for the parameters that ran."""
+    from silodp.algorithms.privacy import calibrate_algorithm, certify_shuffle
+
+    xs, ys, _, _ = _wbcd()
+    cfg = secagg.sdp_transcript(xs, ys, ROUNDS, K, 1.0, 2)
+    assert (cfg.silos_per_round, cfg.charged_delta, cfg.dimension, cfg.replacement) == (2, 0.0, 31, False)
+    cal = calibrate_algorithm("sdp-prox-sgd", cfg, EPS, DELTA)
+    g = cal.shuffle["grad"]
+    assert g["messages"] == 2 * K
+    certified, _ = certify_shuffle("sdp-prox-sgd", cfg, {"grad": (g["g"], g["b"], g["p"], g["rotate"])}, DELTA,
+                                   target=EPS)
+    assert sdp_run["epsilon"] == certified <= EPS
+    assert sdp_run["bits"] == int(np.ceil(np.log2(3 * K * (g["g"] + g["b"]) + 1)))  # the exact sum fits
+    _trained_through_a_dropout(sdp_run)
+
+
+def test_distributed_twin_trains_and_certifies_at_the_threshold(twin_run):
+    p = acc.calibrate("discrete-gaussian", 31, 1.0, 3, 20, EPS, DELTA, ROUNDS, summed=2, vector_norm=K * 1.0)
+    assert twin_run["epsilon"] == acc.certified_epsilon(p, DELTA) <= EPS
+    assert twin_run["bits"] == 20
+    _trained_through_a_dropout(twin_run)
