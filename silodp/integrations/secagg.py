@@ -4,8 +4,8 @@ every silo encodes and noises its own integer message, the server learns only th
 Two algorithms (:data:`ALGORITHMS`, the ``algorithm`` of the app's run config), logistic regression:
 
 * ``sdp-prox-sgd`` (paper Algorithm 7, shuffle-DP): each round every silo draws K records
-  (disjoint batches within an epoch, one secret permutation per epoch, as the declaration's
-  SHUFFLED sampling), clips their per-record gradients to L and runs the binomial randomizer
+  (disjoint batches within an epoch of floor(n / K) rounds, n the smallest silo, one secret
+  permutation per epoch: the declaration's SHUFFLED sampling, as BatchSampler draws it), clips their per-record gradients to L and runs the binomial randomizer
   R_vec (paper Alg 5, rotated: :func:`silodp.algorithms.shuffle.randomize`) on each; its message
   is the per-coordinate total of ones over its K reports. SecAgg+ plays the shuffler: the server
   sees only the sum over silos of those totals, exactly the analyzer's sufficient statistic
@@ -137,7 +137,8 @@ class SdpDeployment(Deployment):
         return rotated_bound(self.clip, self.dimension) if self.params.rotate else self.clip
 
     def batch(self, pid, server_round, secret):
-        per_epoch = len(self.xs[pid]) // self.batch_size
+        # epochs of floor(n / K) rounds, n the smallest silo (the declaration's, and BatchSampler's)
+        per_epoch = min(len(x) for x in self.xs) // self.batch_size
         epoch, slot = divmod(server_round - 1, per_epoch)
         order = np.random.default_rng([secret, epoch]).permutation(len(self.xs[pid]))
         return order[slot * self.batch_size:(slot + 1) * self.batch_size]

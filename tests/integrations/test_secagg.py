@@ -122,3 +122,22 @@ def test_distributed_twin_trains_and_certifies_at_the_threshold(twin_run):
     assert twin_run["epsilon"] == acc.certified_epsilon(p, DELTA) <= EPS
     assert twin_run["bits"] == 20
     _trained_through_a_dropout(twin_run)
+
+
+def test_batches_are_what_the_declarations_assume():
+    """sdp-prox-sgd: within every epoch of floor(n_min / K) rounds (n_min the smallest silo, as
+    declared) a silo's batches are disjoint, K records each, even in a larger silo whose own
+    floor(n_i / K) is longer; the twin: K distinct records per round."""
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=(n, 2)) for n in (10, 14, 21)]
+    ys = [(x[:, 0] > 0).astype(float) for x in xs]
+    sdp = secagg.deployment("sdp-prox-sgd", xs, ys, epsilon=4.0, delta=1e-3, rounds=6, batch_size=3, threshold=2)
+    per_epoch = 10 // 3
+    for pid, secret in ((p, s) for p in range(3) for s in range(20)):
+        for start in range(1, 7, per_epoch):
+            used = [sdp.batch(pid, r, secret) for r in range(start, start + per_epoch)]
+            flat = np.concatenate(used)
+            assert all(len(b) == 3 for b in used) and len(set(flat.tolist())) == len(flat)
+            assert flat.max() < len(xs[pid])
+    twin = secagg.deployment("isrl-mb-sgd", xs, ys, epsilon=4.0, delta=1e-3, rounds=2, batch_size=3, threshold=2)
+    assert len(set(twin.batch(2, 1, 5).tolist())) == 3
