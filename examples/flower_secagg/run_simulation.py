@@ -1,8 +1,9 @@
 """Logistic regression on WBCD under Flower's SecAgg+, on the simulation engine: 3 silos, each
 encodes and noises its own message, the server learns only the modular sum
-(silodp.integrations.secagg). The run config's ``algorithm``: sdp-prox-sgd (paper Alg 7, the
-binomial P_vec reports summed by SecAgg+ in the shuffler's role) or isrl-mb-sgd (its distributed
-twin with Skellam or discrete-Gaussian noise per silo).
+(silodp.integrations.secagg). The run config's ``algorithm``: sdp-prox-sgd (paper Alg 7) or
+sdp-prox-svrg (Alg 8, ``rounds`` epochs of 1 + ``inner_steps`` sums), the binomial P_vec reports
+summed by SecAgg+ in the shuffler's role, or isrl-mb-sgd (the distributed twin of ISRL-DP
+minibatch SGD with Skellam or discrete-Gaussian noise per silo).
 
     FLWR_TELEMETRY_ENABLED=0 PYTHONPATH=. python examples/flower_secagg/run_simulation.py \
         --algorithm sdp-prox-sgd [--drop]
@@ -36,7 +37,7 @@ def wbcd_silos(num_silos: int = 3, seed: int = 0):
 
 #: The run config's defaults (every key a keyword of :func:`simulate`).
 RUN_CONFIG = {"algorithm": "sdp-prox-sgd", "mechanism": "discrete-gaussian", "rounds": 3, "epsilon": 4.0,
-              "delta": 1e-5, "bits": 20, "batch_size": 50, "threshold": 2}
+              "delta": 1e-5, "bits": 20, "batch_size": 50, "threshold": 2, "inner_steps": None}
 
 
 def simulate(drop: tuple[int, int] | None = None, **run_config) -> dict:
@@ -72,8 +73,10 @@ if __name__ == "__main__":
                     help="isrl-mb-sgd's per-silo noise")
     ap.add_argument("--bits", type=int, default=RUN_CONFIG["bits"], help="isrl-mb-sgd's residue width")
     ap.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"])
+    ap.add_argument("--inner-steps", type=int, default=None, help="sdp-prox-svrg's Q (default floor(n / K))")
     ap.add_argument("--epsilon", type=float, default=RUN_CONFIG["epsilon"])
     ap.add_argument("--drop", action="store_true", help="silo 0 drops out in round 2")
     args = ap.parse_args()
     print(json.dumps(simulate(drop=(0, 2) if args.drop else None, algorithm=args.algorithm, mechanism=args.mechanism,
-                              bits=args.bits, rounds=args.rounds, epsilon=args.epsilon)))
+                              bits=args.bits, rounds=args.rounds, epsilon=args.epsilon,
+                              inner_steps=args.inner_steps)))

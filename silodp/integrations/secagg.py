@@ -1,12 +1,13 @@
 """Federated training under Flower's SecAgg+ (flwr 1.42 ``SecAggPlusWorkflow`` + ``secaggplus_mod``):
 every silo encodes and noises its own integer message, the server learns only the modular sum.
 
-Two algorithms (:data:`ALGORITHMS`, the ``algorithm`` of the app's run config), logistic regression:
+The algorithms (:data:`ALGORITHMS`, the ``algorithm`` of the app's run config), logistic regression
+without a regularizer (the prox step is the identity):
 
 * ``sdp-prox-sgd`` (paper Algorithm 7, shuffle-DP): each round every silo draws K records
   (disjoint batches within an epoch of floor(n / K) rounds, n the smallest silo, one secret
-  permutation per epoch: the declaration's SHUFFLED sampling, as BatchSampler draws it), clips their per-record gradients to L and runs the binomial randomizer
-  R_vec (paper Alg 5, rotated: :func:`silodp.algorithms.shuffle.randomize`) on each; its message
+  permutation per epoch: the declaration's SHUFFLED sampling, as BatchSampler draws it), clips
+  their per-record gradients to L and runs the binomial randomizer R_vec (paper Alg 5, rotated: :func:`silodp.algorithms.shuffle.randomize`) on each; its message
   is the per-coordinate total of ones over its K reports. SecAgg+ plays the shuffler: the server
   sees only the sum over silos of those totals, exactly the analyzer's sufficient statistic
   (:func:`silodp.algorithms.shuffle.tally`), so the P_vec certificate covers it. Parameters
@@ -15,6 +16,17 @@ Two algorithms (:data:`ALGORITHMS`, the ``algorithm`` of the app's run config), 
   own declaration, the federation carrying ``reconstruction_threshold`` so that the invocation
   counts only threshold x K messages (the declared floor). The bit width is the smallest that
   holds the sum of all M silos' totals, M K (g + b), without wrap-around (the sum is exact).
+  Each silo appends its message count (public, like the silo sizes; replace-one neighbours keep
+  it) so that the server knows how many messages the analyzer sums.
+* ``sdp-prox-svrg`` (paper Algorithm 8): ``rounds`` epochs, each one SecAgg+ sum of the
+  snapshot gradient (every record's clipped gradient at wbar, bound L, group "full") and then
+  ``inner_steps`` Q sums of K per-record differences of clipped gradients at w and wbar (bound
+  2L, K i.i.d. uniform draws: the declaration's WITH_REPLACEMENT, group "diff"; a silo larger
+  than the smallest sends more snapshot messages than the declared t n, whose noise only adds to
+  the certified view); the server steps
+  by the snapshot estimate plus the difference estimate. Same wire, calibration and certificate as
+  Alg 7 (both groups). Output: the last iterate (Alg 8 outputs a uniform inner iterate; the
+  choice is post-processing, the certificate is the same).
 * ``isrl-mb-sgd`` (the distributed twin of ISRL-DP minibatch SGD): each round every silo draws K
   distinct records uniformly (fresh per round), sums their clipped gradients (norm <= K L, which
   is the ``vector_norm``: nothing clipped) and encodes the sum with Skellam (Agarwal, Kairouz &
@@ -50,8 +62,9 @@ from silodp.accounting import distributed as acc
 #: SecAgg+'s modulus (its largest): a multiple of every 2^bits, bits <= 31.
 FLOWER_MODULUS = 1 << 32
 
-#: The algorithms the app runs (its run config's ``algorithm``).
-ALGORITHMS = ("sdp-prox-sgd", "isrl-mb-sgd")
+#: The SDP algorithms the app runs on P_vec, and all it runs (its run config's ``algorithm``).
+SDP = ("sdp-prox-sgd", "sdp-prox-svrg")
+ALGORITHMS = SDP + ("isrl-mb-sgd",)
 
 
 def workflow_settings(bits: int, silos: int) -> dict:
@@ -92,8 +105,8 @@ def signs(dimension: int, public_seed: int, server_round: int):
 
 @dataclasses.dataclass(frozen=True)
 class Deployment:
-    """One SecAgg+ training run: ``rounds`` steps of size ``lr`` on the mean of the silos' K-record
-    minibatch gradients; ``epsilon`` is silodp's certificate of the configuration (at the
+    """One SecAgg+ training run of ``rounds`` rounds (:attr:`flower_rounds` SecAgg+ sums), steps
+    of size ``lr``; ``epsilon`` is silodp's certificate of the configuration (at the
     reconstruction ``threshold``), ``bits`` the width of each silo's residues."""
 
     xs: tuple
@@ -112,57 +125,116 @@ class Deployment:
     def dimension(self) -> int:
         return self.xs[0].shape[1] + 1
 
+    @property
+    def flower_rounds(self) -> int:
+        """SecAgg+ sums over the run (one per message a silo sends)."""
+        return self.rounds
+
+    def terms(self, models: list, pid: int, server_round: int, secret: int) -> np.ndarray:
+        """Silo ``pid``'s per-record terms ``[k, d]`` in ``server_round`` (``models``: what the
+        server sent; ``secret``: the silo's own batch seed): the clipped gradients at the model
+        of its K-record batch."""
+        idx = self.batch(pid, server_round, secret)
+        return clipped_grads(models[0], self.xs[pid][idx], self.ys[pid][idx], self.clip)
+
     def batch(self, pid: int, server_round: int, secret: int) -> np.ndarray:
-        """The indices of silo ``pid``'s K records in ``server_round`` (``secret``: the silo's own seed)."""
+        """The indices of silo ``pid``'s K records in ``server_round``."""
         raise NotImplementedError
 
-    def message(self, grads: np.ndarray, server_round: int, generator) -> np.ndarray:
-        """One silo's residues in [0, 2^bits) for its clipped per-record gradients ``[K, d]``."""
+    def message(self, terms: np.ndarray, server_round: int, generator) -> np.ndarray:
+        """One silo's residues in [0, 2^bits) for its per-record terms ``[k, d]``."""
         raise NotImplementedError
 
-    def mean_gradient(self, total: np.ndarray, summed: int, server_round: int) -> np.ndarray:
-        """The estimate of the mean over the ``summed`` silos of their minibatch mean gradients."""
+    def estimate(self, total: np.ndarray, summed: int, server_round: int) -> np.ndarray:
+        """The mean per-record term over the ``summed`` silos' messages, from their modular sum."""
         raise NotImplementedError
+
+    def step(self, state: dict, total: np.ndarray, summed: int, server_round: int) -> None:
+        """The server's update of ``state["w"]`` (and what else it keeps) from one sum."""
+        state["w"] = state["w"] - self.lr * self.estimate(total, summed, server_round)
 
 
 @dataclasses.dataclass(frozen=True)
 class SdpDeployment(Deployment):
-    """Algorithm 7 on P_vec (module docstring); ``params`` the calibrated (g, b, 1/2, rotate)."""
+    """An SDP algorithm on P_vec (module docstring): ``params`` and ``bounds`` per message group
+    (the calibration's (g, b, 1/2, rotate) and the declared l2 bound of one message),
+    ``inner_steps`` Q (sdp-prox-svrg; 0 for sdp-prox-sgd). Each silo appends its message count
+    (public: silo sizes are, and replace-one neighbours keep them) as one more coordinate."""
 
-    params: object = None
+    algorithm: str = "sdp-prox-sgd"
+    params: dict = None
+    bounds: dict = None
+    inner_steps: int = 0
 
-    def _bound(self) -> float:
+    @property
+    def flower_rounds(self) -> int:
+        return self.rounds * (1 + self.inner_steps) if self.inner_steps else self.rounds
+
+    def group(self, server_round: int) -> str:
+        """The message group of ``server_round``: "grad" (Alg 7); "full" then Q times "diff" per epoch (Alg 8)."""
+        if not self.inner_steps:
+            return "grad"
+        return "full" if (server_round - 1) % (1 + self.inner_steps) == 0 else "diff"
+
+    def _bound(self, group: str) -> float:
         from silodp.accounting.pvec import rotated_bound
 
-        return rotated_bound(self.clip, self.dimension) if self.params.rotate else self.clip
+        bound = self.bounds[group]
+        return rotated_bound(bound, self.dimension) if self.params[group].rotate else bound
 
     def batch(self, pid, server_round, secret):
+        if self.inner_steps:  # Alg 8's differences: K i.i.d. uniform draws (WITH_REPLACEMENT)
+            return np.random.default_rng([secret, server_round]).integers(0, len(self.xs[pid]), self.batch_size)
         # epochs of floor(n / K) rounds, n the smallest silo (the declaration's, and BatchSampler's)
         per_epoch = min(len(x) for x in self.xs) // self.batch_size
         epoch, slot = divmod(server_round - 1, per_epoch)
         order = np.random.default_rng([secret, epoch]).permutation(len(self.xs[pid]))
         return order[slot * self.batch_size:(slot + 1) * self.batch_size]
 
-    def message(self, grads, server_round, generator):
+    def terms(self, models, pid, server_round, secret):
+        group = self.group(server_round)
+        if group == "grad":
+            return super().terms(models, pid, server_round, secret)
+        x, y = self.xs[pid], self.ys[pid]
+        if group == "full":  # the snapshot gradient: every record at wbar, bound L
+            return clipped_grads(models[1], x, y, self.clip)
+        idx = self.batch(pid, server_round, secret)  # differences of clipped gradients, bound 2L
+        return clipped_grads(models[0], x[idx], y[idx], self.clip) - clipped_grads(models[1], x[idx], y[idx], self.clip)
+
+    def message(self, terms, server_round, generator):
         import torch
 
         from silodp.algorithms.shuffle import randomize, rotate
 
-        t = torch.from_numpy(grads)
-        if self.params.rotate:
+        group = self.group(server_round)
+        t = torch.from_numpy(terms)
+        if self.params[group].rotate:
             t = rotate(t, signs(self.dimension, self.public_seed, server_round))
-        return randomize(t, self._bound(), self.params, generator).sum(0).numpy()
+        totals = randomize(t, self._bound(group), self.params[group], generator).sum(0).numpy()
+        return np.append(totals, len(terms))
 
-    def mean_gradient(self, total, summed, server_round):
+    def estimate(self, total, summed, server_round):
         import torch
 
         from silodp.algorithms.shuffle import analyze, unrotate
 
-        messages = summed * self.batch_size
-        est = analyze(torch.from_numpy(total), messages, self._bound(), self.params)
-        if self.params.rotate:
+        group = self.group(server_round)
+        messages = int(total[-1])
+        est = analyze(torch.from_numpy(total[:-1]), messages, self._bound(group), self.params[group])
+        if self.params[group].rotate:
             est = unrotate(est, signs(self.dimension, self.public_seed, server_round), self.dimension)
         return est.numpy() / messages
+
+    def step(self, state, total, summed, server_round):
+        group = self.group(server_round)
+        if group == "full":  # Alg 8: the snapshot gradient, the offset of the epoch's differences
+            state["offset"] = self.estimate(total, summed, server_round)
+        elif group == "diff":
+            state["w"] = state["w"] - self.lr * (state["offset"] + self.estimate(total, summed, server_round))
+        else:
+            super().step(state, total, summed, server_round)
+        if self.group(server_round + 1) == "full":
+            state["wbar"] = state["w"].copy()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,15 +246,15 @@ class DistributedDeployment(Deployment):
     def batch(self, pid, server_round, secret):
         return np.random.default_rng([secret, server_round]).choice(len(self.xs[pid]), self.batch_size, replace=False)
 
-    def message(self, grads, server_round, generator):
+    def message(self, terms, server_round, generator):
         import torch
 
         from silodp.algorithms import distributed as enc
 
-        v = torch.from_numpy(grads.sum(0))[None]
+        v = torch.from_numpy(terms.sum(0))[None]
         return enc.encode(v, self.params, signs(self.dimension, self.public_seed, server_round), generator)[0].numpy()
 
-    def mean_gradient(self, total, summed, server_round):
+    def estimate(self, total, summed, server_round):
         import torch
 
         from silodp.algorithms import distributed as enc
@@ -192,23 +264,25 @@ class DistributedDeployment(Deployment):
         return est.numpy() / (summed * self.batch_size)
 
 
-def sdp_transcript(xs, ys, rounds: int, batch_size: int, clip: float, threshold: int, lr: float = 1.0):
-    """The library's transcript configuration of sdp-prox-sgd on these silos, the federation
-    declaring SecAgg+'s ``threshold`` as the fewest silos summed."""
+def sdp_transcript(algorithm: str, xs, ys, rounds: int, batch_size: int, clip: float, threshold: int,
+                   lr: float = 1.0, inner_steps: int | None = None):
+    """The library's transcript configuration of the SDP ``algorithm`` on these silos, the
+    federation declaring SecAgg+'s ``threshold`` as the fewest silos summed."""
     from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
 
     fed = Federation.from_silos([np.asarray(x, np.float64) for x in xs], [np.asarray(y, np.float64) for y in ys],
                                 reconstruction_threshold=threshold)
-    algo = get_algorithm("sdp-prox-sgd", rounds=rounds, batch_size=batch_size, step_size=lr, metrics_every=0)
+    extra = {} if algorithm == "sdp-prox-sgd" else {"inner_steps": inner_steps}
+    algo = get_algorithm(algorithm, rounds=rounds, batch_size=batch_size, step_size=lr, metrics_every=0, **extra)
     return algo.transcript_config(Problem(linear_model(xs[0].shape[1]), "logistic", clip=clip), fed)
 
 
 def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: int, batch_size: int,
                threshold: int, clip: float = 1.0, mechanism: str = "discrete-gaussian", bits: int = 20,
-               lr: float = 1.0, public_seed: int = 0) -> Deployment:
+               lr: float = 1.0, public_seed: int = 0, inner_steps: int | None = None) -> Deployment:
     """Calibrate ``algorithm`` (:data:`ALGORITHMS`) for the silos' data at the reconstruction
-    ``threshold``. ``mechanism`` and ``bits``: isrl-mb-sgd's noise and width (sdp-prox-sgd's
-    binomial sets its own width from the calibrated (g, b))."""
+    ``threshold``. ``mechanism`` and ``bits``: isrl-mb-sgd's noise and width (the SDP algorithms'
+    binomial sets its own width from the calibrated (g, b)); ``inner_steps``: sdp-prox-svrg's Q."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     m, dim = len(xs), xs[0].shape[1] + 1
@@ -216,16 +290,19 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
         raise ValueError(f"threshold: must be an integer in [1, {m}], got {threshold!r}")
     common = dict(xs=tuple(xs), ys=tuple(ys), threshold=threshold, delta=delta, rounds=rounds,
                   batch_size=batch_size, clip=clip, lr=lr, public_seed=public_seed)
-    if algorithm == "sdp-prox-sgd":
+    if algorithm in SDP:
         from silodp.algorithms.privacy import calibrate_algorithm
         from silodp.algorithms.shuffle import as_params
 
-        cfg = sdp_transcript(xs, ys, rounds, batch_size, clip, threshold, lr)
-        cal = calibrate_algorithm("sdp-prox-sgd", cfg, epsilon, delta)
-        p = as_params(cal.shuffle["grad"])
-        width = max(2, math.ceil(math.log2(m * batch_size * (p.g + p.b) + 1)))
+        cfg = sdp_transcript(algorithm, xs, ys, rounds, batch_size, clip, threshold, lr, inner_steps)
+        cal = calibrate_algorithm(algorithm, cfg, epsilon, delta)
+        params = {g: as_params(r) for g, r in cal.shuffle.items()}
+        most = {"grad": batch_size, "diff": batch_size, "full": max(len(x) for x in xs)}  # messages per silo
+        width = max(2, math.ceil(math.log2(m * max(most[g] * (p.g + p.b) for g, p in params.items()) + 1)))
         workflow_settings(width, m)  # refuses a sum that SecAgg+ cannot hold
-        return SdpDeployment(epsilon=cal.epsilon, bits=width, params=p, **common)
+        q = cfg.inner_steps if algorithm == "sdp-prox-svrg" else 0
+        return SdpDeployment(epsilon=cal.epsilon, bits=width, algorithm=algorithm, params=params,
+                             bounds={g: float(r["bound"]) for g, r in cal.shuffle.items()}, inner_steps=q, **common)
     p = acc.calibrate(mechanism, dim, clip, m, bits, epsilon, delta, rounds, summed=threshold,
                       vector_norm=batch_size * clip)
     return DistributedDeployment(epsilon=acc.certified_epsilon(p, delta), bits=bits, params=p, **common)
@@ -251,10 +328,9 @@ def make_client_app(dep: Deployment, drop: tuple[int, int] | None = None):
             r = int(config["round"])
             if drop is not None and (self.pid, r) == drop:
                 raise RuntimeError(f"silo {self.pid} drops out in round {r}")
-            idx = dep.batch(self.pid, r, seeds[self.pid])
-            grads = clipped_grads(parameters[0], dep.xs[self.pid][idx], dep.ys[self.pid][idx], dep.clip)
+            terms = dep.terms(parameters, self.pid, r, seeds[self.pid])
             gen = torch.Generator().manual_seed(secrets.randbits(63))  # secret: the server must not know it
-            return [to_flower(dep.message(grads, r, gen), dep.bits)], 1, {}
+            return [to_flower(dep.message(terms, r, gen), dep.bits)], 1, {}
 
     def client_fn(context):
         return Silo(int(context.node_config["partition-id"])).to_client()
@@ -271,7 +347,7 @@ def make_server_app(dep: Deployment, sink):
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
     m = len(dep.xs)
-    state = {"w": np.zeros(dep.dimension), "summed": []}
+    state = {"w": np.zeros(dep.dimension), "wbar": np.zeros(dep.dimension), "summed": []}
 
     class Decode(FedAvg):
         def aggregate_fit(self, server_round, results, failures):
@@ -279,19 +355,18 @@ def make_server_app(dep: Deployment, sink):
             if n < dep.threshold:  # SecAgg+ never reveals fewer; refuse all the same
                 raise ValueError(f"summed: {n} silos, the certificate needs at least {dep.threshold}")
             agg = parameters_to_ndarrays(results[0][1].parameters)[0]
-            grad = dep.mean_gradient(from_flower(agg, n, dep.bits), n, server_round)
-            state["w"] = state["w"] - dep.lr * grad
+            dep.step(state, from_flower(agg, n, dep.bits), n, server_round)
             state["summed"].append(n)
-            return ndarrays_to_parameters([state["w"]]), {}
+            return ndarrays_to_parameters([state["w"], state["wbar"]]), {}
 
     strategy = Decode(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=dep.threshold,
-                      min_available_clients=m, initial_parameters=ndarrays_to_parameters([state["w"]]),
+                      min_available_clients=m, initial_parameters=ndarrays_to_parameters([state["w"], state["wbar"]]),
                       on_fit_config_fn=lambda r: {"round": r})
     app = ServerApp()
 
     @app.main()
     def main(grid, context) -> None:
-        legacy = LegacyContext(context, config=ServerConfig(num_rounds=dep.rounds), strategy=strategy)
+        legacy = LegacyContext(context, config=ServerConfig(num_rounds=dep.flower_rounds), strategy=strategy)
         workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares=m, reconstruction_threshold=dep.threshold,
                                                                    **workflow_settings(dep.bits, m)))
         workflow(grid, legacy)
@@ -305,5 +380,5 @@ def error_rate(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean((xa @ w > 0) != (y > 0.5)))
 
 
-__all__ = ["ALGORITHMS", "Deployment", "DistributedDeployment", "SdpDeployment", "deployment", "error_rate",
+__all__ = ["ALGORITHMS", "Deployment", "DistributedDeployment", "SDP", "SdpDeployment", "deployment", "error_rate",
            "from_flower", "make_client_app", "make_server_app", "sdp_transcript", "to_flower", "workflow_settings"]

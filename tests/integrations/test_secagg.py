@@ -1,8 +1,8 @@
 """Training under Flower's SecAgg+ (silodp.integrations.secagg): the quantization settings make
 SecAgg+'s own quantize/mask/mod/dequantize the identity on the silos' residues; on the simulation
-engine (3 WBCD silos, 3 rounds, silo 0 dropping out in round 2, reconstruction threshold 2) both
-algorithms of the app's run config, sdp-prox-sgd (Alg 7, binomial P_vec summed by SecAgg+) and
-isrl-mb-sgd's discrete-Gaussian twin, train below the majority-class error, print silodp's
+engine (3 WBCD silos, 3 SecAgg+ sums, silo 0 dropping out in round 2, reconstruction threshold 2)
+every algorithm of the app's run config, sdp-prox-sgd (Alg 7) and sdp-prox-svrg (Alg 8) on the
+binomial P_vec summed by SecAgg+, and isrl-mb-sgd's discrete-Gaussian twin, train below the majority-class error, print silodp's
 certificate of the same configuration (recomputed here from the library, independently of the
 app), at most the target, and the round summed over 2 silos is covered by it."""
 
@@ -66,7 +66,8 @@ def _simulate(**run_config) -> dict:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        res = simulate(drop=(0, 2), rounds=ROUNDS, epsilon=EPS, delta=DELTA, batch_size=K, threshold=2, **run_config)
+        res = simulate(drop=(0, 2), **{"rounds": ROUNDS, "epsilon": EPS, "delta": DELTA, "batch_size": K, "threshold": 2,
+                                       **run_config})
     finally:
         done.set()
         watcher.join()
@@ -81,6 +82,11 @@ def _simulate(**run_config) -> dict:
 @pytest.fixture(scope="module")
 def sdp_run():
     return _simulate(algorithm="sdp-prox-sgd")
+
+
+@pytest.fixture(scope="module")
+def svrg_run():
+    return _simulate(algorithm="sdp-prox-svrg", rounds=1, inner_steps=ROUNDS - 1)
 
 
 @pytest.fixture(scope="module")
@@ -99,22 +105,32 @@ def _trained_through_a_dropout(res):
     assert res["test_error"] < res["majority_error"]
 
 
-def test_sdp_prox_sgd_trains_and_certifies_at_the_threshold(sdp_run):
-    """The printed epsilon is the library's P_vec transcript certificate of sdp-prox-sgd's own
-    declaration at threshold 2 (2 K messages per invocation), for the parameters that ran."""
+def _sdp_checks(res, algorithm, replacement, **kw):
+    """The printed epsilon is the library's P_vec transcript certificate of the algorithm's own
+    declaration at threshold 2 (2 x messages per silo per invocation), for the parameters that ran."""
     from silodp.algorithms.privacy import calibrate_algorithm, certify_shuffle
 
     xs, ys, _, _ = _wbcd()
-    cfg = secagg.sdp_transcript(xs, ys, ROUNDS, K, 1.0, 2)
-    assert (cfg.silos_per_round, cfg.charged_delta, cfg.dimension, cfg.replacement) == (2, 0.0, 31, False)
-    cal = calibrate_algorithm("sdp-prox-sgd", cfg, EPS, DELTA)
-    g = cal.shuffle["grad"]
-    assert g["messages"] == 2 * K
-    certified, _ = certify_shuffle("sdp-prox-sgd", cfg, {"grad": (g["g"], g["b"], g["p"], g["rotate"])}, DELTA,
-                                   target=EPS)
-    assert sdp_run["epsilon"] == certified <= EPS
-    assert sdp_run["bits"] == int(np.ceil(np.log2(3 * K * (g["g"] + g["b"]) + 1)))  # the exact sum fits
-    _trained_through_a_dropout(sdp_run)
+    cfg = secagg.sdp_transcript(algorithm, xs, ys, batch_size=K, clip=1.0, threshold=2, **kw)
+    assert (cfg.silos_per_round, cfg.charged_delta, cfg.dimension, cfg.replacement) == (2, 0.0, 31, replacement)
+    cal = calibrate_algorithm(algorithm, cfg, EPS, DELTA)
+    assert all(g["messages"] == 2 * (cfg.n if name == "full" else K) for name, g in cal.shuffle.items())
+    params = {name: (g["g"], g["b"], g["p"], g["rotate"]) for name, g in cal.shuffle.items()}
+    certified, _ = certify_shuffle(algorithm, cfg, params, DELTA, target=EPS)
+    assert res["epsilon"] == certified <= EPS
+    most = {"grad": K, "diff": K, "full": max(len(x) for x in xs)}
+    widest = max(3 * most[name] * (g["g"] + g["b"]) for name, g in cal.shuffle.items())
+    assert res["bits"] == int(np.ceil(np.log2(widest + 1)))  # the exact sum of all 3 silos fits
+    _trained_through_a_dropout(res)
+
+
+def test_sdp_prox_sgd_trains_and_certifies_at_the_threshold(sdp_run):
+    _sdp_checks(sdp_run, "sdp-prox-sgd", False, rounds=ROUNDS)
+
+
+def test_sdp_prox_svrg_trains_and_certifies_at_the_threshold(svrg_run):
+    """Alg 8: one epoch, the snapshot gradient (every record, bound L) then Q = 2 differences."""
+    _sdp_checks(svrg_run, "sdp-prox-svrg", True, rounds=1, inner_steps=ROUNDS - 1)
 
 
 def test_distributed_twin_trains_and_certifies_at_the_threshold(twin_run):
