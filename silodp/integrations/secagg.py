@@ -26,7 +26,13 @@ without a regularizer (the prox step is the identity):
   the certified view); the server steps
   by the snapshot estimate plus the difference estimate. Same wire, calibration and certificate as
   Alg 7 (both groups). Output: the last iterate (Alg 8 outputs a uniform inner iterate; the
-  choice is post-processing, the certificate is the same).
+  choice is post-processing, the certificate is the same). ``sdp-pl-svrg`` (Algorithm 9): the
+  same, ``restarts`` S times in a row, each restart continuing from the last iterate (Alg 9
+  restarts from a uniform inner iterate: post-processing again), calibrated on Alg 9's declaration.
+* ``sdp-spider`` (paper Algorithm 10): every ``q``-th round a fresh K-record gradient sum (group
+  "grad", bound L), between them K-record differences of clipped gradients at w and the previous
+  iterate (group "diff", bound 2L: the declared bound; no smoothness-based clip), h fresh or h +
+  the difference, w <- w - lr h; both groups through R_vec, calibrated on Alg 10's declaration.
 * ``isrl-mb-sgd`` (the distributed twin of ISRL-DP minibatch SGD): each round every silo draws K
   distinct records uniformly (fresh per round), sums their clipped gradients (norm <= K L, which
   is the ``vector_norm``: nothing clipped) and encodes the sum with Skellam (Agarwal, Kairouz &
@@ -63,7 +69,7 @@ from silodp.accounting import distributed as acc
 FLOWER_MODULUS = 1 << 32
 
 #: The SDP algorithms the app runs on P_vec, and all it runs (its run config's ``algorithm``).
-SDP = ("sdp-prox-sgd", "sdp-prox-svrg")
+SDP = ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 ALGORITHMS = SDP + ("isrl-mb-sgd",)
 
 
@@ -150,31 +156,41 @@ class Deployment:
         raise NotImplementedError
 
     def step(self, state: dict, total: np.ndarray, summed: int, server_round: int) -> None:
-        """The server's update of ``state["w"]`` (and what else it keeps) from one sum."""
+        """The server's update of ``state["w"]`` (and what else it keeps) from one sum;
+        ``state["w"], state["second"]`` are the models the silos get next."""
         state["w"] = state["w"] - self.lr * self.estimate(total, summed, server_round)
 
 
 @dataclasses.dataclass(frozen=True)
 class SdpDeployment(Deployment):
     """An SDP algorithm on P_vec (module docstring): ``params`` and ``bounds`` per message group
-    (the calibration's (g, b, 1/2, rotate) and the declared l2 bound of one message),
-    ``inner_steps`` Q (sdp-prox-svrg; 0 for sdp-prox-sgd). Each silo appends its message count
-    (public: silo sizes are, and replace-one neighbours keep them) as one more coordinate."""
+    (the calibration's (g, b, 1/2, rotate) and the declared l2 bound of one message). Schedule:
+    ``inner_steps`` Q > 0: SVRG epochs of 1 + Q sums, ``restarts`` S of ``rounds`` epochs each
+    (Alg 8-9); ``period`` q > 0: SPIDER's fresh gradient every q rounds (Alg 10); neither: Alg 7.
+    ``replacement``: the declaration's batch sampling (i.i.d. draws, else disjoint batches within
+    an epoch of each group's own invocations). Each silo appends its message count (public: silo
+    sizes are, and replace-one neighbours keep them) as one more coordinate."""
 
     algorithm: str = "sdp-prox-sgd"
     params: dict = None
     bounds: dict = None
     inner_steps: int = 0
+    restarts: int = 1
+    period: int = 0
+    replacement: bool = False
 
     @property
     def flower_rounds(self) -> int:
-        return self.rounds * (1 + self.inner_steps) if self.inner_steps else self.rounds
+        return self.restarts * self.rounds * (1 + self.inner_steps)
 
     def group(self, server_round: int) -> str:
-        """The message group of ``server_round``: "grad" (Alg 7); "full" then Q times "diff" per epoch (Alg 8)."""
-        if not self.inner_steps:
-            return "grad"
-        return "full" if (server_round - 1) % (1 + self.inner_steps) == 0 else "diff"
+        """The message group of ``server_round``: "grad" (Alg 7); "full" then Q times "diff" per
+        epoch (Alg 8-9); "grad" every q-th round and "diff" between (Alg 10)."""
+        if self.inner_steps:
+            return "full" if (server_round - 1) % (1 + self.inner_steps) == 0 else "diff"
+        if self.period:
+            return "grad" if (server_round - 1) % self.period == 0 else "diff"
+        return "grad"
 
     def _bound(self, group: str) -> float:
         from silodp.accounting.pvec import rotated_bound
@@ -183,12 +199,14 @@ class SdpDeployment(Deployment):
         return rotated_bound(bound, self.dimension) if self.params[group].rotate else bound
 
     def batch(self, pid, server_round, secret):
-        if self.inner_steps:  # Alg 8's differences: K i.i.d. uniform draws (WITH_REPLACEMENT)
-            return np.random.default_rng([secret, server_round]).integers(0, len(self.xs[pid]), self.batch_size)
-        # epochs of floor(n / K) rounds, n the smallest silo (the declaration's, and BatchSampler's)
-        per_epoch = min(len(x) for x in self.xs) // self.batch_size
-        epoch, slot = divmod(server_round - 1, per_epoch)
-        order = np.random.default_rng([secret, epoch]).permutation(len(self.xs[pid]))
+        n_i, group = len(self.xs[pid]), self.group(server_round)
+        if self.replacement:  # K i.i.d. uniform draws (WITH_REPLACEMENT)
+            return np.random.default_rng([secret, server_round]).integers(0, n_i, self.batch_size)
+        # the group's own invocations walk epochs of floor(n / K), n the smallest silo (the
+        # declaration's, and BatchSampler's: one sampler per group)
+        j = sum(self.group(r) == group for r in range(1, server_round))
+        epoch, slot = divmod(j, min(len(x) for x in self.xs) // self.batch_size)
+        order = np.random.default_rng([secret, sorted(self.params).index(group), epoch]).permutation(n_i)
         return order[slot * self.batch_size:(slot + 1) * self.batch_size]
 
     def terms(self, models, pid, server_round, secret):
@@ -226,15 +244,21 @@ class SdpDeployment(Deployment):
         return est.numpy() / messages
 
     def step(self, state, total, summed, server_round):
-        group = self.group(server_round)
+        """``state["second"]``: the second model the silos get (SVRG's snapshot wbar, SPIDER's
+        previous iterate); ``state["h"]``: SVRG's snapshot gradient, SPIDER's running estimate."""
+        group, est = self.group(server_round), self.estimate(total, summed, server_round)
+        if self.period:  # Alg 10: h fresh every q rounds, else h + the difference; w_prev <- w
+            state["h"] = est if group == "grad" else state["h"] + est
+            state["second"], state["w"] = state["w"], state["w"] - self.lr * state["h"]
+            return
         if group == "full":  # Alg 8: the snapshot gradient, the offset of the epoch's differences
-            state["offset"] = self.estimate(total, summed, server_round)
+            state["h"] = est
         elif group == "diff":
-            state["w"] = state["w"] - self.lr * (state["offset"] + self.estimate(total, summed, server_round))
+            state["w"] = state["w"] - self.lr * (state["h"] + est)
         else:
-            super().step(state, total, summed, server_round)
+            state["w"] = state["w"] - self.lr * est
         if self.group(server_round + 1) == "full":
-            state["wbar"] = state["w"].copy()
+            state["second"] = state["w"].copy()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,24 +289,26 @@ class DistributedDeployment(Deployment):
 
 
 def sdp_transcript(algorithm: str, xs, ys, rounds: int, batch_size: int, clip: float, threshold: int,
-                   lr: float = 1.0, inner_steps: int | None = None):
+                   lr: float = 1.0, **config):
     """The library's transcript configuration of the SDP ``algorithm`` on these silos, the
-    federation declaring SecAgg+'s ``threshold`` as the fewest silos summed."""
+    federation declaring SecAgg+'s ``threshold`` as the fewest silos summed (``config``: the
+    algorithm's own parameters, e.g. inner_steps, restarts, q; None: its default)."""
     from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
 
     fed = Federation.from_silos([np.asarray(x, np.float64) for x in xs], [np.asarray(y, np.float64) for y in ys],
                                 reconstruction_threshold=threshold)
-    extra = {} if algorithm == "sdp-prox-sgd" else {"inner_steps": inner_steps}
+    extra = {k: v for k, v in config.items() if v is not None}
     algo = get_algorithm(algorithm, rounds=rounds, batch_size=batch_size, step_size=lr, metrics_every=0, **extra)
     return algo.transcript_config(Problem(linear_model(xs[0].shape[1]), "logistic", clip=clip), fed)
 
 
 def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: int, batch_size: int,
                threshold: int, clip: float = 1.0, mechanism: str = "discrete-gaussian", bits: int = 20,
-               lr: float = 1.0, public_seed: int = 0, inner_steps: int | None = None) -> Deployment:
+               lr: float = 1.0, public_seed: int = 0, **config) -> Deployment:
     """Calibrate ``algorithm`` (:data:`ALGORITHMS`) for the silos' data at the reconstruction
     ``threshold``. ``mechanism`` and ``bits``: isrl-mb-sgd's noise and width (the SDP algorithms'
-    binomial sets its own width from the calibrated (g, b)); ``inner_steps``: sdp-prox-svrg's Q."""
+    binomial sets its own width from the calibrated (g, b)); ``config``: an SDP algorithm's own
+    parameters (inner_steps Q, restarts S, q), None meaning its default."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     m, dim = len(xs), xs[0].shape[1] + 1
@@ -294,15 +320,19 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
         from silodp.algorithms.privacy import calibrate_algorithm
         from silodp.algorithms.shuffle import as_params
 
-        cfg = sdp_transcript(algorithm, xs, ys, rounds, batch_size, clip, threshold, lr, inner_steps)
+        cfg = sdp_transcript(algorithm, xs, ys, rounds, batch_size, clip, threshold, lr, **config)
         cal = calibrate_algorithm(algorithm, cfg, epsilon, delta)
         params = {g: as_params(r) for g, r in cal.shuffle.items()}
         most = {"grad": batch_size, "diff": batch_size, "full": max(len(x) for x in xs)}  # messages per silo
         width = max(2, math.ceil(math.log2(m * max(most[g] * (p.g + p.b) for g, p in params.items()) + 1)))
         workflow_settings(width, m)  # refuses a sum that SecAgg+ cannot hold
-        q = cfg.inner_steps if algorithm == "sdp-prox-svrg" else 0
+        svrg, spider = "full" in params, algorithm == "sdp-spider"
         return SdpDeployment(epsilon=cal.epsilon, bits=width, algorithm=algorithm, params=params,
-                             bounds={g: float(r["bound"]) for g, r in cal.shuffle.items()}, inner_steps=q, **common)
+                             bounds={g: float(r["bound"]) for g, r in cal.shuffle.items()},
+                             inner_steps=cfg.inner_steps if svrg else 0, restarts=cfg.restarts if svrg else 1,
+                             period=cfg.q if spider else 0, replacement=cfg.replacement, **common)
+    if any(v is not None for v in config.values()):
+        raise ValueError(f"config: isrl-mb-sgd takes none of {sorted(config)}")
     p = acc.calibrate(mechanism, dim, clip, m, bits, epsilon, delta, rounds, summed=threshold,
                       vector_norm=batch_size * clip)
     return DistributedDeployment(epsilon=acc.certified_epsilon(p, delta), bits=bits, params=p, **common)
@@ -347,7 +377,7 @@ def make_server_app(dep: Deployment, sink):
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
     m = len(dep.xs)
-    state = {"w": np.zeros(dep.dimension), "wbar": np.zeros(dep.dimension), "summed": []}
+    state = {"w": np.zeros(dep.dimension), "second": np.zeros(dep.dimension), "summed": []}
 
     class Decode(FedAvg):
         def aggregate_fit(self, server_round, results, failures):
@@ -357,10 +387,10 @@ def make_server_app(dep: Deployment, sink):
             agg = parameters_to_ndarrays(results[0][1].parameters)[0]
             dep.step(state, from_flower(agg, n, dep.bits), n, server_round)
             state["summed"].append(n)
-            return ndarrays_to_parameters([state["w"], state["wbar"]]), {}
+            return ndarrays_to_parameters([state["w"], state["second"]]), {}
 
     strategy = Decode(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=dep.threshold,
-                      min_available_clients=m, initial_parameters=ndarrays_to_parameters([state["w"], state["wbar"]]),
+                      min_available_clients=m, initial_parameters=ndarrays_to_parameters([state["w"], state["second"]]),
                       on_fit_config_fn=lambda r: {"round": r})
     app = ServerApp()
 

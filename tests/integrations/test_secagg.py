@@ -43,7 +43,7 @@ def test_secagg_quantization_is_the_identity_on_the_residues():
     with pytest.raises(ValueError, match="bits"):
         secagg.workflow_settings(31, 3)
     with pytest.raises(ValueError, match="algorithm"):
-        secagg.deployment("sdp-spider", [np.zeros((4, 2))], [np.zeros(4)], epsilon=1.0, delta=1e-5, rounds=1,
+        secagg.deployment("isrl-spider", [np.zeros((4, 2))], [np.zeros(4)], epsilon=1.0, delta=1e-5, rounds=1,
                           batch_size=2, threshold=1)
 
 
@@ -131,6 +131,33 @@ def test_sdp_prox_sgd_trains_and_certifies_at_the_threshold(sdp_run):
 def test_sdp_prox_svrg_trains_and_certifies_at_the_threshold(svrg_run):
     """Alg 8: one epoch, the snapshot gradient (every record, bound L) then Q = 2 differences."""
     _sdp_checks(svrg_run, "sdp-prox-svrg", True, rounds=1, inner_steps=ROUNDS - 1)
+
+
+@pytest.mark.parametrize("algorithm,config,rounds,groups", [
+    ("sdp-pl-svrg", {"restarts": 2, "inner_steps": 1}, 1, {"full", "diff"}),
+    ("sdp-spider", {"q": 2}, 4, {"grad", "diff"})])
+def test_alg9_and_alg10_certify_and_train_on_the_secagg_wire(algorithm, config, rounds, groups):
+    """Alg 9 and 10 on the app's own silo and server code (the wire and dropout path are Alg 8's,
+    run on the simulation engine above): 3 silos' residues summed modulo 2^bits with silo 0
+    missing from the second sum; the certificate is the library's, the model beats the majority."""
+    import torch
+
+    from silodp.algorithms.privacy import certify_shuffle
+
+    xs, ys, xt, yt = _wbcd()
+    dep = secagg.deployment(algorithm, xs, ys, epsilon=EPS, delta=DELTA, rounds=rounds, batch_size=K, threshold=2,
+                            **config)
+    cfg = secagg.sdp_transcript(algorithm, xs, ys, rounds, K, 1.0, 2, **config)
+    certified, _ = certify_shuffle(algorithm, cfg, {g: p.key() for g, p in dep.params.items()}, DELTA, target=EPS)
+    assert dep.epsilon == certified <= EPS and set(dep.params) == groups
+    assert dep.flower_rounds == 4  # S E (1 + Q) = 2 x 1 x 2, and R = 4
+    state = {"w": np.zeros(31), "second": np.zeros(31)}
+    for r in range(1, dep.flower_rounds + 1):
+        silos = [1, 2] if r == 2 else [0, 1, 2]
+        msgs = [dep.message(dep.terms([state["w"], state["second"]], i, r, 100 + i), r,
+                            torch.Generator().manual_seed(10 * r + i)) for i in silos]
+        dep.step(state, np.mod(sum(msgs), 1 << dep.bits), len(silos), r)
+    assert secagg.error_rate(state["w"], xt, yt) < min(yt.mean(), 1 - yt.mean())
 
 
 def test_distributed_twin_trains_and_certifies_at_the_threshold(twin_run):
