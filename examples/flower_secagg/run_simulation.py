@@ -75,7 +75,7 @@ if __name__ == "__main__":
                     help="isrl-mb-sgd's per-silo noise")
     ap.add_argument("--bits", type=int, default=RUN_CONFIG["bits"], help="isrl-mb-sgd's residue width")
     ap.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"])
-    ap.add_argument("--inner-steps", type=int, default=None, help="sdp-prox-svrg's Q (default floor(n / K))")
+    ap.add_argument("--inner-steps", type=int, default=None, help="sdp-prox-svrg's and sdp-pl-svrg's Q (default floor(n / K))")
     ap.add_argument("--restarts", type=int, default=None, help="sdp-pl-svrg's S (default 3)")
     ap.add_argument("--q", type=int, default=None, help="sdp-spider's period q (default 2)")
     ap.add_argument("--epsilon", type=float, default=RUN_CONFIG["epsilon"])
