@@ -21,7 +21,7 @@ pytest.importorskip("flwr")
 pytest.importorskip("psutil")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flower_processes import Descendants, free_port, run_in_own_group, started, wait_healthy  # noqa: E402
+from flower_processes import Descendants, free_port, run_in_own_group, started, stop, wait_healthy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -67,18 +67,20 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
                 [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                  "--host", "127.0.0.1", "--port", str(link)], env, tmp_path / "superlink.log"))
             wait_healthy(link, superlink, tmp_path / "superlink.log")
+            nodes = []
             for i in range(2):  # distinct --port: both would take 9094 and the second would crash
                 node_config = (f'partition-id={i} dataset="wbcd" seed=0 silodp-ledger="{ledgers[i]}" '
                                f'silodp-budget-epsilon={budgets[i]!r} '
                                f"silodp-budget-delta={settings.delta!r}")
-                stack.enter_context(started(
+                nodes.append(stack.enter_context(started(
                     [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
                      "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_config],
-                    env, tmp_path / f"supernode-{i}.log"))
+                    env, tmp_path / f"supernode-{i}.log")))
             (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
                                               f'address = "127.0.0.1:{link}"\ninsecure = true\n')
             runs = [run_in_own_group([str(BIN / "flwr"), "run", str(EXAMPLE), "local", "--stream",
                                       "--run-config", run_config], env, timeout=240) for _ in range(2)]
+            stop(*nodes)  # their shutdowns overlap (the stack then finds them stopped)
         assert all(r.returncode == 0 for r in runs), runs[-1].stdout[-3000:]
         first, second = (r.stdout for r in runs)
         assert "2 rounds; test error" in first and "refused by 0 silos, 0 unavailable" in first, first[-3000:]
