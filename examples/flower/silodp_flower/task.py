@@ -104,8 +104,9 @@ class SiloRecords:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         n = int(self.fed.counts[0])
         with tmp.open("wb") as out:
-            np.savez(out, x=self.fed.x[0, :n].numpy(), y=self.fed.y[0, :n].numpy(), meta=np.array(json.dumps(
-                {"name": self.name, "loss": self.loss, "input_shape": self.input_shape, "num_outputs": self.num_outputs})))
+            meta = {"name": self.name, "loss": self.loss, "input_shape": self.input_shape,
+                    "num_outputs": self.num_outputs}
+            np.savez(out, x=self.fed.x[0, :n].numpy(), y=self.fed.y[0, :n].numpy(), meta=np.array(json.dumps(meta)))
         os.replace(tmp, path)
 
     @classmethod
