@@ -9,7 +9,7 @@
     silodp audit --opacus [--mutation NAME [--counterpart]] [--canaries M] [--runs R] --json
     silodp audit --simulator --mutation NAME [--counterpart] [--canaries M] --json  (one simulator run)
     silodp audit --shipped [--mutation NAME] [--json]          (the shipped bugs' table, docs/audit.md)
-    silodp audit --flower-app PATH --canaries M --json         (a Flower app on the simulation engine)
+    silodp audit --flower-app PATH [--mutation public-seed-noise] --canaries M --json  (a Flower app, simulation engine)
 
 The last four are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
 print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``canaries`` and
@@ -93,8 +93,9 @@ def _check_args(args) -> None:
         raise ValueError(f"--trials: must be >= 2, got {args.trials}")
     if args.repeats is not None and (args.repeats < 1 or args.mutation is None):
         raise ValueError("--repeats: needs --mutation and a count >= 1")
-    if args.mutation is not None and args.algorithm is None and not (args.opacus or args.shipped or args.simulator):
-        raise ValueError("--mutation: needs --algorithm, --opacus, --simulator or --shipped")
+    if args.mutation is not None and args.algorithm is None and not (args.opacus or args.shipped or args.simulator
+                                                                     or args.flower_app is not None):
+        raise ValueError("--mutation: needs --algorithm, --opacus, --simulator, --shipped or --flower-app")
     if args.simulator and args.mutation is None:
         raise ValueError("--simulator: needs --mutation (the bug whose one-run scenario to audit)")
     if args.counterpart and args.mutation is None:
@@ -203,10 +204,12 @@ def _one_run(args) -> int:
         emit({"shipped": rows}, args.json, shipped.markdown(rows))
         return 0
     if args.flower_app is not None:
-        from silodp.verify.audit.flower_audit import audit_flower_app
+        from silodp.verify.audit.flower_audit import APP_MUTATIONS, audit_flower_app
 
-        res = audit_flower_app(args.flower_app, canaries=args.canaries or 500, estimator=estimator or "steinke",
-                               alpha=args.alpha, seed=args.seed)
+        if args.mutation is not None and args.mutation not in APP_MUTATIONS:
+            raise ValueError(f"--mutation: with --flower-app must be one of {list(APP_MUTATIONS)}, got {args.mutation!r}")
+        res = audit_flower_app(args.flower_app, canaries=args.canaries or 200, estimator=estimator or "steinke",
+                               alpha=args.alpha, seed=args.seed, mutation=args.mutation)
     elif args.mutation is not None:
         res = shipped.audit_shipped(args.mutation, not args.counterpart, args.canaries, args.runs, estimator,
                                     args.alpha, args.seed)

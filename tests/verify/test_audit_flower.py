@@ -1,6 +1,7 @@
-"""One-run audit of a Flower app (silodp.verify.audit.flower_audit): the canaried silo data and the
-canary's clipped gradient by hand; the whole simulation-engine audit and the shipped-bug table run
-with ``pytest --full`` (about 1 and 10 minutes on 2 cores)."""
+"""One-run audit of a Flower app (silodp.verify.audit.flower_audit): the canaried silo data, the
+canary's clipped gradient and the public-seed mutation's message by hand, and one simulation-engine
+run of the mutated app (caught); the correct app's runs and the shipped-bug table run with
+``pytest --full`` (about 2 minutes each and 10 minutes on 2 cores)."""
 
 import numpy as np
 import pytest
@@ -35,6 +36,34 @@ def test_canaried_silo_and_canary_gradient():
     assert g.norm(dim=1).tolist() == pytest.approx([1.0, 1.0, 1.0])
     direction = torch.sign(g[:, 3:6].diagonal())
     assert direction.tolist() == [-1.0, 1.0, -1.0]  # included: label 1, gradient toward -e_{d+j}
+    only = canaried_federation(fed, 3, inc, keep_records=False)  # the audit's silo 0: its canaries only
+    assert only.counts.tolist() == [3, 4] and torch.equal(only.x[0, :3], out.x[0, 5:8])
+    assert torch.equal(only.x[1, :4], out.x[1, :4]) and only.y[0, :3].tolist() == [1.0, 0.0, 1.0]
+
+
+def test_public_seed_message_is_the_apps_with_public_noise():
+    """The mutation's message: the app's own noiseless term plus std times the round's public noise
+    (which the adversary regenerates); switched off, the app's own function is back."""
+    import sys
+
+    sys.path.insert(0, "examples/flower")
+    from silodp_flower import task
+
+    from silodp.verify.audit.flower_audit import _switch, public_noise
+
+    problem = Problem(linear_model(3, 1), "logistic", clip=1.0)
+    fed = Federation.from_silos([torch.randn(6, 3, dtype=torch.float64)], [torch.ones(6, dtype=torch.float64)])
+    w = torch.zeros(problem.model.dim, dtype=torch.float64)
+    own = task.silo_message
+    try:
+        _switch("public-seed-noise", 4)
+        msg, release = task.silo_message(problem, fed, "grad", w, None, 0.5, 6, torch.Generator().manual_seed(1))
+        term, _ = own(problem, fed, "grad", w, None, 0.0, 6, torch.Generator().manual_seed(1))
+        assert torch.allclose(msg - 0.5 * public_noise(4, problem.model.dim), term)
+        assert release.noise_multiplier == pytest.approx(0.5 / (1.0 / 6))  # the release the silo accounts
+    finally:
+        _switch(None, 0)
+    assert task.silo_message is own
 
 
 def test_inclusion_is_fair_and_reproducible():
@@ -59,18 +88,20 @@ def test_recording_grid_keeps_configs_and_replies():
     assert grid.rounds[0][0] == {"kind": "grad"} and grid.rounds[0][1] == replies
 
 
-@pytest.mark.parametrize("canaries, rounds", [
-    (50, 2),  # in CI: the example's silos (budgets declared by the audit as their operator) admit and run the audit
-    pytest.param(200, 10, marks=pytest.mark.full),
+@pytest.mark.parametrize("mutation, verdict, rounds", [
+    # in CI: one simulation-engine run of the example with the shipped bug on in its silos, caught
+    ("public-seed-noise", "violated", 3),
+    pytest.param(None, "consistent", 3, marks=pytest.mark.full),
+    pytest.param(None, "consistent", 10, marks=pytest.mark.full),
 ])
-def test_flower_app_audit_end_to_end(request, canaries, rounds):
+def test_flower_app_audit_end_to_end(request, mutation, verdict, rounds):
     from silodp.verify.audit.flower_audit import audit_flower_app
 
     if request.node.get_closest_marker("full") and not request.config.getoption("--full"):
         pytest.skip("larger audit: run with --full")
-    res = audit_flower_app("examples/flower", canaries=canaries, rounds=rounds)
-    assert res.verdict == "consistent" and res.canaries == canaries and res.rounds == rounds
-    assert res.claimed_epsilon <= 3.0 + 1e-9
+    res = audit_flower_app("examples/flower", canaries=200, rounds=rounds, mutation=mutation)
+    assert res.verdict == verdict and res.canaries == 200 and res.rounds == rounds and res.mutation == mutation
+    assert 0 < res.claimed_epsilon <= 3.0 + 1e-9
 
 
 def test_shipped_table(full):
@@ -80,3 +111,14 @@ def test_shipped_table(full):
     assert len(rows) == 12  # 5 shipped bugs in Opacus, 3 in the Flower mod, 4 of the simulator's suite
     for row in rows:
         assert (row["verdict"], row["counterpart_verdict"]) == ("violated", "consistent"), row
+
+
+def test_cli_flower_app_refuses_a_mutation_the_app_has_no_switch_for(capsys):
+    from silodp.cli import main
+
+    assert main(["audit", "--flower-app", "examples/flower", "--mutation", "per-layer-clipping"]) == 2
+    assert "public-seed-noise" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="canaries"):
+        from silodp.verify.audit.flower_audit import audit_flower_app
+
+        audit_flower_app("examples/flower", canaries=100_000)

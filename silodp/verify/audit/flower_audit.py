@@ -6,11 +6,14 @@ code (``silodp_flower.server_app.run`` and ``silodp_flower.client_app.train``, u
 Flower's simulation engine, with two wrappers around it and nothing inside it:
 
 * the data: the app loads its dataset by name (``Settings.dataset``); the audit registers a name
-  whose loader is the base dataset plus M free coordinates (zero for every real record) and M
-  canary records in silo 0, canary j being ``x = A e_{d+j}`` with label 1 (included, S_j = 1) or
-  0 (excluded): replace-one neighbours, so silo 0's size and the claim do not depend on S. Under
-  the logistic loss the canary's clipped per-record gradient points along ``-+(A e_{d+j}, 1)``,
-  a direction no real record uses (Nasr et al. 2021's gradient canary; see :mod:`.canaries`).
+  whose loader is the base dataset plus M free coordinates (zero for every real record), silo 0
+  being made of M canary records only, canary j being ``x = A e_{d+j}`` with label 1 (included,
+  S_j = 1) or 0 (excluded): replace-one neighbours, so silo 0's size and the claim do not depend
+  on S. The run's batch size is M, so silo 0's batch (K = M draws with replacement from its M
+  records) holds each canary in about 63% of the rounds (1 - (1 - 1/M)^M), every canary
+  contributing in most rounds rather than about once per run. Under the logistic loss the canary's
+  clipped per-record gradient points along ``-+(A e_{d+j}, 1)``, a direction no real record uses
+  (Nasr et al. 2021's gradient canary; see :mod:`.canaries`).
 * the server: a recording grid between the app's ServerApp and Flower's grid keeps every reply;
   a ClientApp wrapper adds the silo's (public) partition id to its reply's metrics, so the
   recording knows which replies are silo 0's.
@@ -18,6 +21,17 @@ Flower's simulation engine, with two wrappers around it and nothing inside it:
 Canary j's score is minus the sum, over the gradient rounds, of coordinate d + j of silo 0's
 noisy messages; the scores are judged by :func:`.onerun.estimate_all` against the worst-silo
 epsilon the silos themselves reported (their ledgers).
+
+``mutation="public-seed-noise"`` (:data:`APP_MUTATIONS`; the second paper's code) switches the
+shipped bug on in the app's silos: the ClientApp wrapper replaces ``silodp_flower.task.silo_message``
+in the silo's process by the same message whose noise comes from a generator seeded with a public
+seed and the round (the same noise in every silo). The adversary regenerates that noise (the
+silo's noise scale is public: ``silo_plan`` of the run config and silo 0's size) and subtracts it,
+so every canary drawn at least once is read exactly: Steinke et al.'s bound (valid for every
+mechanism) exceeds the claim. The with-replacement claim itself is loose for this app (at K
+draws from K records one record may be drawn many times, and the accountant calibrates for that),
+so without the bug the bounds stay near 0 however the canaries are placed: the audit catches the bug, it does not show
+the claim tight.
 
 For your own ClientApp: insert canaries into the records your ClientApp trains on with
 :func:`canaried_federation`, wrap your ServerApp's grid in :class:`RecordingGrid`, and pass the
@@ -44,6 +58,8 @@ from silodp.verify.audit.onerun import CanaryScores, RunAudit, judge_run
 CANARY_VALUE = 10.0
 _PREFIX = "audit-canaries"
 PARTITION_KEY = "silodp-audit-partition-id"
+#: the shipped bugs the audit can switch on in the app's silos
+APP_MUTATIONS = ("public-seed-noise",)
 
 
 def inclusion(canaries: int, seed: int) -> np.ndarray:
@@ -51,13 +67,15 @@ def inclusion(canaries: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, 24]).random(canaries) < 0.5
 
 
-def canaried_federation(fed, canaries: int, included: np.ndarray, silo: int = 0, value: float = CANARY_VALUE):
-    """``fed`` with ``canaries`` zero features appended and canary records appended to ``silo``."""
+def canaried_federation(fed, canaries: int, included: np.ndarray, silo: int = 0, value: float = CANARY_VALUE,
+                        keep_records: bool = True):
+    """``fed`` with ``canaries`` zero features appended and canary records appended to ``silo``
+    (in place of its records where ``keep_records`` is false: a silo of canaries)."""
     from silodp.algorithms.federation import Federation
 
     xs, ys = [], []
     for i in range(fed.num_silos):
-        n = int(fed.counts[i])
+        n = int(fed.counts[i]) if keep_records or i != silo else 0
         x = torch.cat([fed.x[i, :n], torch.zeros(n, canaries, dtype=fed.x.dtype)], dim=1)
         y = fed.y[i, :n]
         if i == silo:
@@ -87,7 +105,7 @@ def register(name: str) -> None:
     def load(**kwargs):
         data = datasets.load(base, **kwargs)
         pad = [canaried_federation(f, m, np.zeros(m), silo=-1) for f in (data.val, data.test)]
-        return dataclasses.replace(data, train=canaried_federation(data.train, m, inclusion(m, seed)), val=pad[0],
+        return dataclasses.replace(data, train=canaried_federation(data.train, m, inclusion(m, seed), keep_records=False), val=pad[0],
                                    test=pad[1], input_shape=(data.num_features + m,))
 
     datasets.LOADERS[name] = load
@@ -111,7 +129,36 @@ class RecordingGrid:
         return replies
 
 
-def _apps(settings, results: list):
+def public_noise(round_: int, dim: int) -> torch.Tensor:
+    """The unit noise of every silo's message in ``round_`` under ``public-seed-noise``."""
+    from silodp.verify.audit.flower_mod import PUBLIC_SEED
+
+    return torch.randn(dim, generator=torch.Generator().manual_seed(PUBLIC_SEED + round_), dtype=torch.float64)
+
+
+def _public_seed_message(original, round_: int):
+    """The app's ``silo_message`` (``original``) with its noise from :func:`public_noise` of ``round_``."""
+    from silodp_flower import task
+
+    def silo_message(problem, fed, kind, w, w_prev, std, batch_size, generator):
+        term, _ = original(problem, fed, kind, w, w_prev, 0.0, batch_size, generator)
+        _, release = task.silo_release(problem, kind, w, w_prev, std, batch_size, fed.min_size)
+        return term + std * public_noise(round_, term.numel()).to(term.dtype), release
+
+    silo_message.original = original
+    return silo_message
+
+
+def _switch(mutation: str | None, round_: int) -> None:
+    """In this silo's process: ``silodp_flower.task.silo_message`` with ``mutation`` on for
+    ``round_``, or the app's own (``None``)."""
+    from silodp_flower import task
+
+    original = getattr(task.silo_message, "original", task.silo_message)
+    task.silo_message = original if mutation is None else _public_seed_message(original, round_)
+
+
+def _apps(settings, results: list, mutation: str | None = None):
     from flwr.clientapp import ClientApp
     from flwr.serverapp import ServerApp
     from silodp_flower import client_app, server_app
@@ -121,6 +168,7 @@ def _apps(settings, results: list):
     @client.train()
     def _train(msg, context):
         register(settings.dataset)
+        _switch(mutation, int(msg.content["config"]["round"]))
         out = client_app.train(msg, context, settings)
         if not out.has_error():
             out.content["metrics"][PARTITION_KEY] = int(context.node_config["partition-id"])
@@ -152,6 +200,7 @@ class FlowerAudit(RunAudit):
     """Result of :func:`audit_flower_app` (the issue's JSON keys, then the run's)."""
 
     algorithm: str
+    mutation: str | None
     rounds: int
     wall_s: float
 
@@ -176,39 +225,54 @@ def _silo_budgets(ledgers: str, epsilon: float, delta: float):
                 os.environ[key] = value
 
 
-def audit_flower_app(path: str = "examples/flower", canaries: int = 500, estimator: str = "steinke",
-                     alpha: float = 0.05, seed: int = 0, **settings) -> FlowerAudit:
-    """Run the Flower app at ``path`` once with ``canaries`` canaries in silo 0 and audit it
+def audit_flower_app(path: str = "examples/flower", canaries: int = 200, estimator: str = "steinke",
+                     alpha: float = 0.05, seed: int = 0, mutation: str | None = None, **settings) -> FlowerAudit:
+    """Run the Flower app at ``path`` once with a silo 0 of ``canaries`` canaries (the run's batch
+    size) and audit it, with ``mutation`` (:data:`APP_MUTATIONS`) switched on in the silos or none
     (``settings``: overrides of the app's ``Settings``, e.g. ``rounds=10``)."""
     from flwr.simulation import run_simulation
 
     if int(canaries) < 2:
         raise ValueError(f"canaries: need at least 2, got {canaries}")
+    if mutation is not None and mutation not in APP_MUTATIONS:
+        raise ValueError(f"mutation: must be one of {APP_MUTATIONS}, got {mutation!r}")
+    if "batch_size" in settings:
+        raise ValueError("batch_size: the audit sets it (to canaries: silo 0's full size)")
     task = _import_app(path)
     base = task.Settings(**settings)
+    real = task.load_cached(base.dataset, base.seed, 0.2, 0.2)
+    if not int(canaries) <= int(real.train.counts[1:].min()):
+        raise ValueError(f"canaries: at most the other silos' smallest size {int(real.train.counts[1:].min())} "
+                         f"(the run's batch size), got {canaries}")
     name = dataset_name(base.dataset, int(canaries), seed)
     register(name)
-    run = dataclasses.replace(base, dataset=name, model="linear", accountant=base.accountant or "rdp")
-    d = task.setup(dataclasses.replace(run, dataset=base.dataset)).data.num_features
+    run = dataclasses.replace(base, dataset=name, model="linear", accountant=base.accountant or "rdp",
+                              batch_size=int(canaries))
+    d = real.num_features
     started = time.perf_counter()
     results: list = []
-    server, client = _apps(run, results)
+    server, client = _apps(run, results, mutation)
     with tempfile.TemporaryDirectory() as ledgers, _silo_budgets(ledgers, run.epsilon, run.delta):
         run_simulation(server_app=server, client_app=client, num_supernodes=task.setup(run).data.train.num_silos,
                        backend_config={"client_resources": {"num_cpus": 1}})
     if not results:
         raise RuntimeError("the Flower simulation ended without a result (see Flower's log)")
     out, recording = results[0]
+    # the adversary of public-seed-noise regenerates silo 0's noise: its scale from the public plan
+    std = task.silo_plan(run, 0, run.delta).std("grad", None, None) if mutation else 0.0
     scores = np.zeros(canaries)
     for config, replies in recording.rounds:
         if config.get("kind") != "grad":
             continue
         for reply in replies:
             if int(reply.content["metrics"][PARTITION_KEY]) == 0:
-                scores -= reply.content["arrays"]["message"].numpy()[d:d + canaries]
+                message = reply.content["arrays"]["message"].numpy()
+                noise = std * public_noise(int(config["round"]), message.size).numpy() if mutation else 0.0
+                scores -= (message - noise)[d:d + canaries]
     canary = CanaryScores(scores, inclusion(canaries, seed))
     return FlowerAudit(**judge_run(canary, float(out["worst_silo_epsilon"]), run.delta, alpha, estimator),
-                       algorithm=run.algorithm, rounds=int(out["rounds"]), wall_s=time.perf_counter() - started)
+                       algorithm=run.algorithm, mutation=mutation, rounds=int(out["rounds"]),
+                       wall_s=time.perf_counter() - started)
 
 
-__all__ = ["FlowerAudit", "RecordingGrid", "audit_flower_app", "canaried_federation", "dataset_name", "register"]
+__all__ = ["APP_MUTATIONS", "FlowerAudit", "RecordingGrid", "audit_flower_app", "canaried_federation", "dataset_name", "public_noise", "register"]
