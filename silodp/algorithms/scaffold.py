@@ -233,6 +233,14 @@ class DpScaffold(LocalUpdates):
         except ValueError:
             return certify(type(self), cfg, sigmas, delta)[0]
 
+    def targeted_epsilon(self, cfg, sigmas: dict, delta: float, certified: float) -> float:
+        """The guarantee toward ``privacy_against`` (both: the larger), ``certified`` toward the server."""
+        from silodp.accounting.scaffold import certified_epsilon
+
+        against = ("server", "third-party") if self.privacy_against == "both" else (self.privacy_against,)
+        return max(certified if a == "server" else certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta,
+                                                                     a, self.participation) for a in against)
+
     def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
         """sigma_g (explicit noise: sigma over the noise std of sigma_g = 1), the effective batch m,
         and the guarantees toward each observer (None where not computed)."""

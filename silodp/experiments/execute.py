@@ -169,7 +169,8 @@ def recertify(request: dict, result: dict, stored_request: dict | None = None) -
     """None when a stored calibration (``result`` of ``stored_request``, by default ``request``)
     certifies what it says for ``request``, else why not. Checked: the accounting version it was
     made under; its noise re-certified (one epsilon evaluation) at no
-    more than its stored epsilon, which for ``tight`` is at most the target; for ``paper``, the
+    more than its stored epsilon, and for ``tight`` the guarantee the target was met for
+    (``targeted_epsilon``: the stored epsilon, or DP-SCAFFOLD's toward its observer) at most the target; for ``paper``, the
     noise is the paper's closed form. A skipped calibration (no closed form) needs no check."""
     from silodp.accounting.version import ACCOUNTING_VERSION
 
@@ -180,10 +181,11 @@ def recertify(request: dict, result: dict, stored_request: dict | None = None) -
         return None
     try:
         stored = float(result["epsilon"])
-        if request["method"] == "tight" and not stored <= request["epsilon"] * (1 + RECERTIFY_RTOL):
-            return f"stored epsilon {stored} above the target {request['epsilon']}"
+        algo, tc = _requested(request)
+        aimed = algo.targeted_epsilon(tc, result.get("sigmas") or {}, request["delta"], stored)
+        if request["method"] == "tight" and not aimed <= request["epsilon"] * (1 + RECERTIFY_RTOL):
+            return f"stored epsilon {aimed} above the target {request['epsilon']}"
         if request["method"] == "paper" and result.get("sigmas"):
-            algo, tc = _requested(request)
             paper = algo.paper_noise(tc, request["epsilon"], request["delta"])
             if any(not math.isclose(result["sigmas"].get(k, math.nan), v, rel_tol=RECERTIFY_RTOL) for k, v in paper.items()):
                 return "noise differs from the paper's closed form"

@@ -196,6 +196,17 @@ def test_dp_scaffold_is_calibrated_like_the_others():
     assert out["status"] == "ok" and out["certified_epsilon"] == pytest.approx(cal["epsilon"], rel=1e-9)
 
 
+def test_a_dp_scaffold_calibration_toward_a_third_party_is_reused():
+    """Calibrated toward a third party (user sampling 1/2), the stored certificate is the server's
+    (above the target); the re-certification checks the third party's guarantee against the
+    target, so the cached calibration is reused, and refused once that guarantee exceeds it."""
+    params = {"local_steps": 2, "privacy_against": "third-party", "user_sampling": 0.5}
+    request = ex.calibration_request(_cfg(algorithm="dp-scaffold", rounds=2, batch_size=20, params=params))
+    cal = ex.calibrate_request(request)
+    assert cal["status"] == "ok" and cal["epsilon"] > 2.0 and ex.recertify(request, cal) is None
+    assert "above the target" in ex.recertify({**request, "epsilon": 1.0}, cal)
+
+
 def test_run_chunk_restores_the_thread_count():
     import torch
 
