@@ -105,13 +105,13 @@ def _train(msg: Message, context: Context) -> Message:
     import torch
 
     from silodp.algorithms import Problem
-    from silodp.experiments.datasets import load_cached, model_for
-    from silodp_flower.task import Settings, silo_data, silo_message
+    from silodp.experiments.datasets import model_for
+    from silodp_flower.task import Settings, SiloRecords, silo_message
 
     s = Settings.from_run_config(context.run_config)
-    data = load_cached(s.dataset, s.seed, 0.2, 0.2)
-    problem = Problem(model_for(data, s.model), data.loss, clip=s.clip)
-    fed = silo_data(data, int(context.node_config["partition-id"]))
+    # the private app's records cache (its first message saves them beside the ledger)
+    records = SiloRecords.beside(context.node_config["silodp-ledger"], s, int(context.node_config["partition-id"]))
+    problem, fed = Problem(model_for(records, s.model), records.loss, clip=s.clip), records.fed
     arrays, kind = msg.content["arrays"], str(msg.content["config"]["kind"])
 
     def model(name):

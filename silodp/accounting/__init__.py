@@ -51,6 +51,7 @@ from silodp.accounting.events import (
     DpEvent,
     EpsilonDeltaDpEvent,
     GaussianDpEvent,
+    LabelledMixtureDpEvent,
     NeighboringRelation,
     NoOpDpEvent,
     NonPrivateDpEvent,
@@ -81,7 +82,7 @@ from silodp.accounting.shuffle import erlingsson2019, fmt21_closed_form, fmt21_n
 __all__ = [
     "ACCOUNTANTS", "ADD_OR_REMOVE_ONE", "DEFAULT_RELATION", "Accountant", "AdvancedAccountant", "BatchSampling", "GdpAccountant",
     "BinomialProtocolParams", "Calibration", "CalibrationMethod", "ComposedDpEvent", "DpEvent", "DworkRothAccountant",
-    "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "IsrlLedger", "Mechanism",
+    "EpsilonDeltaDpEvent", "GaussianDpEvent", "GaussianRelease", "LabelledMixtureDpEvent", "IsrlLedger", "Mechanism",
     "NeighboringRelation", "NoOpDpEvent", "NonPrivateDpEvent", "ParallelComposedDpEvent", "PldAccountant",
     "PoissonSampledDpEvent", "PvecAccountant", "PvecDpEvent", "PvecPldAccountant", "REPLACE_ONE", "RdpAccountant", "ReleaseLedger", "Sampling",
     "SampledWithReplacementDpEvent", "SampledWithoutReplacementDpEvent", "SelfComposedDpEvent",

@@ -26,7 +26,9 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
   discretization. Poisson under replace-one uses the exact replace-one pair; with-replacement
-  sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library.
+  sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library. The only
+  accountant of :class:`~silodp.accounting.events.LabelledMixtureDpEvent` (DP-SCAFFOLD's
+  sampling patterns): its PLD is exactly the weighted sum of the components'.
 * ``gdp`` -- un-subsampled Gaussian steps only, any mix of noise multipliers: *exact*. Gaussian
   with sigma / shift r is (1/r)-GDP exactly (Dong, Roth & Su 2022, arXiv:1905.02383, Thm 2.7),
   mu_i-GDP mechanisms compose to exactly sqrt(sum mu_i^2)-GDP (ibid., Cor 3.3), and mu-GDP is
@@ -408,6 +410,26 @@ class PldAccountant(Accountant):
             raise ValueError(f"log_mass_truncation_bound: must be < 0, got {log_mass_truncation_bound}")
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
+    def _flatten(self, event: ev.DpEvent, count: int = 1) -> list:
+        """The blocks, and a :class:`MixtureBlock` for every labelled mixture (certified here only)."""
+        return flatten(event, count, leaf=self._leaf)
+
+    def _leaf(self, event: ev.DpEvent, count: int) -> list:
+        if type(event) is not ev.LabelledMixtureDpEvent:
+            return flatten(event, count)
+        parts = tuple((w, tuple(self._flatten(e))) for w, e in zip(event.weights, event.events))
+        return [MixtureBlock(count, parts)]
+
+    def _check_block(self, block: Any) -> None:
+        if type(block) is not MixtureBlock:
+            return super()._check_block(block)
+        for _, blocks in block.components:
+            for b in blocks:
+                if getattr(b, "kind", None) == Mechanism.NON_PRIVATE:
+                    raise UnsupportedEventError("a labelled mixture's components must be private "
+                                                "(a non-private one makes the whole non-private)")
+                self._check_block(b)
+
     def _check(self, block: Block) -> None:
         if block.kind in mechanisms.KINDS:
             mechanisms.check(block, self.neighbouring, self.value_discretization_interval)
@@ -429,6 +451,10 @@ class PldAccountant(Accountant):
 
     def _block_pld(self, block: Block, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
+        if type(block) is MixtureBlock:  # the weighted sum of the components' PLDs (exact)
+            mix = pld_lib.mixture([(w, self._compose(blocks, dtype, direct_work) or pld_lib.identity(disc, bound))
+                                   for w, blocks in block.components])
+            return mix.self_compose(block.count, direct_work) if block.count > 1 else mix
         z = block.noise_multiplier
         if block.kind == Mechanism.EPSILON_DELTA:
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
@@ -457,8 +483,12 @@ class PldAccountant(Accountant):
     def _pld(self, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         """The composition of every block, computed in ``dtype`` (float64, or :data:`pld.EXTENDED`);
         ``direct_work``: see :meth:`pld.PrivacyLossDistribution.self_compose`."""
+        return self._compose(self._blocks, dtype, direct_work)
+
+    def _compose(self, blocks, dtype: type, direct_work: int) -> pld_lib.PrivacyLossDistribution | None:
+        """The composition of ``blocks`` in order (None when there are none)."""
         total = None
-        for block in self._blocks:
+        for block in blocks:
             p = self._block_pld(block, dtype, direct_work)
             total = p if total is None else total.compose(p)
         return total
@@ -501,6 +531,17 @@ class PldAccountant(Accountant):
 
     def _delta(self, epsilon: float) -> float:
         return float(min(1.0, self._pld().get_delta_for_epsilon(epsilon)))
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureBlock:
+    """``count`` independent copies of a :class:`~silodp.accounting.events.LabelledMixtureDpEvent`:
+    its ``components`` as (weight, blocks) pairs (no blocks: nothing released)."""
+
+    count: int
+    components: tuple
+    #: no primitive mechanism (the accountants that read ``kind`` find none here)
+    kind: ClassVar[None] = None
 
 
 @register_accountant

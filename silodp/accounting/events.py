@@ -19,6 +19,9 @@ Added for the two papers:
   one invocation of the shuffle protocol P_vec under Cheu et al. (2021), paper Thm D.2.
 * :class:`PvecDpEvent` -- one invocation of P_vec itself (its levels, trials, messages and
   coordinates), which the ``pvec`` accountants certify exactly.
+* :class:`LabelledMixtureDpEvent` -- one of ``events`` run with probability ``weights[i]``, the
+  choice independent of the data and released with it (DP-SCAFFOLD's sampling patterns); the
+  ``pld`` accountant certifies it exactly (its PLD is the weighted sum), the others refuse it.
 
 Units (as dp-accounting's PLD accountant, Opacus and Flower). A ``GaussianDpEvent(z)`` releases
 a sum of per-record contributions, each of l2 norm at most C (the *contribution bound*: the clip
@@ -353,6 +356,39 @@ class PvecDpEvent(DpEvent):
             _real(self, "l2_shift", 0.0, math.inf, True, True)
 
 
+
+@_event
+class LabelledMixtureDpEvent(DpEvent):
+    """With probability ``weights[i]`` run ``events[i]``; which one ran is drawn independently of
+    the data and is part of the release (a *labelled* mixture, e.g. a round of DP-SCAFFOLD whose
+    user-sampling pattern the server knows). Its hockey-stick divergence is the ``weights``-average
+    of the components' (the view is the label, then that component's output), so its privacy loss
+    distribution is exactly the weighted sum of theirs (Noble et al. 2022, participation mixture;
+    :func:`silodp.accounting.pld.mixture`). ``weights``: >= 0, summing to 1 (to 1e-9); a
+    component that releases nothing is :class:`NoOpDpEvent`."""
+
+    weights: Sequence[float]
+    events: Sequence[DpEvent]
+
+    def __post_init__(self) -> None:
+        for name in ("weights", "events"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise ValueError(f"{_field(self, name)}: must be a sequence, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        if not self.events or len(self.weights) != len(self.events):
+            raise ValueError(f"{_field(self, 'weights')}: must give one weight to each of at least one event, "
+                             f"got {len(self.weights)} weights for {len(self.events)} events")
+        for e in self.events:
+            if not isinstance(e, DpEvent):
+                raise ValueError(f"{_field(self, 'events')}: must hold silodp DpEvents, got {type(e).__name__}")
+        for w in self.weights:
+            if isinstance(w, bool) or not isinstance(w, Real) or not 0.0 <= float(w) <= 1.0:
+                raise ValueError(f"{_field(self, 'weights')}: each must lie in [0, 1], got {w!r}")
+        object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
+        if not math.isclose(math.fsum(self.weights), 1.0, rel_tol=1e-9):
+            raise ValueError(f"{_field(self, 'weights')}: must sum to 1, got {math.fsum(self.weights)!r}")
+
 #: Events whose class and fields are the same in dp-accounting (by name).
 _SHARED = {
     cls.__name__: cls for cls in (
@@ -440,6 +476,7 @@ __all__ = [
     "ParallelComposedDpEvent",
     "PoissonSampledDpEvent",
     "PvecDpEvent",
+    "LabelledMixtureDpEvent",
     "REPLACE_ONE",
     "RandomizedResponseDpEvent",
     "SampledWithReplacementDpEvent",

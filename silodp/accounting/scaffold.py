@@ -63,11 +63,10 @@ import math
 import numpy as np
 
 from silodp.accounting import events as ev
-from silodp.accounting import pld as pld_lib
 from silodp.accounting import _binomial
 from silodp._validation import batch_from_rate, check_count, check_delta, check_positive, check_probability
 from silodp.accounting._numerics import monotone_root
-from silodp.accounting.accountants import get_accountant
+from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant
 from silodp.accounting.calibration import calibrate, pld_discretization
 
 class Participation(enum.Enum):
@@ -146,13 +145,18 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def server_event(cfg: ScaffoldConfig, sigma_g: float) -> ev.DpEvent:
-    """One user's whole transcript toward the server (worst case: every round) at sigma_g: each
-    step's noise std is sigma_g 2C/m over contributions of norm C/m, noise multiplier 2 sigma_g."""
-    step: ev.DpEvent = ev.GaussianDpEvent(2.0 * check_positive("sigma_g", sigma_g))
+def _steps(cfg: ScaffoldConfig, sigma_g: float, count: int) -> ev.DpEvent:
+    """``count`` steps at sigma_g: each step's noise std is sigma_g 2C/m over contributions of norm
+    C/m (noise multiplier 2 sigma_g), on a batch drawn without replacement when m < n."""
+    step: ev.DpEvent = ev.GaussianDpEvent(2.0 * sigma_g)
     if cfg.batch_size < cfg.records_per_user:
         step = ev.SampledWithoutReplacementDpEvent(cfg.records_per_user, cfg.batch_size, step)
-    return ev.SelfComposedDpEvent(step, cfg.steps)
+    return ev.SelfComposedDpEvent(step, count)
+
+
+def server_event(cfg: ScaffoldConfig, sigma_g: float) -> ev.DpEvent:
+    """One user's whole transcript toward the server (worst case: every round) at sigma_g."""
+    return _steps(cfg, check_positive("sigma_g", sigma_g), cfg.steps)
 
 
 def aggregation_groups(cfg: ScaffoldConfig, groups: int = 16) -> dict[int, float]:
@@ -177,27 +181,21 @@ def aggregation_groups(cfg: ScaffoldConfig, groups: int = 16) -> dict[int, float
     return out
 
 
-def _steps_pld(cfg: ScaffoldConfig, z: float, count: int, disc: float) -> pld_lib.PrivacyLossDistribution:
-    """``count`` steps at ``z`` = sigma_g (noise over the shift 2C/m), each dominated by the
-    add/remove Poisson pair at that shift (BBG18, sampling without replacement)."""
-    q = cfg.batch_size / cfg.records_per_user
-    return pld_lib.from_gaussian_mechanism(z, q, ev.ADD_OR_REMOVE_ONE, disc).self_compose(count)
-
-
-def mixture_pld(cfg: ScaffoldConfig, sigma_g: float, against: str, disc: float = 1e-3,
-                groups: int = 16) -> pld_lib.PrivacyLossDistribution:
-    """PLD of one user's whole run as labelled mixtures over the sampling pattern: per round,
-    no release with probability 1 - l, else K steps at multiplier sigma_g (server) or
-    sigma_g sqrt(|S|) over the bins of |S| (third party); T rounds; then the warm-start steps."""
+def mixture_event(cfg: ScaffoldConfig, sigma_g: float, against: str, groups: int = 16) -> ev.DpEvent:
+    """One user's whole run as labelled mixtures over the sampling pattern
+    (:class:`~silodp.accounting.events.LabelledMixtureDpEvent`): per round, nothing with
+    probability 1 - l, else K steps at multiplier sigma_g (server) or sigma_g sqrt(|S|) over the
+    bins of |S| (third party); T rounds; then the warm-start steps. Certified by the accountants
+    whose ``supports()`` accepts it (``pld``)."""
     z = check_positive("sigma_g", sigma_g)
     third = _choice("against", against, ("server", "third-party")) == "third-party"
     comps = aggregation_groups(cfg, groups) if third else {1: 1.0}
-    parts = [(cfg.user_sampling * w, _steps_pld(cfg, z * math.sqrt(size), cfg.local_steps, disc))
+    parts = [(cfg.user_sampling * w, _steps(cfg, z * math.sqrt(size), cfg.local_steps))
              for size, w in sorted(comps.items())]
     total = sum(w for w, _ in parts)
-    acc = pld_lib.mixture(parts + ([(1.0 - total, pld_lib.identity(disc))] if total < 1.0 else []))
-    run = acc.self_compose(cfg.rounds) if cfg.rounds > 1 else acc
-    return run.compose(_steps_pld(cfg, z, cfg.warm_steps, disc)) if cfg.warm_steps else run
+    weights, events = zip(*(parts + ([(1.0 - total, ev.NoOpDpEvent())] if total < 1.0 else [])))
+    run = ev.SelfComposedDpEvent(ev.LabelledMixtureDpEvent(weights, events), cfg.rounds)
+    return ev.ComposedDpEvent((run, _steps(cfg, z, cfg.warm_steps))) if cfg.warm_steps else run
 
 
 def _is_mixture(against: str, participation: str) -> bool:
@@ -205,17 +203,32 @@ def _is_mixture(against: str, participation: str) -> bool:
     return _choice("against", against, ("server", "third-party")) == "third-party" or participation == "expected"
 
 
+def _accountant(name: str, event: ev.DpEvent, disc: float | None = None) -> Accountant:
+    """The registered accountant ``name`` under replace-one with ``event`` composed; refused
+    (ValueError naming ``accountant``) unless its ``supports()`` accepts the event. ``disc``: the
+    grid of an accountant with the ``value_discretization_interval`` setting."""
+    acc = get_accountant(name, ev.REPLACE_ONE)
+    if disc is not None and "value_discretization_interval" in acc.SETTINGS:
+        acc = get_accountant(name, ev.REPLACE_ONE, value_discretization_interval=disc)
+    if not acc.supports(event):
+        able = [n for n in ACCOUNTANTS if get_accountant(n, ev.REPLACE_ONE).supports(event)]
+        raise ValueError(f"accountant: {name!r} does not certify this DP-SCAFFOLD transcript (those that do: "
+                         f"{able}): {acc.unsupported_reason(event)}")
+    return acc.compose(event)
+
+
 def certified_epsilon(cfg: ScaffoldConfig, sigma_g: float, delta: float, against: str = "server",
                       participation: str = "worst-case", accountant: str = "pld",
                       value_discretization_interval: float = 1e-3) -> float:
-    """Certified epsilon at ``delta`` of noise multiplier ``sigma_g`` toward ``against``. The
-    mixtures (third party, or ``participation="expected"``) are PLD only."""
+    """Certified epsilon at ``delta`` of noise multiplier ``sigma_g`` toward ``against``: the
+    server event (:func:`server_event`), or the mixtures (third party, or
+    ``participation="expected"``: :func:`mixture_event`, certified by the accountants that support
+    labelled mixtures) on the grid ``value_discretization_interval``."""
     dl = check_delta("delta", delta)
     if not _is_mixture(against, participation):
-        return get_accountant(accountant, ev.REPLACE_ONE).compose(server_event(cfg, sigma_g)).get_epsilon(dl)
-    if accountant != "pld":
-        raise ValueError(f"accountant: the sampling-pattern mixtures are accounted by 'pld' only, got {accountant!r}")
-    return float(mixture_pld(cfg, sigma_g, against, value_discretization_interval).get_epsilon_for_delta(dl))
+        return _accountant(accountant, server_event(cfg, sigma_g)).get_epsilon(dl)
+    return float(_accountant(accountant, mixture_event(cfg, sigma_g, against),
+                             value_discretization_interval).get_epsilon(dl))
 
 
 def scaffold_sigma_g(cfg: ScaffoldConfig, epsilon: float, delta: float, against: str = "server",
@@ -232,8 +245,8 @@ def scaffold_sigma_g(cfg: ScaffoldConfig, epsilon: float, delta: float, against:
         cals = [scaffold_sigma_g(cfg, eps, dl, a, participation, accountant, rtol) for a in ("server", "third-party")]
         return dataclasses.replace(max(cals, key=lambda c: c.sigma_g), against="both")
     mixture = _is_mixture(against, participation)
-    if mixture and accountant != "pld":
-        raise ValueError(f"accountant: the sampling-pattern mixtures are accounted by 'pld' only, got {accountant!r}")
+    if mixture:  # fail before the worst-case calibration if the accountant refuses the mixtures
+        _accountant(accountant, mixture_event(cfg, 1.0, against))
     worst = calibrate(lambda z: server_event(cfg, z), eps, dl, accountant, ev.REPLACE_ONE)
     if not mixture:
         return ScaffoldCalibration(worst.noise_multiplier, worst.epsilon, dl, against, participation, worst.accountant)
@@ -252,7 +265,7 @@ def scaffold_sigma_g(cfg: ScaffoldConfig, epsilon: float, delta: float, against:
         sigma *= 1 + rtol
         certified = eps_of(sigma, disc)
     return ScaffoldCalibration(sigma, certified, dl, against, participation,
-                               f"pld-mixture(value_discretization_interval={disc:.2g})")
+                               f"{accountant}-mixture(value_discretization_interval={disc:.2g})")
 
 
 def paper_sigma_g(cfg: ScaffoldConfig, epsilon: float, delta: float) -> float:

@@ -91,8 +91,11 @@ class FedAvgMConfig(LocalSgdConfig):
 class IsrlFedAvgM(IsrlLocalSGD):
     """ISRL-DP FedAvg with server momentum (FedAvgM, Hsu, Qi & Brown 2019, arXiv:1909.06335,
     Alg. 1): the silos' releases are Local SGD's; the server keeps a velocity
-    ``v <- beta_s v + (w - avg)`` of the pseudo-gradients and steps ``w <- prox(w - eta_s v)``
-    (``beta_s = 0``, ``eta_s = 1``: Local SGD). Post-processing, so the certificate is Local SGD's."""
+    ``v <- beta_s v + (w - avg)`` of the pseudo-gradients and steps ``w <- prox_t(w - eta_s v)``
+    with the prox at the effective step ``t = eta_s eta / (1 - beta_s)`` (at a fixed point
+    ``v = eta grad / (1 - beta_s)``, so the fixed points are those of proximal gradient at step t:
+    the composite optimum; ``beta_s = 0``, ``eta_s = 1``: Local SGD). Post-processing, so the
+    certificate is Local SGD's."""
 
     name = "isrl-fedavgm"
     Config = FedAvgMConfig
@@ -100,4 +103,5 @@ class IsrlFedAvgM(IsrlLocalSGD):
     def server_step(self, ctx, w, local, weights, state):
         velocity = self.server_momentum * state.get("velocity", 0.0) + (w - self.average(local, weights))
         state["velocity"] = velocity
-        return ctx.prox(w - self.server_step_size * velocity)
+        step = self.server_step_size * ctx.eta / (1.0 - self.server_momentum)
+        return ctx.prox(w - self.server_step_size * velocity, step)

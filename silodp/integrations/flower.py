@@ -95,7 +95,7 @@ class SilodpAccountant:
         self.accountant = accountant
         #: the composed PLD is kept (one convolution per update) where the accountant is the PLD's
         #: (a subclass included); any other registered accountant groups identical calls
-        self._incremental = isinstance(get_accountant(accountant), PldAccountant)
+        self._incremental = isinstance(get_accountant(accountant, ev.relation(config.neighboring_relation)), PldAccountant)
         self._calls: list[tuple[GaussianPrivacyEvent, int]] = []  # every compose call, in order
         self._fold = None  # pld: the composed PLD of _calls; rdp: the accountant of the grouped calls
         self._blocks: dict[tuple[GaussianPrivacyEvent, int], object] = {}  # pld: the PLD of one call

@@ -11,12 +11,24 @@ from dp_accounting import dp_event, rdp
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
-from silodp.accounting import gaussian
+from silodp.accounting import (
+    ACCOUNTANTS,
+    ADD_OR_REMOVE_ONE,
+    REPLACE_ONE,
+    GaussianDpEvent,
+    LabelledMixtureDpEvent,
+    NoOpDpEvent,
+    NonPrivateDpEvent,
+    delta,
+    epsilon,
+    gaussian,
+    get_accountant,
+)
 from silodp.accounting.scaffold import (
     ScaffoldConfig,
     aggregation_groups,
     certified_epsilon,
-    mixture_pld,
+    mixture_event,
     noise_report,
     paper_sigma_g,
     scaffold_sigma_g,
@@ -83,7 +95,7 @@ def test_expected_participation_is_the_binomial_average():
     here composition by composition (no mixture code)."""
     cfg = ScaffoldConfig(num_users=1, records_per_user=10, rounds=6, local_steps=2, user_sampling=0.3, data_sampling=0.5)
     sigma, eps = 1.2, 1.0
-    ours = mixture_pld(cfg, sigma, "server", disc=1e-4).get_delta_for_epsilon(eps)
+    ours = delta(mixture_event(cfg, sigma, "server"), eps, "pld", REPLACE_ONE, value_discretization_interval=1e-4)
     step = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=0.5, value_discretization_interval=1e-4)
     brute = sum(stats.binom.pmf(j, cfg.rounds, cfg.user_sampling) * step.self_compose(cfg.local_steps * j).get_delta_for_epsilon(eps)
                 for j in range(1, cfg.rounds + 1))
@@ -123,7 +135,8 @@ def test_aggregation_bins_are_conservative():
     cdf = stats.binom.cdf(sizes - 1, 59, 0.25)
     binned = np.array([sum(w for s, w in groups.items() if s <= k) for k in sizes])
     assert np.all(binned >= cdf - 1e-12)
-    eps = {g: mixture_pld(cfg, 0.8, "third-party", groups=g).get_epsilon_for_delta(DELTA) for g in (8, 16, 60)}
+    eps = {g: epsilon(mixture_event(cfg, 0.8, "third-party", groups=g), DELTA, "pld", REPLACE_ONE,
+                      value_discretization_interval=1e-3) for g in (8, 16, 60)}
     assert eps[60] <= eps[16] <= eps[8]  # 60 groups: one bin per size, exact
     assert eps[16] <= 1.06 * eps[60]  # the default binning costs a few percent
 
@@ -166,3 +179,54 @@ def test_noise_report_keys_and_consistency():
 def test_bad_choices_raise_naming_the_argument(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
         scaffold_sigma_g(CFG, 1.0, DELTA, **kwargs)
+
+
+@pytest.mark.parametrize("weights,events,field", [
+    ((0.5, 0.6), (NoOpDpEvent(), GaussianDpEvent(1.0)), "weights"),  # do not sum to 1
+    ((-0.5, 1.5), (NoOpDpEvent(), GaussianDpEvent(1.0)), "weights"),
+    ((1.0,), (NoOpDpEvent(), GaussianDpEvent(1.0)), "weights"),  # one weight for two events
+    ((), (), "weights"),
+    ((1.0,), ("gaussian",), "events"),
+    ("1", (GaussianDpEvent(1.0),), "weights"),
+])
+def test_labelled_mixture_event_is_validated(weights, events, field):
+    with pytest.raises(ValueError, match=f"LabelledMixtureDpEvent.{field}"):
+        LabelledMixtureDpEvent(weights, events)
+
+
+def test_only_accountants_allow_listing_the_mixture_certify_it():
+    """The mixture is a privacy event: pld certifies it (one component of weight 1 is that
+    component, up to the mixing's round-off charge); every other registered accountant refuses it (fail closed), and so does
+    pld when a component is non-private; certified_epsilon asks supports(), not the name."""
+    mix = mixture_event(CFG, 1.0, "third-party")
+    assert get_accountant("pld", REPLACE_ONE).supports(mix)
+    for name in sorted(ACCOUNTANTS):
+        if name != "pld":
+            assert not get_accountant(name, REPLACE_ONE).supports(mix), name
+    step = server_event(CFG, 1.0)
+    alone = LabelledMixtureDpEvent((1.0,), (step,))
+    mixed, plain = epsilon(alone, DELTA, "pld", REPLACE_ONE), epsilon(step, DELTA, "pld", REPLACE_ONE)
+    assert plain <= mixed <= plain * (1 + 1e-9)  # the mixing's round-off charge only
+    assert not get_accountant("pld", REPLACE_ONE).supports(LabelledMixtureDpEvent((0.5, 0.5), (step, NonPrivateDpEvent())))
+    with pytest.raises(ValueError, match="accountant: 'rdp' does not certify"):
+        certified_epsilon(CFG, 1.0, DELTA, "server", "expected", accountant="rdp")
+
+
+def test_mixture_event_certifies_what_the_direct_pld_mixture_did():
+    """The pld accountant's certificate of :func:`mixture_event` is bit for bit the one the PLD
+    mixture code computed directly before the mixture became an event (rebuilt here)."""
+    from silodp.accounting import pld as ours
+
+    cfg = ScaffoldConfig(num_users=6, records_per_user=40, rounds=3, local_steps=2, user_sampling=0.4,
+                         data_sampling=0.25, warm_steps=2)
+    sigma, disc, q = 0.9, 1e-3, cfg.batch_size / cfg.records_per_user
+
+    def steps(z, count):
+        return ours.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, disc).self_compose(count)
+
+    parts = [(cfg.user_sampling * w, steps(sigma * math.sqrt(size), cfg.local_steps))
+             for size, w in sorted(aggregation_groups(cfg).items())]
+    parts.append((1.0 - sum(w for w, _ in parts), ours.identity(disc)))
+    direct = ours.mixture(parts).self_compose(cfg.rounds).compose(steps(sigma, cfg.warm_steps))
+    assert certified_epsilon(cfg, sigma, DELTA, "third-party", value_discretization_interval=disc) \
+        == direct.get_epsilon_for_delta(DELTA)

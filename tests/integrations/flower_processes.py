@@ -119,12 +119,23 @@ def started(cmd: list[str], env: dict, log: Path):
     try:
         yield proc
     finally:
+        stop(proc)
+
+
+def stop(*procs: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Stop each of ``procs`` (its process group) by its PID, all at once (SIGTERM, then SIGKILL
+    after ``timeout`` seconds): their graceful shutdowns overlap. One already stopped is left."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in running:
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

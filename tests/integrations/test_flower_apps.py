@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flowe
 
 from silodp_flower.client_app import app as client_app  # noqa: E402
 from silodp_flower.server_app import run  # noqa: E402
-from silodp_flower.task import Settings, setup, silo_plan  # noqa: E402
+from silodp_flower.task import Settings, SiloRecords, setup, silo_plan  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -198,3 +198,18 @@ def test_the_client_app_imports_lean():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_silo_reads_back_the_records_it_saved_beside_its_ledger(tmp_path):
+    settings = Settings.from_run_config(CONFIG)
+    train = setup(settings).data.train
+    n = int(train.counts[1])
+    loaded = SiloRecords.beside(tmp_path / "silo-1.sqlite", settings, 1)  # loads the dataset, saves
+    assert [p.name for p in tmp_path.iterdir()] == ["silo-1.sqlite.records-wbcd-seed0-silo1.npz"]
+    read = SiloRecords.beside(tmp_path / "silo-1.sqlite", settings, 1)  # reads the file only
+    for got in (loaded, read):  # silo 1's training records, bit for bit, and its dataset's facts
+        assert got.fed.x.dtype == train.x.dtype and got.fed.counts.tolist() == [n]
+        assert np.array_equal(got.fed.x[0].numpy(), train.x[1, :n].numpy())
+        assert np.array_equal(got.fed.y[0].numpy(), train.y[1, :n].numpy())
+        assert (got.name, got.loss, got.num_outputs) == ("wbcd", setup(settings).data.loss, 1)
+        assert got.input_shape == tuple(setup(settings).data.input_shape)

@@ -21,7 +21,7 @@ pytest.importorskip("flwr")
 pytest.importorskip("psutil")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flower_processes import Descendants, free_port, run_in_own_group, started, wait_healthy  # noqa: E402
+from flower_processes import Descendants, free_port, run_in_own_group, started, stop, wait_healthy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -37,26 +37,29 @@ CONFIG = {"algorithm": "isrl-mb-sgd", "rounds": 2, "epsilon": 3.0, "delta": 1e-4
 ROOM = 1.2
 
 
-def ledger(path: Path, env: dict) -> dict:
-    out = subprocess.run([sys.executable, "-m", "silodp", "ledger", str(path), "--json"], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+def ledgers(paths: list[Path], env: dict) -> list[dict]:
+    """``silodp ledger PATH --json`` of each of ``paths``, the commands running at once."""
+    procs = [subprocess.Popen([sys.executable, "-m", "silodp", "ledger", str(path), "--json"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for path in paths]
+    outs = [(proc.communicate(timeout=120), proc.returncode) for proc in procs]
+    assert all(code == 0 for _, code in outs), [err for (_, err), _ in outs]
+    return [json.loads(out) for (out, _), _ in outs]
 
 
 @pytest.mark.slow
 def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
     settings = Settings.from_run_config(CONFIG)
     certified = setup(settings).certified  # silodp's own certificate of this configuration
-    budgets = [ROOM * certify_releases(silo_plan(settings, i, settings.delta).releases, settings.delta)
-               for i in range(2)]
+    # each silo's certificate of one run: silo 0 (the smallest) declares what the simulator does
+    budgets = [ROOM * certified,
+               ROOM * certify_releases(silo_plan(settings, 1, settings.delta).releases, settings.delta)]
     home = tmp_path / "flwr-home"
     home.mkdir()
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     link = free_port()
-    ledgers = [tmp_path / f"silo-{i}.sqlite" for i in range(2)]
+    files = [tmp_path / f"silo-{i}.sqlite" for i in range(2)]  # the silos' ledgers
     model = tmp_path / "model.npy"  # the ServerApp saves the final model there (a run that ran rounds)
     run_config = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}"
                           for k, v in {**CONFIG, "model-path": str(model)}.items())
@@ -67,18 +70,20 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
                 [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
                  "--host", "127.0.0.1", "--port", str(link)], env, tmp_path / "superlink.log"))
             wait_healthy(link, superlink, tmp_path / "superlink.log")
+            nodes = []
             for i in range(2):  # distinct --port: both would take 9094 and the second would crash
-                node_config = (f'partition-id={i} dataset="wbcd" seed=0 silodp-ledger="{ledgers[i]}" '
+                node_config = (f'partition-id={i} dataset="wbcd" seed=0 silodp-ledger="{files[i]}" '
                                f'silodp-budget-epsilon={budgets[i]!r} '
                                f"silodp-budget-delta={settings.delta!r}")
-                stack.enter_context(started(
+                nodes.append(stack.enter_context(started(
                     [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
                      "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_config],
-                    env, tmp_path / f"supernode-{i}.log"))
+                    env, tmp_path / f"supernode-{i}.log")))
             (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
                                               f'address = "127.0.0.1:{link}"\ninsecure = true\n')
             runs = [run_in_own_group([str(BIN / "flwr"), "run", str(EXAMPLE), "local", "--stream",
                                       "--run-config", run_config], env, timeout=240) for _ in range(2)]
+            stop(*nodes)  # their shutdowns overlap (the stack then finds them stopped)
         assert all(r.returncode == 0 for r in runs), runs[-1].stdout[-3000:]
         first, second = (r.stdout for r in runs)
         assert "2 rounds; test error" in first and "refused by 0 silos, 0 unavailable" in first, first[-3000:]
@@ -86,7 +91,7 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
         assert np.load(model).shape == (setup(settings).problem.model.dim,)
         assert "0 rounds;" in second and "refused by 2 silos" in second, second[-3000:]
         assert second.count("budget epsilon") >= 2 and "requested" in second
-        silos = [ledger(path, env) for path in ledgers]
+        silos = ledgers(files, env)
         for silo, budget in zip(silos, budgets):
             assert silo["epsilon_spent"] <= silo["budget_epsilon"] == budget and silo["refused"] >= 1
             assert len(silo["runs"]) == 1 and silo["runs"][0]["releases"] == settings.rounds  # run 2: nothing

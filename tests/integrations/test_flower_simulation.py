@@ -1,7 +1,7 @@
 """The example Flower apps (examples/flower) end to end on Flower's simulation engine (Ray), from
 Python and through ``flwr run`` and a SuperLink: the run completes its rounds, the worst-silo
 epsilon equals silodp's certificate of the same configuration, and no Ray or Flower process the
-test started outlives it."""
+test started outlives it. The ``flwr run`` on a simulation SuperLink runs with ``--full`` only."""
 
 import contextlib
 import dataclasses
@@ -104,8 +104,12 @@ def superlink(env: dict, log: Path, timeout: float = 60.0):
         yield f"127.0.0.1:{port}"
 
 
-@pytest.mark.slow
-def test_flwr_run_on_a_superlink_certifies_what_silodp_certifies(engine_env, ray_tmp, tmp_path):
+@pytest.mark.full
+def test_flwr_run_on_a_superlink_certifies_what_silodp_certifies(engine_env, ray_tmp, tmp_path, request):
+    # --full only: the default run has `flwr run` on a SuperLink in
+    # test_flower_deployment.py, the engine above, and the environment's budgets in test_flower_silo.py
+    if not request.config.getoption("--full"):
+        pytest.skip("larger check: run with --full")
     settings = Settings.from_run_config(CONFIG)
     certified, _ = expected_epsilons(settings)
     home = tmp_path / "flwr-home"

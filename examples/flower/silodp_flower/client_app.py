@@ -78,14 +78,15 @@ def train(msg: Message, context: Context, settings=None, policy: SiloPolicy | No
         return _refusal(msg, str(ledger.refuse(run_id, f"silo refuses a train message of run {run_id}: {exc}")))
 
 
-def _plan_entry(settings, partition_id: int, delta: float) -> dict:
+def _plan_entry(settings, policy: SiloPolicy, partition_id: int) -> dict:
     """What the silo caches on its disk per (silo, plan): its calibration, its declared releases
     and the model's dimension (computing them needs torch and the data; reading them does not)."""
     import torch
 
-    from silodp_flower.task import silo_plan
+    from silodp_flower.task import SiloRecords, silo_plan
 
-    plan = silo_plan(settings, partition_id, delta)
+    records = SiloRecords.beside(policy.ledger, settings, partition_id)
+    plan = silo_plan(settings, partition_id, policy.budget_delta, records=records)
     dim = plan.problem.model.init(torch.Generator().manual_seed(0), dtype=torch.float64).numel()
     return {"sigmas": plan.sigmas, "releases": dump_releases(plan.releases), "dim": int(dim)}
 
@@ -112,7 +113,7 @@ def _train(msg: Message, context: Context, settings, policy: SiloPolicy, ledger:
     partition = int(context.node_config["partition-id"])
     own = dataclasses.asdict(dataclasses.replace(settings, model_path=""))
     entry = ledger.cached(f"plan|{json.dumps(own, sort_keys=True)}|{partition}|{policy.budget_delta!r}",
-                          lambda: _plan_entry(settings, partition, policy.budget_delta))
+                          lambda: _plan_entry(settings, policy, partition))
     declared = load_releases(entry["releases"])
     w = _model(arrays, "w", entry["dim"])
     w_prev = _model(arrays, "w_prev", entry["dim"]) if kind == "diff" else None
@@ -126,9 +127,10 @@ def _release(msg, settings, policy, ledger, run_id, partition, sigmas, declared,
 
     import torch
 
-    from silodp_flower.task import silo_message, silo_plan, silo_release
+    from silodp_flower.task import SiloRecords, silo_message, silo_plan, silo_release
 
-    plan = silo_plan(settings, partition, policy.budget_delta, sigmas)
+    records = SiloRecords.beside(policy.ledger, settings, partition)  # from its disk: no dataset load
+    plan = silo_plan(settings, partition, policy.budget_delta, sigmas, records)
     w = torch.from_numpy(w).to(plan.fed.x.dtype)
     w_prev = None if w_prev is None else torch.from_numpy(w_prev).to(plan.fed.x.dtype)
     std = plan.std(kind, w, w_prev)  # the silo's noise, from its calibration and the server's model only
