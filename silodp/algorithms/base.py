@@ -70,9 +70,10 @@ class FederatedAlgorithm:
     default_replacement: ClassVar[bool] = True
     #: the calibration methods a target epsilon can be met with (``silodp noise --method``)
     calibration_methods: ClassVar[tuple[str, ...]] = ("tight", "paper")
-    #: True where a run's calibration cannot be shared as plain data between runs (the DP-SCAFFOLD
-    #: family calibrates toward a chosen observer in :meth:`calibrate`); read by silodp.experiments
-    self_calibrating: ClassVar[bool] = False
+    #: the transcript dataclass of :meth:`transcript_config` and :meth:`noise_transcript` (a family
+    #: whose own ``param(transcript=True)`` fields the shared one lacks subclasses it; rebuilt from
+    #: plain data by silodp.experiments)
+    Transcript: ClassVar[type] = TranscriptConfig
     #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
     #: :data:`INSTRUMENTS_MODULE` (audit recordings, mutations) subclass it
     context_class: ClassVar[type | None] = None
@@ -111,7 +112,7 @@ class FederatedAlgorithm:
         return self.default_replacement if self.replacement is None else bool(self.replacement)
 
     def config_fields(self, problem, federation) -> dict:
-        """Fields of :class:`silodp.algorithms.privacy.TranscriptConfig` for this run: the shared
+        """Fields of :attr:`Transcript` for this run: the shared
         ones, the problem's and the federation's, and the :attr:`Config` fields marked as entering
         the transcript (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
         shared = dict(
@@ -147,7 +148,7 @@ class FederatedAlgorithm:
         return {"silos_per_round": floor, "charged_delta": charge}
 
     def transcript_config(self, problem, federation) -> TranscriptConfig:
-        cfg = TranscriptConfig(**self.config_fields(problem, federation))
+        cfg = self.Transcript(**self.config_fields(problem, federation))
         return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
 
     # -- what one silo releases (declared next to _run; see the module docstring) ---------------
@@ -230,10 +231,10 @@ class FederatedAlgorithm:
     # -- the transcript without a run (silodp noise --algorithm) --------------------------------
     @classmethod
     def noise_transcript(cls, values: dict) -> TranscriptConfig:
-        """The transcript of ``values`` (TranscriptConfig field names: ``n``, ``rounds``, ...,
-        and the :attr:`Config` fields that enter it); values the transcript has no field for are ignored."""
-        names = {f.name for f in dataclasses.fields(TranscriptConfig)}
-        return TranscriptConfig(**{k: v for k, v in values.items() if k in names})
+        """The :attr:`Transcript` of ``values`` (its field names: ``n``, ``rounds``, ..., and the
+        :attr:`Config` fields that enter it); values it has no field for are ignored."""
+        names = {f.name for f in dataclasses.fields(cls.Transcript)}
+        return cls.Transcript(**{k: v for k, v in values.items() if k in names})
 
     @classmethod
     def transcript_signature(cls, cfg) -> str:
@@ -323,6 +324,25 @@ class FederatedAlgorithm:
         return calibrate_algorithm(type(self), cfg, epsilon, delta, method=self.calibration,
                                    accountant=self.accountant)
 
+    def calibration_settings(self) -> dict:
+        """The parameters besides the transcript, the target and ``calibration`` that
+        :meth:`calibrate` and :meth:`certify_noise` read (none by default): silodp.experiments
+        shares one calibration between the runs that agree on them."""
+        return {}
+
+    def certify_noise(self, cfg, sigmas: dict, delta: float) -> float:
+        """What Gaussian noise ``sigmas`` (keys :attr:`noise_keys`) certifies at ``delta``: the
+        declaration by :func:`silodp.algorithms.privacy.certify` with this run's ``accountant``
+        (the tightest when None)."""
+        from .privacy import certify
+
+        return certify(type(self), cfg, sigmas, delta, self.accountant)[0]
+
+    def targeted_epsilon(self, cfg, sigmas: dict, delta: float, certified: float) -> float:
+        """The guarantee a target epsilon was met for by noise ``sigmas`` whose certificate is
+        ``certified``: the certificate itself (a family calibrating toward another observer overrides)."""
+        return certified
+
     def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
         """Family-specific facts about the noise that ran (``RunResult.details``; ``silodp run``
         prints them): the calibration's ``details``, {} by default."""
@@ -332,7 +352,7 @@ class FederatedAlgorithm:
         """Explicit ``sigmas`` / ``shuffle_params``: the certificate is what they certify (by the
         accountant chosen, else the tightest), at ``delta`` (default 1 / n^2), never the request's
         ``epsilon``; a run whose parameters certify more than a requested ``epsilon`` warns."""
-        from .privacy import certify, certify_shuffle
+        from .privacy import certify_shuffle
 
         delta = float(self.delta) if self.delta is not None else 1.0 / federation.min_size ** 2
         if self.shuffled:
@@ -348,7 +368,7 @@ class FederatedAlgorithm:
             if bad:
                 raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
             sigmas, shuffle = {k: float(explicit[k]) for k in self.noise_keys}, None
-            eps, _ = certify(type(self), self.transcript_config(problem, federation), sigmas, delta, self.accountant)
+            eps = self.certify_noise(self.transcript_config(problem, federation), sigmas, delta)
         if self.epsilon is not None and not eps <= float(self.epsilon) * (1 + 1e-9):
             warnings.warn(f"{self.name}: the explicit noise certifies epsilon {eps:.6g} at delta {delta:.3g}, "
                           f"above the requested {float(self.epsilon):.6g}", stacklevel=3)

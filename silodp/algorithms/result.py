@@ -26,7 +26,7 @@ class RunResult:
     transcript : when requested, one entry per release: ``round``, ``group``, ``available`` [N],
         ``batch`` [N, K] (or None for full data), ``messages`` (Gaussian: [N, d] per-silo messages;
         shuffle: [N, K, d] randomizer counts), ``aggregate`` [d] (what the server computed).
-    releases : the release ledger: one :class:`~silodp.accounting.releases.Sent` per message
+    ledger : what the run released: one :class:`~silodp.accounting.releases.Sent` per message
         group instance sent (group, sampling, batch size, noise multiplier sigma / C or the shuffle
         parameters), each checked against the algorithm's declaration while the run went on.
     target_epsilon : the epsilon the run was asked for (None: none); a run whose explicit noise
@@ -45,6 +45,6 @@ class RunResult:
     shuffle: dict | None = None
     transcript: list[dict] | None = None
     params: dict = field(default_factory=dict)
-    releases: list = field(default_factory=list)
+    ledger: list = field(default_factory=list)
     target_epsilon: float | None = None
     details: dict = field(default_factory=dict)

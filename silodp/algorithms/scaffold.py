@@ -123,7 +123,7 @@ class DpScaffold(LocalUpdates):
     Config = DpScaffoldConfig
     noise_keys = ("sigma",)
     message_groups = ("grad", "warm")
-    self_calibrating = True
+    Transcript = ScaffoldConfig
     calibration_methods = ()
     default_replacement = False
     control_variates: ClassVar[bool] = True
@@ -210,6 +210,36 @@ class DpScaffold(LocalUpdates):
         details = {"sigma_g": cal.sigma_g, "epsilon_server": eps["server"], "epsilon_third_party": eps["third-party"]}
         return NoiseCalibration(self.name, {"sigma": cfg.noise_std(cal.sigma_g)}, eps["server"], delta,
                                 cal.accountant, self.calibration, details=details)
+
+    def calibration_settings(self) -> dict:
+        """The observer a target calibrates toward and the rounds charged toward the server."""
+        return {"privacy_against": self.privacy_against, "participation": self.participation}
+
+    def certify_noise(self, cfg, sigmas: dict, delta: float) -> float:
+        """The guarantee toward the server of noise std ``sigmas["sigma"]`` (sigma_g = sigma over
+        the std of sigma_g = 1; :func:`silodp.accounting.scaffold.certified_epsilon` with this run's
+        ``participation``, accountant pld unless chosen; a calibration's accountant description,
+        e.g. ``pld-mixture(value_discretization_interval=0.002)``, names its accountant, evaluated
+        on that accountant's own grid). Noise outside the accountant's domain (none, or tiny):
+        the declaration's certificate (the worst-case server event, which dominates), ``inf`` for none."""
+        from silodp.accounting.scaffold import certified_epsilon
+
+        from .privacy import certify
+
+        accountant = (self.accountant or "pld").split("(")[0].removesuffix("-mixture")
+        try:
+            return certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta, "server", self.participation,
+                                     accountant)
+        except ValueError:
+            return certify(type(self), cfg, sigmas, delta)[0]
+
+    def targeted_epsilon(self, cfg, sigmas: dict, delta: float, certified: float) -> float:
+        """The guarantee toward ``privacy_against`` (both: the larger), ``certified`` toward the server."""
+        from silodp.accounting.scaffold import certified_epsilon
+
+        against = ("server", "third-party") if self.privacy_against == "both" else (self.privacy_against,)
+        return max(certified if a == "server" else certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta,
+                                                                     a, self.participation) for a in against)
 
     def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
         """sigma_g (explicit noise: sigma over the noise std of sigma_g = 1), the effective batch m,

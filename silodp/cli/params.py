@@ -66,9 +66,13 @@ def _names_algorithm(args) -> bool:
 
 def generate_on_algorithm(parser: argparse.ArgumentParser, transcript_only: bool, title: str) -> None:
     """Add the generated flags to ``parser`` the first time it parses arguments naming
-    ``--algorithm`` (without torch installed there are none: the command then says what to install)."""
+    ``--algorithm`` (without torch installed there are none: the command then says what to install).
+    The plain ``--help`` says so (listing them would import every algorithm)."""
     original = parser.parse_known_args
     parser.set_defaults(algorithm_flags={})
+    hint = (f"Each algorithm's own parameters are flags too, generated from its config: "
+            f"'{parser.prog} --algorithm NAME --help' lists them.")
+    parser.epilog = hint if parser.epilog is None else f"{parser.epilog}\n\n{hint}"
 
     def parse_known_args(args=None, namespace=None):
         if not getattr(parser, "_generated", False) and _names_algorithm(args):

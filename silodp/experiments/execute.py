@@ -1,13 +1,13 @@
 """One run of a sweep: data, model, noise, algorithm, metrics -- and the calibration it needs.
 
-Noise comes from :func:`silodp.algorithms.privacy.calibrate_algorithm` like everywhere else,
-but a sweep calibrates each distinct *transcript* once instead of once per run: the accounting
-config of a run (its :class:`~silodp.algorithms.privacy.TranscriptConfig`, built by the
-algorithm itself) is taken with clip L = 1, and the resulting noise standard deviations are
+Noise comes from the algorithm's own hooks (``calibrate``, ``certify_noise``) as in a run, but
+a sweep calibrates each distinct *transcript* once instead of once per run: the accounting
+config of a run (its ``Transcript``, built by the algorithm itself, and the
+``calibration_settings`` its hooks read) is taken with clip L = 1, and the resulting noise standard deviations are
 multiplied by the run's clip. This is exact, not an approximation: every sensitivity of the
 paper's ISRL-DP messages is proportional to L (2L/K, 4L/K, 2L/n), so the event of a run with clip
-L and noise L * sigma is *the same event* as the one calibrated (tested). Runs of algorithms the
-accounting layer does not know (e.g. ``dp-scaffold``) calibrate inside the algorithm.
+L and noise L * sigma is *the same event* as the one calibrated (tested); DP-SCAFFOLD's noise
+std sigma_g 2C / m is proportional to C too.
 
 A request carries the accounting version (:data:`silodp.accounting.version.ACCOUNTING_VERSION`)
 it was made under; a stored calibration is used only under the same version and after
@@ -97,17 +97,29 @@ def prepare(cfg: RunConfig) -> Prepared:
 
 
 def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | None:
-    """The calibration a private run needs, as plain data (None when the algorithm calibrates
-    itself or is not private). Runs differing only in step size and clip share it."""
+    """The calibration a private run needs, as plain data (None when it is not private): the
+    algorithm's transcript at clip 1 and its :meth:`~silodp.algorithms.base.FederatedAlgorithm.calibration_settings`
+    (key ``settings``, where it has any). Runs differing only in step size and clip share it."""
     prep = prep or prepare(cfg)
-    if not prep.private or prep.algorithm_class.self_calibrating:
+    if not prep.private:
         return None
     algo = prep.algorithm_class(**prep.params)
     tc = dataclasses.replace(algo.transcript_config(prep.problem, prep.train), clip=1.0)
     from silodp.accounting.version import ACCOUNTING_VERSION
 
+    settings = algo.calibration_settings()
     return {"algorithm": cfg.algorithm, "method": cfg.calibration, "epsilon": cfg.epsilon, "delta": prep.delta,
-            "transcript": dataclasses.asdict(tc), "accounting_version": ACCOUNTING_VERSION}
+            "transcript": dataclasses.asdict(tc), **({"settings": settings} if settings else {}),
+            "accounting_version": ACCOUNTING_VERSION}
+
+
+def _requested(request: dict, **params):
+    """The algorithm of ``request`` (its calibration settings, method and ``params``) and its transcript."""
+    from silodp.algorithms import privacy
+
+    cls = privacy.algorithm_class(request["algorithm"])
+    algo = cls(calibration=request["method"], **request.get("settings", {}), **params)
+    return algo, cls.Transcript(**request["transcript"])
 
 
 def request_key(request: dict) -> str:
@@ -120,17 +132,15 @@ def request_key(request: dict) -> str:
 
 def calibrate_request(request: dict) -> dict:
     """Noise for one request (clip 1): ``status`` ok | skipped (no closed form in the paper) | failed."""
-    from silodp.algorithms import privacy
-
     try:
-        tc = privacy.TranscriptConfig(**request["transcript"])
-        name, eps, delta, method = request["algorithm"], request["epsilon"], request["delta"], request["method"]
+        algo, tc = _requested(request)
+        eps, delta, method = request["epsilon"], request["delta"], request["method"]
         if method == "paper":
             try:
-                privacy.algorithm_class(name).paper_noise(tc, eps, delta)
+                algo.paper_noise(tc, eps, delta)
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
-        cal = privacy.calibrate_algorithm(name, tc, eps, delta, method=method)
+        cal = algo.calibrate(tc, eps, delta)
         return {"status": "ok", "sigmas": dict(cal.sigmas), "shuffle": dict(cal.shuffle), "epsilon": float(cal.epsilon),
                 "delta": float(cal.delta), "accountant": cal.accountant}
     except Exception as exc:  # recorded; the runs that need it fail with this message
@@ -147,10 +157,10 @@ def _certified(request: dict, result: dict) -> float:
     or the P_vec certificate of the stored (g, b, p, rotate) per message group."""
     from silodp.algorithms import privacy
 
-    tc = privacy.TranscriptConfig(**request["transcript"])
-    cls, delta = privacy.algorithm_class(request["algorithm"]), request["delta"]
+    algo, tc = _requested(request, accountant=result["accountant"])
+    cls, delta = type(algo), request["delta"]
     if not cls.shuffled:
-        return privacy.certify(cls, tc, result["sigmas"], delta, result["accountant"])[0]
+        return algo.certify_noise(tc, result["sigmas"], delta)
     params = {grp: (v["g"], v["b"], v["p"], v["rotate"]) for grp, v in result["shuffle"].items()}
     return privacy.certify_shuffle(cls, tc, params, delta, result["accountant"], target=request["epsilon"])[0]
 
@@ -159,7 +169,8 @@ def recertify(request: dict, result: dict, stored_request: dict | None = None) -
     """None when a stored calibration (``result`` of ``stored_request``, by default ``request``)
     certifies what it says for ``request``, else why not. Checked: the accounting version it was
     made under; its noise re-certified (one epsilon evaluation) at no
-    more than its stored epsilon, which for ``tight`` is at most the target; for ``paper``, the
+    more than its stored epsilon, and for ``tight`` the guarantee the target was met for
+    (``targeted_epsilon``: the stored epsilon, or DP-SCAFFOLD's toward its observer) at most the target; for ``paper``, the
     noise is the paper's closed form. A skipped calibration (no closed form) needs no check."""
     from silodp.accounting.version import ACCOUNTING_VERSION
 
@@ -170,13 +181,12 @@ def recertify(request: dict, result: dict, stored_request: dict | None = None) -
         return None
     try:
         stored = float(result["epsilon"])
-        if request["method"] == "tight" and not stored <= request["epsilon"] * (1 + RECERTIFY_RTOL):
-            return f"stored epsilon {stored} above the target {request['epsilon']}"
+        algo, tc = _requested(request)
+        aimed = algo.targeted_epsilon(tc, result.get("sigmas") or {}, request["delta"], stored)
+        if request["method"] == "tight" and not aimed <= request["epsilon"] * (1 + RECERTIFY_RTOL):
+            return f"stored epsilon {aimed} above the target {request['epsilon']}"
         if request["method"] == "paper" and result.get("sigmas"):
-            from silodp.algorithms import privacy
-
-            tc = privacy.TranscriptConfig(**request["transcript"])
-            paper = privacy.algorithm_class(request["algorithm"]).paper_noise(tc, request["epsilon"], request["delta"])
+            paper = algo.paper_noise(tc, request["epsilon"], request["delta"])
             if any(not math.isclose(result["sigmas"].get(k, math.nan), v, rel_tol=RECERTIFY_RTOL) for k, v in paper.items()):
                 return "noise differs from the paper's closed form"
         certified = _certified(request, result)
@@ -234,10 +244,8 @@ def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:
             if calibration["status"] != "ok":
                 raise RuntimeError(calibration["error"])
             kwargs.update(epsilon=calibration["epsilon"], delta=calibration["delta"], **_noise(prep, cfg, calibration))
-        elif not prep.algorithm_class.self_calibrating:
-            raise ValueError("calibration: a private run of a known algorithm needs its calibration")
         else:
-            kwargs.update(epsilon=cfg.epsilon, delta=prep.delta, calibration=cfg.calibration)
+            raise ValueError("calibration: a private run needs its calibration (calibrate_request)")
     algo = prep.algorithm_class(**kwargs)
     result = algo.run(prep.problem, prep.train, seed=cfg.seed)
     metrics = {**_metrics(prep, result.w_priv, ""), "n": prep.train.min_size, "batch_size": kwargs["batch_size"]}

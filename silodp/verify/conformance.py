@@ -154,7 +154,7 @@ def check_algorithm(cls: type, problem: Any, federation: Any, params: dict, epsi
 
     algo = cls(**params, epsilon=epsilon, delta=delta)
     result = algo.run(problem, federation)
-    assert result.releases, f"{cls.name}: the ledger recorded nothing"
+    assert result.ledger, f"{cls.name}: the ledger recorded nothing"
     if not cls.private:
         return
     assert result.epsilon <= epsilon * (1 + 1e-9), f"{cls.name}: certified {result.epsilon} above the target {epsilon}"
@@ -165,7 +165,7 @@ def check_algorithm(cls: type, problem: Any, federation: Any, params: dict, epsi
         halved = cls(**params, **noise, delta=delta)
         halved.context_class = get_mutation("halve-noise").context_class(checked=True)
         _refused(lambda: halved.run(problem, federation), "below the declared", f"{cls.name}: halved noise")
-    for group in sorted({s.group for s in result.releases}):
+    for group in sorted({s.group for s in result.ledger}):
         extra = type(f"Extra{cls.__name__}", (cls,), {"_run": _one_too_many(group)})(**params, **noise, delta=delta)
         _refused(lambda: extra.run(problem, federation), "were declared", f"{cls.name}: one more {group!r}")
 

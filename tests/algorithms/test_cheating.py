@@ -238,4 +238,4 @@ def test_the_offset_may_be_a_released_value(setup):
     fed, problem = setup
     res = IsrlProxSVRG(rounds=1, batch_size=5, step_size=0.1, inner_steps=2, epsilon=2.0, delta=1e-5,
                        metrics_every=0).run(problem, fed)
-    assert [s.group for s in res.releases] == ["full", "diff", "diff"] and res.epsilon <= 2.0
+    assert [s.group for s in res.ledger] == ["full", "diff", "diff"] and res.epsilon <= 2.0

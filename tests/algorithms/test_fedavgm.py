@@ -31,7 +31,7 @@ def test_momentum_moves_the_model_not_the_releases(setup):
     plain = IsrlLocalSGD(**KW).run(problem, fed, seed=1)
     fedavgm = IsrlFedAvgM(**KW, server_momentum=0.9).run(problem, fed, seed=1)
     assert not torch.equal(plain.w_last, fedavgm.w_last)
-    assert fedavgm.releases == plain.releases and fedavgm.epsilon == plain.epsilon
+    assert fedavgm.ledger == plain.ledger and fedavgm.epsilon == plain.epsilon
 
 
 @pytest.mark.parametrize("bad", [{"server_momentum": 1.0}, {"server_momentum": -0.1}, {"server_step_size": 0.0}])

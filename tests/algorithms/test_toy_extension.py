@@ -19,14 +19,24 @@ from silodp.algorithms.registry import register_algorithm, unregister_algorithm
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ToyConfig(AlgorithmConfig):
-    """The toy's own parameter: heavy-ball momentum of the server step (post-processing)."""
+    """The toy's own parameters: heavy-ball momentum of the server step (post-processing) and the
+    noisy gradients each silo releases per round (they enter the transcript)."""
 
     server_momentum: float = param(0.0, help="server momentum in [0, 1)", domain="unit")
+    toy_passes: int = param(1, help="noisy full gradients per round (toy)", domain="count", transcript=True,
+                            noise_default=1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 <= self.server_momentum < 1:
             raise ValueError(f"server_momentum: must lie in [0, 1), got {self.server_momentum}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyTranscript(TranscriptConfig):
+    """The shared transcript and the toy's own field (no shared file knows it)."""
+
+    toy_passes: int = 1
 
 
 class ToyFullGradient(FederatedAlgorithm):
@@ -36,16 +46,19 @@ class ToyFullGradient(FederatedAlgorithm):
 
     name = "toy-full-gradient"
     Config = ToyConfig
+    Transcript = ToyTranscript
 
     @classmethod
     def declare_gaussian(cls, cfg, sigmas):
-        return [cls.gaussian("grad", cfg.rounds, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL)]
+        return [cls.gaussian("grad", cfg.rounds * cfg.toy_passes, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg,
+                             BatchSampling.FULL)]
 
     def _run(self, ctx, w):
         velocity = 0.0
         for _ in range(int(self.rounds)):
-            g, _ = ctx.send("grad", ctx.term(ctx.full(), w), ctx.available(), std=ctx.sigmas["sigma"])
-            velocity = self.server_momentum * velocity + g
+            passes = [ctx.send("grad", ctx.term(ctx.full(), w), ctx.available(), std=ctx.sigmas["sigma"])[0]
+                      for _ in range(int(self.toy_passes))]
+            velocity = self.server_momentum * velocity + sum(passes) / len(passes)
             w = ctx.prox(w - ctx.eta * velocity)
             ctx.end_round(w)
         return w
@@ -73,7 +86,7 @@ def setup():
 
 
 def test_the_toys_calibrate_and_certify(registered):
-    cfg = TranscriptConfig(n=40, rounds=5, batch_size=40)
+    cfg = ToyTranscript(n=40, rounds=5, batch_size=40)
     cal = calibrate_algorithm("toy-full-gradient", cfg, 2.0, 1e-5, accountant="toy-gdp")
     assert cal.accountant == "toy-gdp" and 0.98 * 2.0 <= cal.epsilon <= 2.0
     ref = calibrate_algorithm("toy-full-gradient", cfg, 2.0, 1e-5, accountant="gdp")
@@ -119,6 +132,28 @@ def test_the_toys_own_parameter_is_a_cli_flag(registered, capsys):
     other = ["run", "--algorithm", "isrl-prox-sgd", "--dataset", "synthetic", "--rounds", "2", "--epsilon", "2",
              "--server-momentum", "0.5"]
     assert main(other) == 2 and "--server-momentum: not a parameter of isrl-prox-sgd" in capsys.readouterr().err
+
+
+def test_the_toys_transcript_field_reaches_noise_and_the_run(registered, setup, capsys):
+    """The toy's own transcript class carries its field: ``noise --algorithm`` takes the
+    generated flag (twice the releases: more noise, by the exact Gaussian composition), the
+    run's transcript and declaration count it, and the ledger holds that many releases."""
+    from silodp.cli import main
+
+    argv = ["noise", "--algorithm", "toy-full-gradient", "--epsilon", "2", "--n", "40", "--batch-size", "40",
+            "--rounds", "5", "--method", "tight", "--accountant", "gdp", "--delta", "1e-5", "--json"]
+    sigmas = []
+    for passes in ("1", "2"):
+        code = main(argv + ["--toy-passes", passes])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        sigmas.append(json.loads(captured.out)["sigmas"]["sigma"])
+    assert sigmas[1] == pytest.approx(sigmas[0] * 2 ** 0.5, rel=5e-3)  # GDP: mu grows as sqrt(releases)
+    fed, problem = setup
+    algo = ToyFullGradient(rounds=2, batch_size=5, step_size=0.1, toy_passes=3, sigmas={"sigma": 0.05},
+                           metrics_every=0)
+    assert algo.transcript_config(problem, fed).toy_passes == 3
+    assert len(algo.run(problem, fed).ledger) == 6
 
 
 def test_the_toy_accountant_answers_the_cli(registered, capsys):

@@ -37,3 +37,20 @@ def test_run_with_paper_calibration_reports_certified_epsilon(capsys):
     import json as _json
     data = _json.loads(capsys.readouterr().out)
     assert code == 0 and 0 < data["epsilon"] <= 3.0 and data["noise"]["sigma"] > 0
+
+
+@pytest.mark.parametrize("command", ["run", "noise"])
+def test_help_says_how_to_see_and_then_lists_the_generated_flags(command, capsys):
+    """The plain --help names the way to the generated flags; with --algorithm it lists them
+    (every registered family's own parameter, e.g. Local SGD's --local-steps; noise: those in
+    the transcript)."""
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--help"])
+    plain = capsys.readouterr().out
+    assert stop.value.code == 0 and f"silodp {command} --algorithm NAME --help" in " ".join(plain.split())
+    assert "--local-steps" not in plain
+    with pytest.raises(SystemExit) as stop:
+        main([command, "--algorithm", "isrl-local-sgd", "--help"])
+    listed = capsys.readouterr().out
+    assert stop.value.code == 0 and "--local-steps" in listed
+    assert ("--server-momentum" in listed) == (command == "run")  # noise: the transcript's fields only

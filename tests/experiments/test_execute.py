@@ -146,24 +146,65 @@ def test_unregistered_algorithm_is_skipped_and_bad_config_fails():
     assert out["status"] == "failed" and "no_such_option" in out["error"]
 
 
-def test_algorithms_unknown_to_the_accounting_layer_calibrate_themselves(monkeypatch):
-    seen = {}
+def test_a_family_with_its_own_hooks_is_calibrated_once_through_them(monkeypatch):
+    """An algorithm overriding ``calibrate`` / ``certify_noise`` and reading a parameter of its own
+    (``calibration_settings``) goes through the same request path as the others: the request
+    carries the setting (so runs differing in it do not share), the hook calibrates, the run and
+    the re-certification certify through its ``certify_noise``."""
+    seen = []
 
-    class SelfCalibrating(IsrlMBSGD):
-        name = "self-calibrating"
-        self_calibrating = True  # it sets its own noise (as the DP-SCAFFOLD family does)
+    class OwnHooks(IsrlMBSGD):
+        name = "own-hooks"
 
-        def __init__(self, **kwargs):
-            seen.update(kwargs)
-            super().__init__(**{k: v for k, v in kwargs.items() if k not in ("epsilon", "calibration")},
-                             sigmas={"sigma": 0.5})
+        def calibration_settings(self):
+            return {"output": self.output}
 
-    monkeypatch.setitem(registry.ALGORITHMS, SelfCalibrating.name, SelfCalibrating)
-    cfg = _cfg(algorithm=SelfCalibrating.name)
-    assert ex.calibration_request(cfg) is None
-    out = ex.execute_safely(cfg)
-    assert out["status"] == "ok"
-    assert seen["epsilon"] == 2.0 and seen["calibration"] == "tight" and seen["delta"] == pytest.approx(1 / 136 ** 2)
+        def calibrate(self, cfg, epsilon, delta):
+            seen.append((self.output, cfg.clip))
+            return super().calibrate(cfg, epsilon, delta)
+
+        def certify_noise(self, cfg, sigmas, delta):
+            return 2 * super().certify_noise(cfg, sigmas, delta)  # a different (looser) certificate
+
+    monkeypatch.setitem(registry.ALGORITHMS, OwnHooks.name, OwnHooks)
+    cfg = _cfg(algorithm=OwnHooks.name, params={"output": "last"})
+    request = ex.calibration_request(cfg)
+    assert request["settings"] == {"output": "last"}
+    assert ex.request_key(request) != ex.request_key(ex.calibration_request(_cfg(algorithm=OwnHooks.name)))
+    cal = ex.calibrate_request(request)
+    assert cal["status"] == "ok" and seen == [("last", 1.0)]
+    with pytest.warns(UserWarning, match="above the requested"):  # its run certifies by its own hook
+        out = ex.execute(cfg, cal)
+    assert out["certified_epsilon"] == pytest.approx(2 * cal["epsilon"], rel=1e-6)
+    assert "certifies epsilon" in ex.recertify(request, cal)  # and so does the re-certification
+
+
+def test_dp_scaffold_is_calibrated_like_the_others():
+    """DP-SCAFFOLD's request carries its observer; the shared calibration is the run's own
+    (sigma_g toward the server), and the run reports the same certificate."""
+    from silodp.algorithms.scaffold import DpScaffold
+
+    cfg = _cfg(algorithm="dp-scaffold", rounds=2, batch_size=20, params={"local_steps": 2})
+    request = ex.calibration_request(cfg)
+    assert request["settings"] == {"privacy_against": "server", "participation": "worst-case"}
+    cal = ex.calibrate_request(request)
+    assert cal["status"] == "ok" and cal["epsilon"] <= 2.0 and ex.recertify(request, cal) is None
+    prep = ex.prepare(cfg)
+    own = DpScaffold(**prep.params, epsilon=2.0, delta=prep.delta).resolve_noise(prep.problem, prep.train)
+    assert cal["sigmas"]["sigma"] == pytest.approx(own[0]["sigma"], rel=1e-9) and cal["epsilon"] == pytest.approx(own[1])
+    out = ex.execute(cfg, cal)
+    assert out["status"] == "ok" and out["certified_epsilon"] == pytest.approx(cal["epsilon"], rel=1e-9)
+
+
+def test_a_dp_scaffold_calibration_toward_a_third_party_is_reused():
+    """Calibrated toward a third party (user sampling 1/2), the stored certificate is the server's
+    (above the target); the re-certification checks the third party's guarantee against the
+    target, so the cached calibration is reused, and refused once that guarantee exceeds it."""
+    params = {"local_steps": 2, "privacy_against": "third-party", "user_sampling": 0.5}
+    request = ex.calibration_request(_cfg(algorithm="dp-scaffold", rounds=2, batch_size=20, params=params))
+    cal = ex.calibrate_request(request)
+    assert cal["status"] == "ok" and cal["epsilon"] > 2.0 and ex.recertify(request, cal) is None
+    assert "above the target" in ex.recertify({**request, "epsilon": 1.0}, cal)
 
 
 def test_run_chunk_restores_the_thread_count():
