@@ -6,7 +6,7 @@ Reported: the multipliers, silodp-PLD's noise relative to dp-accounting's PLD ca
 within 0.5%), and the speed-up of silodp's PLD calibration over dp-accounting's (target >= 10x).
 
     python benchmarks/bench_accounting.py [--quick] [--json out.json]
-    python benchmarks/bench_accounting.py --mechanisms [--quick]   # bench_mechanisms.py: 27 mechanisms
+    python benchmarks/bench_accounting.py --mechanisms [--quick]   # bench_mechanisms.py: 30 mechanisms
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Held-out-style accounting benchmark: 27 mechanisms, silodp's tightest certificate against
+"""Held-out-style accounting benchmark: 30 mechanisms, silodp's tightest certificate against
 dp-accounting's fine PLD and its optimistic PLD (a lower estimate), with wall times against
 dp-accounting and (Poisson add/remove Gaussians) Opacus' PRV accountant, in one run.
 
@@ -7,7 +7,8 @@ certificates), dp-accounting's pessimistic PLD at value_discretization_interval 
 a lower reference -- for Gaussian and Poisson-subsampled Gaussian steps a *rigorous* lower bound
 (the larger of :func:`silodp.accounting.pld.lower_bound_epsilon`, a dominated PLD with its
 round-off, wrapped and moved tails subtracted from delta, whose grid bias grows with the steps,
-and :func:`~silodp.accounting.pld.count_test_lower_bound`, a closed-form hypothesis test), elsewhere dp-accounting's *optimistic* PLD (below the true epsilon only up to its own
+and :func:`~silodp.accounting.pld.count_test_lower_bound`, a closed-form hypothesis test; for
+balls-in-bins epochs, which dp-accounting does not offer, :func:`silodp.accounting.allocation.lower_bound_epsilon`), elsewhere dp-accounting's *optimistic* PLD (below the true epsilon only up to its own
 round-off; marked ``~``) -- the excess of silodp over the tighter of dp-accounting's fine
 PLD and silodp's own lower reference, and the times. Printed: median and worst excess, and the median
 time ratios.
@@ -26,7 +27,7 @@ import warnings
 from dp_accounting import NeighboringRelation as NR, dp_event as dpe
 from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution as dpa_pld
 
-from silodp.accounting import events as ev, pld
+from silodp.accounting import allocation, events as ev, pld
 from silodp.accounting.calibration import tightest_epsilon
 
 R1, AR = ev.REPLACE_ONE, ev.ADD_OR_REMOVE_ONE
@@ -43,6 +44,13 @@ def _poisson(q, z, steps, rel, delta):
             rel, delta, (z, q, steps) if rel is AR else None,
             [(pld.GaussianPair(q, q, z), steps)] if rel is R1 else
             [[(pld.GaussianPair(q, 0.0, z), steps)], [(pld.GaussianPair(0.0, q, z), steps)]])
+
+
+def _balls(z, batches, epochs, delta):
+    """Balls-in-bins epochs (add/remove): no dp-accounting event; the rigorous lower bound only."""
+    return (f"balls-in-bins z={z:g} t={batches} E={epochs} ar d={delta:g}",
+            ev.SelfComposedDpEvent(ev.BallsInBinsDpEvent(batches, ev.GaussianDpEvent(z)), epochs), None, None,
+            AR, delta, None, lambda: allocation.lower_bound_epsilon(z, batches, epochs, delta))
 
 
 def _simple(name, ours, theirs, optimistic, rel, delta, steps):
@@ -97,7 +105,8 @@ for e, d, steps in [(0.5, 1e-8, 100), (1.0, 0.0, 30)]:
                          lambda e=e, d=d: dpa_pld.from_privacy_parameters(
                              dpa_pld.common.DifferentialPrivacyParameters(e, d), value_discretization_interval=1e-4),
                          R1, 1e-5, steps))
-QUICK = [0, 1, 14, 16, 19, 21, 23]
+CASES += [_balls(1.0, 100, 10, 1e-5), _balls(1.5, 10, 100, 1e-5), _balls(0.8, 1000, 5, 1e-6)]
+QUICK = [0, 1, 14, 16, 19, 21, 23, 27]
 
 
 def timed(fn):
@@ -114,7 +123,9 @@ def run(case) -> dict:
         acc = pld_privacy_accountant.PLDAccountant(_NR[rel], value_discretization_interval=1e-4)
         fine, t_fine = timed(lambda: acc.compose(theirs).get_epsilon(delta))
     rigorous = pairs is not None
-    if rigorous:  # one direction, or the larger of two (add/remove); the better of two rigorous bounds
+    if callable(pairs):  # a closed-form rigorous lower bound
+        lower = pairs()
+    elif rigorous:  # one direction, or the larger of two (add/remove); the better of two rigorous bounds
         groups = pairs if isinstance(pairs[0], list) else [pairs]
         try:
             lower = max(max(pld.lower_bound_epsilon(g, delta), pld.count_test_lower_bound(*g[0], delta))
