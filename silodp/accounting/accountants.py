@@ -475,15 +475,13 @@ class PldAccountant(Accountant):
         """The composed PLD, or :class:`~silodp.accounting.pld.UncertifiableDeltaError` when its
         floating-point charge exceeds ``ROUNDOFF_SHARE * delta`` even when composed in extended
         precision (:data:`pld.EXTENDED`, u = 2^-64: a charge about 2000 times smaller, at about
-        three times the cost), which it also tries (with the direct powers) when float64's charge,
-        even by the magnitudes present, is above ``DIRECT_SHARE * delta``; the smaller charge is kept."""
+        three times the cost), which it falls back to when float64's charge is too large."""
         total = self._pld()
         if total.roundoff > self.DIRECT_SHARE * delta:  # the charge by the magnitudes present
             direct = self._pld(direct_work=pld_lib.DIRECT_WORK)
             total = direct if direct.roundoff < total.roundoff else total
-        if total.roundoff > self.DIRECT_SHARE * delta and np.finfo(pld_lib.EXTENDED).eps < np.finfo(float).eps:
-            extended = self._pld(pld_lib.EXTENDED, direct_work=pld_lib.DIRECT_WORK)
-            total = extended if extended.roundoff < total.roundoff else total
+        if total.roundoff > self.ROUNDOFF_SHARE * delta and np.finfo(pld_lib.EXTENDED).eps < np.finfo(float).eps:
+            total = self._pld(pld_lib.EXTENDED)
         if total.roundoff > self.ROUNDOFF_SHARE * delta:
             raise pld_lib.UncertifiableDeltaError(
                 f"delta={delta:g} is below what the pld accountant can certify for {len(self)} compositions: "
