@@ -6,7 +6,8 @@ Reported: the multipliers, silodp-PLD's noise relative to dp-accounting's PLD ca
 within 0.5%), and the speed-up of silodp's PLD calibration over dp-accounting's (target >= 10x).
 
     python benchmarks/bench_accounting.py [--quick] [--json out.json]
-    python benchmarks/bench_accounting.py --mechanisms [--quick]   # bench_mechanisms.py: 27 mechanisms
+    python benchmarks/bench_accounting.py --mechanisms [--quick]   # bench_mechanisms.py: 30 mechanisms
+    python benchmarks/bench_accounting.py --sweep                  # bench_mechanisms.py --sweep: the 1% sweep
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--mechanisms", action="store_true", help="the held-out mechanisms benchmark instead")
+    ap.add_argument("--sweep", action="store_true", help="the 1%% sweep of bench_mechanisms.py instead")
     args = ap.parse_args()
-    if args.mechanisms:
+    if args.mechanisms or args.sweep:
         import sys
 
         import bench_mechanisms
 
-        sys.argv = [sys.argv[0]] + (["--quick"] if args.quick else [])
+        sys.argv = [sys.argv[0]] + (["--quick"] if args.quick else []) + (["--sweep"] if args.sweep else [])
         return bench_mechanisms.main()
     warnings.filterwarnings("ignore")
     rows = [row(*r) for r in (QUICK if args.quick else GRID)]

@@ -27,7 +27,7 @@ delta(eps) = E[(1 - e^{eps - L})_+] is increasing in L, preserved by adding inde
 (composition is a convolution of the losses). Probability masses come from the normal CDF
 (:func:`scipy.special.ndtr`, upper tails taken from the complement); their round-off and every
 convolution's l1 error bound (:func:`silodp.accounting.pld._convolve`) travel as ``roundoff``,
-charged to delta. The mass of Y beyond its (1 - 1e-16 / t) quantile is charged at +inf.
+charged to delta. The mass of Y beyond its (1 - 1e-17 / t) quantile (its exact mass) is charged at +inf.
 
 Replace-one: the record x is replaced by x' in the same slot. Removing x (add/remove pair above,
 remove direction) and then adding x' (add direction) chains two neighbouring datasets, so the run
@@ -54,7 +54,7 @@ import functools
 import math
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr
+from scipy.special import log_ndtr, ndtr, ndtri
 
 from silodp.accounting import pld as pld_lib
 from silodp._validation import check_count, check_delta, check_positive
@@ -63,8 +63,9 @@ from silodp._validation import check_count, check_delta, check_positive
 #: of t variables takes about log2(t) + 1 convolutions, each partial sum at most
 #: WORK / (log2(t) + 1) points (between 2^17 and 2^20) before it is re-binned twice as coarse.
 WORK = 1 << 21
-#: Normal quantile of the per-variable tails charged: Phi(-8.5) ~ 1e-17.
-_TAIL_SDS = 8.5
+#: Tail mass beyond the grid of each variable's log-normal (its exact mass, from the normal CDF,
+#: goes to +inf loss or down to the cap): 1e-17 per epoch over all t variables, and for the record's own.
+_TAIL = 1e-17
 _U = 2.0 ** -53
 
 
@@ -185,10 +186,10 @@ def _direction(z: float, t: int, interval: float, remove: bool, bound: float) ->
     limit = _max_points(t)
     s2 = 1.0 / (z * z)
     sd = math.sqrt(s2)
-    spread = _TAIL_SDS + math.sqrt(2.0 * math.log(t))  # every one of t variables within its quantile
-    y_cap = math.exp(-0.5 * s2 + spread * sd)  # an unshifted Y past it: mass < 1e-17 / t
+    spread = -float(ndtri(_TAIL / t))  # the (1 - 1e-17 / t) normal quantile (t variables: 1e-17 in all)
+    y_cap = math.exp(-0.5 * s2 + spread * sd)  # an unshifted Y past it: mass 1e-17 / t
     if remove:  # S past the cap: the shifted Y past its quantile, or the rest past one jump
-        mine_cap = math.exp(0.5 * s2 + _TAIL_SDS * sd)
+        mine_cap = math.exp(0.5 * s2 - float(ndtri(_TAIL)) * sd)
         cap = mine_cap + y_cap + (t - 1) * (1.0 + 6.0 * math.sqrt(math.expm1(s2)))
     else:  # S/t past e^3: losses below -3, moved up to -3 (rounded down in S)
         cap = t * math.exp(3.0)

@@ -63,6 +63,8 @@ from silodp._validation import check_delta, check_nonnegative, check_positive
 LOG_TAIL_MASS = math.log(1e-15)
 #: Largest number of grid points one mechanism's losses may span.
 MAX_POINTS = 50_000_000
+#: Blocks of the coarse copy on which the Chernoff window's t is searched (:func:`_chernoff_bound`).
+CHERNOFF_BINS = 1 << 12
 #: Losses beyond +-MAX_LOSS would overflow e^eps; such mechanisms are far from private anyway.
 MAX_LOSS = 600.0
 #: Most products (coefficients x masses) :meth:`LossPmf._direct_powers` may spend on one
@@ -140,8 +142,8 @@ def _lse(x: np.ndarray) -> float:
     return top + math.log(float(np.sum(np.exp(x - top))))
 
 
-def _min_over_t(fn, spread: float) -> float:
-    """Minimum of a unimodal ``fn`` over t in [1e-6, 1e4] / spread (golden section on log t)."""
+def _argmin_over_t(fn, spread: float) -> float:
+    """Where a unimodal ``fn`` is smallest over t in [1e-6, 1e4] / spread (golden section on log t)."""
     a, b = math.log(1e-6 / spread), math.log(1e4 / spread)
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
     c, d = b - ratio * (b - a), a + ratio * (b - a)
@@ -155,7 +157,27 @@ def _min_over_t(fn, spread: float) -> float:
             a, c, fc = c, d, fd
             d = a + ratio * (b - a)
             fd = fn(math.exp(d))
-    return min(fc, fd)
+    return math.exp(c if fc <= fd else d)
+
+
+def _chernoff_bound(l: np.ndarray, m: np.ndarray, count: int, log_tau: float, spread: float,
+                    bins: int = CHERNOFF_BINS) -> float:
+    """min over t of u(t) = (count log sum_j m_j e^{t l_j} - log_tau) / t (``l`` increasing): the
+    Chernoff point past which a sum of ``count`` such losses has mass <= e^log_tau.
+
+    u is unimodal in t (the log-MGF is convex), minimised by golden section on a copy with the
+    masses of ``bins`` consecutive blocks each moved to the block's largest loss (its u dominates
+    the true one, so the search is cheap and lands near the true optimum); the value returned is the
+    exact u at the t found (any t > 0 gives a valid Chernoff bound)."""
+    log_m = np.log(m)
+    if len(l) > 2 * bins:
+        starts = np.linspace(0, len(l), bins + 1).astype(np.int64)[:-1]
+        coarse_l = l[np.append(starts[1:], len(l)) - 1]
+        coarse_log_m = np.log(np.add.reduceat(m, starts))
+    else:
+        coarse_l, coarse_log_m = l, log_m
+    best_t = _argmin_over_t(lambda t: (count * _lse(coarse_log_m + t * coarse_l) - log_tau) / t, spread)
+    return (count * _lse(log_m + best_t * l) - log_tau) / best_t
 
 
 def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
@@ -303,13 +325,13 @@ class LossPmf:
     def _chernoff_window(self, count: int, log_tau: float) -> tuple[int, int]:
         """Grid indices [lo, hi] (unclipped) outside which the sum of ``count`` losses has mass <= e^log_tau
         on each side (Chernoff: P(S >= u) <= exp(count K(t) - t u) for every t > 0, K the
-        log-MGF, and likewise below). Any t gives a valid bound; t is chosen by golden-section
-        search, exact because u(t) = (count K(t) - log_tau) / t is unimodal (K is convex)."""
+        log-MGF, and likewise below). Any t gives a valid bound, so t is chosen on a coarse copy
+        of the PMF (:func:`_chernoff_bound`) and the bound is evaluated once, exactly, at it."""
         keep = self.masses > 0
-        l, log_m = self.losses[keep], np.log(self.masses[keep])
+        l, m = self.losses[keep], self.masses[keep]
         spread = max(float(l[-1] - l[0]), self.interval)
-        upper = _min_over_t(lambda t: (count * _lse(log_m + t * l) - log_tau) / t, spread)
-        lower = -_min_over_t(lambda t: (count * _lse(log_m - t * l) - log_tau) / t, spread)
+        upper = _chernoff_bound(l, m, count, log_tau, spread)
+        lower = -_chernoff_bound(-l[::-1], m[::-1], count, log_tau, spread)
         return math.floor(lower / self.interval), math.ceil(upper / self.interval)
 
     def _direct_powers(self, powered: np.ndarray, error: np.ndarray, size: int, count: int, work: int,

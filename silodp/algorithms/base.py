@@ -36,7 +36,7 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLe
 
 from . import grads as _grads
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
-from .federation import BatchSampler, SubsetSampler
+from .federation import BallsInBinsSampler, BatchSampler, SubsetSampler
 from .privacy import NoiseCalibration, TranscriptConfig
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
@@ -120,7 +120,7 @@ class FederatedAlgorithm:
             batch_size2=int(self.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
             clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
-            replacement=self.uses_replacement,
+            replacement=self.uses_replacement, balls_in_bins=bool(self.balls_in_bins),
         )
         return {**shared, **self.config.transcript_fields(federation.min_size)}
 
@@ -155,7 +155,10 @@ class FederatedAlgorithm:
     @staticmethod
     def sampling(cfg: TranscriptConfig) -> BatchSampling:
         """Minibatches of :class:`~silodp.algorithms.federation.BatchSampler`: i.i.d. draws, or
-        disjoint batches through one permutation per epoch."""
+        disjoint batches through one permutation per epoch; or balls-in-bins batches
+        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
+        if getattr(cfg, "balls_in_bins", False):
+            return BatchSampling.BALLS_IN_BINS
         return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
 
     @staticmethod
@@ -548,9 +551,16 @@ class Context:
     def sampler(self, batch_size: int, replacement: bool | None = None, subset: bool = False):
         """Minibatch indices of every silo: with or without replacement
         (:class:`~silodp.algorithms.federation.BatchSampler`), or ``subset``: a fresh uniform subset
-        per step (:class:`~silodp.algorithms.federation.SubsetSampler`)."""
+        per step (:class:`~silodp.algorithms.federation.SubsetSampler`); with the algorithm's
+        ``balls_in_bins``, t = min_size // batch_size balls-in-bins batches per epoch
+        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
         if subset:
             out = SubsetSampler(self._fed.mask, batch_size, self._gen)
+        elif getattr(self._algo, "balls_in_bins", False) and replacement is None:
+            if self._algo.shuffled:
+                raise ValueError("balls_in_bins: shuffle-DP algorithms declare their own batches (Gaussian algorithms only)")
+            out = BallsInBinsSampler(self._fed.counts, max(1, self._fed.min_size // int(batch_size)), self._gen,
+                                     expected_size=int(batch_size))
         else:
             rep = self._algo.uses_replacement if replacement is None else replacement
             out = BatchSampler(self._fed.counts, batch_size, rep, self._gen)
@@ -567,6 +577,11 @@ class Context:
     def batch(self, sampler) -> Batch:
         if self._samplers.get(id(sampler)) is not sampler:
             raise ValueError("sampler: must come from this run's Context.sampler")
+        if sampler.sampling is BatchSampling.BALLS_IN_BINS:  # members only, over the constant expected size
+            idx, mask = sampler.next()
+            x, y = self._fed.gather(idx)
+            weights = mask.to(self._fed.x.dtype) / sampler.expected_size
+            return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size))
         idx = sampler.next()
         x, y = self._fed.gather(idx)
         weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype)
@@ -688,7 +703,7 @@ class Context:
         Noise multiplier: ``std`` over the contribution bound, the term's l2 bound times the
         largest batch weight (the smallest multiplier over silos and stacked runs). Shuffle: the
         protocol parameters (g, b, p, rotate) and the ``messages`` summed."""
-        batch = self._fed.min_size if data._idx is None else int(data._idx.shape[1])
+        batch = data.size  # the full data: min_size; a balls-in-bins batch: its expected size
         if self._algo.shuffled:
             p = self._shuffle[group]
             sent = Sent(group, data.sampling, batch, self._fed.min_size, params=p.key(), messages=messages)

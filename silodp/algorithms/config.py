@@ -51,7 +51,9 @@ class AlgorithmConfig:
     (eta; None: ``1 / (2 beta)`` from the problem), a target ``epsilon`` / ``delta`` (calibrated
     with ``calibration`` "tight" | "paper" by ``accountant``, None: the tightest) or explicit noise
     ``sigmas`` (standard deviations, keys the class's ``noise_keys``) / ``shuffle_params`` (SDP:
-    ``(g, b, p)`` per message group); ``replacement`` (None: the class's default), ``grad_method``,
+    ``(g, b, p)`` per message group); ``replacement`` (None: the class's default), ``balls_in_bins``
+    (minibatches by balls-in-bins, :class:`~silodp.algorithms.federation.BallsInBinsSampler`,
+    accounted as ``BatchSampling.BALLS_IN_BINS``; Gaussian algorithms only), ``grad_method``,
     ``record_transcript``, ``metrics_every`` (0: none), ``w0``, ``output`` (:data:`OUTPUTS`)."""
 
     rounds: int = 10
@@ -64,6 +66,7 @@ class AlgorithmConfig:
     calibration: str = "tight"
     accountant: str | None = None
     replacement: bool | None = None
+    balls_in_bins: bool = False
     grad_method: str = "ghost"
     record_transcript: bool = False
     metrics_every: int = 1
@@ -85,6 +88,8 @@ class AlgorithmConfig:
             raise ValueError(f"epsilon: must be a finite number > 0, got {self.epsilon}")
         if self.delta is not None and not (0 < float(self.delta) < 1):
             raise ValueError(f"delta: must be in (0, 1), got {self.delta}")
+        if self.balls_in_bins and self.replacement:
+            raise ValueError("balls_in_bins: batches are drawn by balls-in-bins, not with replacement (leave replacement unset)")
         if self.output not in OUTPUTS:
             raise ValueError(f"output: must be one of {OUTPUTS}, got {self.output!r}")
 

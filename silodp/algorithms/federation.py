@@ -170,9 +170,12 @@ class BallsInBinsSampler:
 
     sampling = BatchSampling.BALLS_IN_BINS
 
-    def __init__(self, counts: torch.Tensor, batches: int, generator: torch.Generator):
+    def __init__(self, counts: torch.Tensor, batches: int, generator: torch.Generator,
+                 expected_size: int | None = None):
         self.counts = counts
         self.batches = int(batches)
+        #: the constant a step divides its masked sum by (default: the smallest silo's n / batches)
+        self.expected_size = int(expected_size) if expected_size else max(1, int(counts.min()) // max(1, self.batches))
         if self.batches < 1:
             raise ValueError(f"batches: must be >= 1, got {batches}")
         self.generator = generator

@@ -48,6 +48,8 @@ class TranscriptConfig:
     silos_per_round: int | None = None
     dimension: int = 1
     replacement: bool = True
+    #: minibatches by balls-in-bins (BatchSampling.BALLS_IN_BINS) instead of ``replacement``'s
+    balls_in_bins: bool = False
     #: delta already spent outside the certificate: random availability's lower tail below the
     #: declared floor of silos summed (silos_per_round is then that floor; FederatedAlgorithm.config_fields)
     charged_delta: float = 0.0

@@ -72,7 +72,9 @@ class SilodpAccountant:
     ``POISSON`` -> ``PoissonSampledDpEvent(sample_size / population_size, Gaussian)``,
     ``WITHOUT_REPLACEMENT`` -> ``SampledWithoutReplacementDpEvent``, ``NO_AMPLIFICATION`` -> the
     Gaussian itself, under the configured neighbouring relation (client-level: a client's data
-    appears, disappears or is replaced). Same events, same epsilon rules as Flower's RDP backend;
+    appears, disappears or is replaced). Flower has no balls-in-bins method: such rounds are
+    declared ``NO_AMPLIFICATION`` here (sound) and certified tighter by composing
+    ``BallsInBinsDpEvent`` with a silodp accountant (docs/accounting.md). Same events, same epsilon rules as Flower's RDP backend;
     the PLD is tighter (never larger, up to its discretization).
 
     Incremental (issue 21 item 3): with ``"pld"`` the composed privacy loss distribution is kept

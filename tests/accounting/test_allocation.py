@@ -145,3 +145,23 @@ def test_simulator_sampler_allocates_every_record_once_per_epoch_uniformly():
     # each (record, step) pair hit with probability 1/5 in each of 200 epochs: 40 +- 5.7
     rate = hits[0].flatten() / 200
     assert abs(float(rate.mean()) - 0.2) < 0.01 and float(rate.max()) < 0.2 + 5 * (0.16 / 200) ** 0.5
+
+
+def test_flower_declares_balls_in_bins_rounds_as_no_amplification():
+    """Flower 1.42's ``SamplingMethod`` has no balls-in-bins member (if it gains one, map it in
+    ``SilodpAccountant``). What a Flower user declares instead, ``NO_AMPLIFICATION`` (every round a
+    full Gaussian step), is sound: it certifies at least the allocation PLD of the same rounds."""
+    pytest.importorskip("flwr")
+    from flwr.supercore.privacy_accounting import (GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig,
+                                                   SamplingMethod)
+
+    from silodp.integrations.flower import SilodpAccountant
+
+    assert {m.value for m in SamplingMethod} == {"poisson", "without-replacement", "no-amplification"}
+    z, t, epochs, n = 4.0, 10, 2, 1000
+    config = PrivacyConfig(1e-5, n, NeighboringRelation.ADD_OR_REMOVE_ONE, SamplingMethod.NO_AMPLIFICATION)
+    flower = SilodpAccountant(config)
+    flower.compose(GaussianPrivacyEvent(z, n // t, n), t * epochs)
+    acc = accountants.get_accountant("pld", ev.ADD_OR_REMOVE_ONE)
+    acc.compose(ev.BallsInBinsDpEvent(t, ev.GaussianDpEvent(z)), epochs)
+    assert acc.get_epsilon(1e-5) < flower.get_epsilon(1e-5)

@@ -185,3 +185,20 @@ def test_random_mechanisms_agree_with_the_references_and_beat_rdp(z, log_q, step
     event = SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)) if q < 1 else GaussianDpEvent(z), steps)
     # up to ten grid steps; pld may spend up to half of delta on its round-off charge
     assert ours <= epsilon(event, delta / 2, "rdp", nr) * (1 + 1e-3) + 1e-2
+
+
+@pytest.mark.parametrize("z,q,count", [(1.0, 0.05, 64), (0.5, 1.0, 10), (2.0, 0.3, 100_000)])
+def test_chernoff_window_searched_on_a_coarse_copy_matches_the_full_search(z, q, count):
+    """t is searched on a 4096-block copy (each block's mass at its largest loss), the bound then
+    evaluated exactly at it: any t is a valid Chernoff bound, so the point can only be at or beyond
+    the full search's optimum; required within 1e-6 relative of it (the same FFT window)."""
+    one = pld.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, 1e-4).remove
+    keep = one.masses > 0
+    l, m = one.losses[keep], one.masses[keep]
+    assert len(l) > 2 * pld.CHERNOFF_BINS
+    spread = float(l[-1] - l[0])
+    tau = pld.LOG_TAIL_MASS
+    full = lambda t: (count * pld._lse(np.log(m) + t * l) - tau) / t  # noqa: E731
+    best = full(pld._argmin_over_t(full, spread))
+    coarse = pld._chernoff_bound(l, m, count, tau, spread)
+    assert best * (1 - 1e-12) <= coarse <= best + 1e-6 * abs(best)
