@@ -37,8 +37,8 @@ def table(runs: dict, quick: dict | None = None) -> str:
         cells, caught = [], False
         for p in presets:
             run = runs.get(f"{p}|{m}")
-            if run is None:
-                cells.append("n/a")
+            if run is None:  # n/a: the mutation does not apply; not run: a stopped (partial) run
+                cells.append("n/a" if m in mutations.PRESETS[p].skip else "not run")
                 continue
             failed = [c for c, ok in run["criteria"].items() if not ok]
             caught = caught or bool(failed)
