@@ -6,9 +6,12 @@
     python docs/figures/rates_mutations.py --preset NAME ...     # some presets only (one process each;
                                                                  # merge the JSON files with --merge)
     python docs/figures/rates_mutations.py --merge A.json B.json # the table of several runs
+    python docs/figures/rates_mutations.py --quick --preset NAME # the presets' quick variants (fewer
+                                                                 # trials, the same criteria)
 
 Writes ``rates_mutations.json`` (the suite's payload and every run's criteria) next to this script
-(or ``--out``) and prints the markdown table.
+(or ``--out``) and prints the markdown table. The file is rewritten after every run (``"partial":
+true`` until the last), so a run stopped early still leaves its finished cells to merge.
 """
 
 from __future__ import annotations
@@ -23,17 +26,19 @@ from silodp.verify.rates import mutations
 HERE = Path(__file__).resolve().parent
 
 
-def table(runs: dict) -> str:
+def table(runs: dict, quick: dict | None = None) -> str:
+    """The markdown table (a preset run in its quick variant is headed "(quick)")."""
     presets = list(dict.fromkeys(p for p, _ in (k.split("|") for k in runs)))
     names = list(mutations.MUTATIONS)
-    lines = ["| mutation | " + " | ".join(f"`{p}`" for p in presets) + " | caught |",
+    heads = [f"`{p}`" + (" (quick)" if (quick or {}).get(p) else "") for p in presets]
+    lines = ["| mutation | " + " | ".join(heads) + " | caught |",
              "|---|" + "---|" * (len(presets) + 1)]
     for m in ["correct", *names]:
         cells, caught = [], False
         for p in presets:
             run = runs.get(f"{p}|{m}")
-            if run is None:
-                cells.append("n/a")
+            if run is None:  # n/a: the mutation does not apply; not run: a stopped (partial) run
+                cells.append("n/a" if m in mutations.PRESETS[p].skip else "not run")
                 continue
             failed = [c for c, ok in run["criteria"].items() if not ok]
             caught = caught or bool(failed)
@@ -49,26 +54,40 @@ def main() -> None:
     ap.add_argument("--preset", nargs="*", default=None, choices=list(mutations.PRESETS))
     ap.add_argument("--merge", nargs="*", default=None)
     ap.add_argument("--out", default=str(HERE / "rates_mutations.json"))
+    ap.add_argument("--quick", action="store_true", help="the presets' quick variants (fewer trials)")
     args = ap.parse_args()
     if args.merge:
-        runs, seconds = {}, 0.0
+        runs, seconds, quick = {}, 0.0, {}
         for path in args.merge:
             part = json.loads(Path(path).read_text())
             runs.update(part["runs"])
             seconds += part["seconds"]
+            quick.update(part.get("quick", {}))
         suite = {"mutations": {m: [p for p in dict.fromkeys(k.split("|")[0] for k in runs)
                                    if f"{p}|{m}" in runs and not runs[f"{p}|{m}"]["passes"]]
                                for m in mutations.MUTATIONS},
                  "correct_pass": all(v["passes"] for k, v in runs.items() if k.endswith("|correct"))}
     else:
-        start, details = time.time(), {}
-        suite = mutations.run_suite(presets=tuple(args.preset) if args.preset else None, details=details)
+        start = time.time()
+        presets = tuple(args.preset) if args.preset else tuple(mutations.PRESETS)
+        quick = {p: args.quick for p in presets}
+
+        def save(details: dict, suite: dict | None = None) -> dict:
+            runs = {f"{p}|{m}": v for (p, m), v in details.items()}
+            Path(args.out).write_text(json.dumps({"suite": suite, "runs": runs, "seconds": time.time() - start,
+                                                  "quick": quick, "partial": suite is None}, indent=1))
+            return runs
+
+        details: dict = {}
+        suite = mutations.run_suite(quick=args.quick, presets=presets, details=details, on_run=save)
         seconds = time.time() - start
-        runs = {f"{p}|{m}": v for (p, m), v in details.items()}
-    Path(args.out).write_text(json.dumps({"suite": suite, "runs": runs, "seconds": seconds}, indent=1))
+        runs = save(details, suite)
+    if args.merge:
+        Path(args.out).write_text(json.dumps({"suite": suite, "runs": runs, "seconds": seconds, "quick": quick},
+                                             indent=1))
     print(json.dumps(suite))
     print(f"{seconds:.0f} s")
-    print(table(runs))
+    print(table(runs, quick))
 
 
 if __name__ == "__main__":

@@ -90,8 +90,12 @@ def handle_reproduce(args) -> int:
              + format_summary(payload["summary"], payload["claims"]))
     emit(payload, args.json, human)
     if runs["failed"]:  # the results are printed; the exit status says that some are missing
+        lost = min(runs["worker_failed"], runs["failed"])  # stored worker failures a plain rerun retries
+        own = runs["failed"] - lost
+        advice = [f"{lost} lost their worker: rerun the same command to retry them"] if lost else []
+        advice += ["fix the cause and rerun with --retry-failed"] if own > 0 else []
         raise ValueError(f"{runs['failed']} of {runs['total']} runs failed (their errors are in the JSON "
-                         f"and in {payload['store']}; fix the cause and rerun with --retry-failed)")
+                         f"and in {payload['store']}; {'; '.join(advice)})")
     return 0
 
 

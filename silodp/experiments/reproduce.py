@@ -45,22 +45,25 @@ def reproduce(name: str | Path | GridSpec, quick: bool = False, store: str | Pat
               calibrations: tuple[str, ...] | None = None, max_runs: int | None = None,
               progress: bool | str | None = None, retry_failed: bool = False) -> dict:
     """Run (or resume) a grid into ``store`` and summarize it. Returns a JSON-able payload:
-    ``preset``, ``grid``, ``quick``, ``store``, ``runs`` (what the sweep did and the store's
-    counts for this grid), ``summary`` (per experiment, calibration, algorithm and epsilon: mean
+    ``preset``, ``grid``, ``quick``, ``store``, ``runs`` (what the sweep did, the store's
+    counts for this grid, and ``worker_failed``: its failed runs whose worker died, which a plain
+    rerun retries), ``summary`` (per experiment, calibration, algorithm and epsilon: mean
     and std of the test error over trials at the validation-selected hyperparameters),
     ``claims`` and ``failures`` (a few failed runs' errors)."""
     spec = resolve_grid(name, quick, data_path)
     if calibrations:
         spec = spec.with_calibrations(calibrations)
-    configs = spec.expand()
-    hashes = [c.config_hash for c in configs]
-    with Store(store) as st:
+    with Store(store) as st, st.sweep_lock():  # before expand() imports torch: a second sweep is refused at once
+        configs = spec.expand()
+        hashes = [c.config_hash for c in configs]
         sweep = run_grid(configs, st, workers=workers, scheduler=scheduler, progress=progress, max_runs=max_runs,
                          retry_failed=retry_failed, desc=spec.name)
         rows, claims = store_summary(st, hashes)
         failures = [{"algorithm": r.config.algorithm, "config_hash": r.config_hash, "error": (r.error or "").splitlines()[0]}
                     for r in st.records("failed", hashes)[:5]]
         counts = st.counts(hashes)
+        lost = len(st.worker_failures() & set(hashes))
     return {"preset": str(name) if not isinstance(name, GridSpec) else spec.name, "grid": spec.name, "quick": quick,
-            "store": str(store), "runs": {**sweep.as_dict(), "stored": counts}, "summary": rows, "claims": claims,
+            "store": str(store), "runs": {**sweep.as_dict(), "stored": counts, "worker_failed": lost},
+            "summary": rows, "claims": claims,
             "failures": failures, "notes": spec.notes}

@@ -159,6 +159,7 @@ class Store:
         self.path = Path(path)
         self.read_only = bool(read_only)
         self._db: sqlite3.Connection | None = None
+        self._sweeping = False
 
     # -- connection ------------------------------------------------------------------------------
     @property
@@ -256,9 +257,10 @@ class Store:
     @contextlib.contextmanager
     def sweep_lock(self):
         """Hold the store exclusively for one sweep (``flock`` on the database file, released when
-        the process ends however it ends); a second sweep is refused at once (ValueError)."""
+        the process ends however it ends); a second sweep is refused at once (ValueError). Reentrant
+        on this object (``reproduce`` takes it before importing torch, ``run_grid`` again inside)."""
         self.db  # noqa: B018 - open (and identify, or create) the store first
-        if str(self.path) == ":memory:":
+        if str(self.path) == ":memory:" or self._sweeping:
             yield
             return
         import fcntl
@@ -270,8 +272,10 @@ class Store:
             except BlockingIOError:
                 raise ValueError(f"store: another sweep is running on {str(self.path)!r}; wait for it to end "
                                  "(this one would redo its runs) or use another --store") from None
+            self._sweeping = True
             yield
         finally:
+            self._sweeping = False
             os.close(fd)
 
     def close(self) -> None:

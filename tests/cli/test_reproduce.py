@@ -97,3 +97,35 @@ def test_plot_of_an_empty_store(tmp_path, capsys):
         st.counts()
     assert main(["plot", "--store", str(tmp_path / "empty.db"), "--out", str(tmp_path / "f.png")]) == 2
     assert "no finished runs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lost, advice", [
+    (2, "2 lost their worker: rerun the same command to retry them)"),
+    (1, "1 lost their worker: rerun the same command to retry them; fix the cause and rerun with --retry-failed)"),
+])
+def test_lost_workers_are_retried_by_a_plain_rerun(lost, advice, monkeypatch, capsys):
+    """A run whose worker died is retried by the next call (runner), so the message says so and
+    suggests --retry-failed only for the runs' own failures."""
+    import silodp.experiments as experiments
+
+    runs = {"total": 4, "already_done": 0, "ran": 4, "failed": 2, "skipped": 0, "wall_s": 1.0, "worker_failed": lost}
+    monkeypatch.setattr(experiments, "reproduce", lambda *a, **k: {"grid": "g", "store": "s.db", "runs": runs,
+                                                                    "summary": [], "claims": []})
+    assert main(["reproduce", "wbcd", "--json"]) == 2
+    assert capsys.readouterr().err.strip().endswith(advice)
+
+
+def test_sweep_lock_is_taken_before_torch(tmp_path):
+    """A second sweep on a held store is refused before the grid expands (which imports torch)."""
+    import subprocess
+    import sys
+
+    from silodp.experiments import Store
+
+    path = tmp_path / "r.db"
+    code = ("import sys, silodp.experiments as e\n"
+            f"try: e.reproduce('wbcd', quick=True, store={str(path)!r}, workers=1, progress=False)\n"
+            "except ValueError as exc: print('torch' in sys.modules, exc)\n")
+    with Store(path) as st, st.sweep_lock():
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert out.startswith("False store: another sweep is running"), out

@@ -71,9 +71,13 @@ def test_the_sent_certificate_follows_the_noise_really_sent(family):
 
 
 def test_quick_suite_passes_correct_and_catches_mutations():
-    table = mu.run_suite(quick=True, mutations=("noise-x0.1", "wrong-output"))
+    seen = []  # on_run: after every run, the details so far (what rates_mutations.py saves)
+    table = mu.run_suite(quick=True, mutations=("noise-x0.1", "wrong-output"), on_run=lambda d: seen.append(list(d)))
     assert table == {"mutations": {"noise-x0.1": ["prox-sgd-n-prescribed"],
                                    "wrong-output": ["prox-sgd-n-prescribed"]}, "correct_pass": True}
+    p = "prox-sgd-n-prescribed"
+    assert seen == [[(p, "correct")], [(p, "correct"), (p, "noise-x0.1")],
+                    [(p, "correct"), (p, "noise-x0.1"), (p, "wrong-output")]]
 
 
 def test_cli_prints_exactly_the_contract(monkeypatch, capsys):

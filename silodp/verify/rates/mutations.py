@@ -194,24 +194,29 @@ def run_preset(preset: Preset, mutation: Mutation, quick: bool = False) -> dict:
 
 
 def run_suite(quick: bool = False, presets: tuple[str, ...] | None = None,
-              mutations: tuple[str, ...] | None = None, details: dict | None = None) -> dict:
+              mutations: tuple[str, ...] | None = None, details: dict | None = None,
+              on_run: Callable[[dict], None] | None = None) -> dict:
     """Every preset correct and under every mutation: ``{"mutations": {NAME: [presets that catch
-    it]}, "correct_pass": bool}`` (``details``, if given, receives each run's criteria)."""
+    it]}, "correct_pass": bool}`` (``details``, if given, receives each run's criteria, keyed by
+    (preset, mutation); ``on_run(details)`` is called after each run, e.g. to save partial results)."""
     chosen = [PRESETS[p] for p in (presets or (QUICK_PRESETS if quick else tuple(PRESETS)))]
     names = mutations or tuple(MUTATIONS)
     caught: dict[str, list[str]] = {m: [] for m in names}
     correct = True
     for preset in chosen:
+        details = {} if details is None else details
         base = run_preset(preset, CORRECT, quick)
         correct = correct and base["passes"]
-        if details is not None:
-            details[(preset.name, CORRECT.name)] = base
+        details[(preset.name, CORRECT.name)] = base
+        if on_run is not None:
+            on_run(details)
         for m in names:
             if m in preset.skip:
                 continue
             out = run_preset(preset, MUTATIONS[m], quick)
-            if details is not None:
-                details[(preset.name, m)] = out
+            details[(preset.name, m)] = out
+            if on_run is not None:
+                on_run(details)
             if not out["passes"]:
                 caught[m].append(preset.name)
     return {"mutations": caught, "correct_pass": bool(correct)}
