@@ -55,7 +55,7 @@ def test_nonprivate_reports_infinite_epsilon(setup):
     assert res.epsilon == math.inf and res.sigmas == {"sigma": 0.0}
 
 
-def test_privacy_event_is_the_declared_releases(setup):
+def test_privacy_event_is_the_declaration(setup):
     from silodp.accounting import releases_event
     from silodp.algorithms.privacy import privacy_event
 

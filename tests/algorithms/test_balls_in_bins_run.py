@@ -29,9 +29,9 @@ def test_ledger_and_declaration_match_under_balls_in_bins(setup):
     cfg = algo.transcript_config(problem, data.train)
     (decl,) = IsrlProxSGD.declaration(cfg, result.sigmas)
     assert decl.sampling is BatchSampling.BALLS_IN_BINS and decl.batch_size == 5
-    assert [s.sampling for s in result.releases] == [BatchSampling.BALLS_IN_BINS] * decl.count
-    assert {s.batch_size for s in result.releases} == {5}
-    assert min(s.noise_multiplier for s in result.releases) >= decl.noise_multiplier * (1 - 1e-9)
+    assert [s.sampling for s in result.ledger] == [BatchSampling.BALLS_IN_BINS] * decl.count
+    assert {s.batch_size for s in result.ledger} == {5}
+    assert min(s.noise_multiplier for s in result.ledger) >= decl.noise_multiplier * (1 - 1e-9)
     # 16 steps, t = 40 // 5 = 8 batches per epoch: two balls-in-bins epochs, below the shuffled charge
     event = releases_event([decl])
     eps = accountants.epsilon(event, 1e-5)

@@ -247,7 +247,7 @@ def test_secure_aggregation_threshold_is_the_declared_floor():
     assert res.epsilon <= 3.0
     at_all = calibrate_algorithm("sdp-prox-sgd", full, 3.0, 1.0 / fed.min_size ** 2)
     assert res.shuffle["grad"]["b"] > at_all.shuffle["grad"]["b"]
-    decl = algo.declared_releases(problem, secagg, {}, {g: as_params(p) for g, p in res.shuffle.items()})
+    decl = algo.run_declaration(problem, secagg, {}, {g: as_params(p) for g, p in res.shuffle.items()})
     assert decl[0].messages == 4 * 10
     sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=4 * 10 - 1)
     with pytest.raises(ValueError, match="messages"):
