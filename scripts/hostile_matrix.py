@@ -40,36 +40,9 @@ CLASSES = [("", True), (" ", True), ("-1", False), ("0", False), ("nan", True), 
            ("1e308", False), ("1e-320", False), ("1e-300", False), ("123456789012345678901234567890", False),
            ("0.5", False), ("ünïcödé", True), ("/nonexistent-silodp/x", True)]
 
-#: the issue's wrong successes, hangs and unclear messages: (argv, the flag the refusal must name)
-LISTED = [
-    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--accountant", "rdp",
-      "--value-discretization-interval", "0.01"], "--value-discretization-interval"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-prox-sgd", "--spider-q", "2"], "--spider-q"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "dp-scaffold", "--batch-size", "10"], "--batch-size"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "dp-scaffold", "--without-replacement"],
-     "--without-replacement"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "dp-scaffold", "--silos-per-round", "2"],
-     "--silos-per-round"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "dp-scaffold", "--method", "paper"], "--method"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "dp-scaffold", "--accountant", "rdp"], "--accountant"),
-    (["bound", "--list", "--latex"], "--latex"),
-    (["bound", "--list", "--param", "n=1"], "--param"),
-    (["run", "--algorithm", "mb-sgd", "--dataset", "wbcd", "--epsilon", "1", "--delta", "5"], "--delta"),
-    (["reproduce", "wbcd", "--scheduler", ""], "--scheduler"),
-    (["plot", "--out", "noext"], "--out"),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--sampling", "poisson", "--q", "1e-320"], "--q"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "10", "--accountant", "rdp", "--sampling", "poisson",
-      "--q", "1e-320"], "--q"),
-    (["audit", "--mechanism", "gaussian", "--noise-multiplier", "1", "--trials", "10000000000000"], "--trials"),
-    (["audit", "--mechanism", "pvec", "--epsilon", "1e-320"], "--epsilon"),
-    (["epsilon", "--noise-multiplier", "1e-320", "--delta", "1e-5"], "--noise-multiplier"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-spider", "--spider-q", "0"], "--spider-q"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-prox-sgd", "--silos", "0"], "--silos"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100000000000000000000000000000"], "--steps"),
-    (["rates", "--vary", "kappa", "--quick"], "--vary"),
-    (["rates", "--vary", "eps", "--quick", "--csv", "/proc/version"], "--csv"),
-    (["reproduce", "mnist", "--data-path", "/nonexistent-silodp"], "--data-path"),
-]
+#: the issue's listed cases (argv, the flag the refusal must name): the CI fuzz test's own list
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cli"))
+from test_fuzz import ISSUE_CASES as LISTED  # noqa: E402
 
 
 class Hang(BaseException):
