@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import shutil
 import statistics
@@ -159,32 +158,18 @@ def _round_times(app: Path, rounds: int, env: dict, timeout: float) -> list[floa
 def bench_deployment(rounds: int, repeats: int) -> tuple[float, float]:
     """Median per-round wall seconds (rounds 2..) of the private and the plain app, one deployment."""
     sys.path[:0] = [str(ROOT / "tests" / "integrations"), str(ROOT), str(ROOT / "examples" / "flower")]
-    from flower_processes import Descendants, free_port, started, wait_healthy
+    from flower_processes import Descendants, deployment_env, start_deployment
 
     tmp = Path(tempfile.mkdtemp(prefix="silodp-bench-deploy-"))
-    home = tmp / "flwr-home"
-    home.mkdir()
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env = deployment_env(tmp / "flwr-home")
     apps = {"private": ROOT / "examples" / "flower", "plain": _plain_app(tmp)}
     times: dict[str, list[float]] = {kind: [] for kind in apps}
-    link, procs = free_port(), Descendants()
+    node_configs = [f'partition-id={i} silodp-ledger="{tmp / f"silo-{i}.sqlite"}" silodp-budget-epsilon=1000.0 '
+                    "silodp-budget-delta=1e-4" for i in range(2)]
+    procs = Descendants()
     try:
         with procs, contextlib.ExitStack() as stack:
-            superlink = stack.enter_context(started(
-                [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                 "--host", "127.0.0.1", "--port", str(link)], env, tmp / "superlink.log"))
-            wait_healthy(link, superlink, tmp / "superlink.log")
-            for i in range(2):
-                node = (f'partition-id={i} silodp-ledger="{tmp / f"silo-{i}.sqlite"}" silodp-budget-epsilon=1000.0 '
-                        "silodp-budget-delta=1e-4")
-                stack.enter_context(started(
-                    [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
-                     "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node],
-                    env, tmp / f"supernode-{i}.log"))
-            (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-                                              f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+            start_deployment(stack, node_configs, env, tmp)
             for _ in range(repeats):  # alternately, so both see the same machine
                 for kind, app in apps.items():
                     times[kind] += _round_times(app, rounds, env, timeout=120 + 60 * rounds)[1:]

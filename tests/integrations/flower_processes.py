@@ -1,11 +1,13 @@
 """Processes of the Flower tests: every descendant a test starts is watched, and stopped by PID
-if it outlives the test; a free localhost port; a command run in its own process group."""
+if it outlives the test; a free localhost port; a command run in its own process group; a
+localhost deployment (a SuperLink and SuperNodes) for the deployment test and benchmark."""
 
 import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -13,6 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # this venv's flwr, flower-superlink, flower-supernode
 
 
 class Descendants:
@@ -145,3 +150,33 @@ def wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 
     while not healthy(port):
         assert proc.poll() is None and time.monotonic() < deadline, f"{proc.args[0]} did not start:\n{log.read_text()[-3000:]}"
         time.sleep(0.2)
+
+
+def deployment_env(home: Path) -> dict:
+    """The environment of a deployment's processes: Flower's home at ``home`` (created; its
+    config.toml names the SuperLink), no telemetry or update check, this checkout importable,
+    this venv's Flower commands first on PATH."""
+    home.mkdir(exist_ok=True)
+    return {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def start_deployment(stack: contextlib.ExitStack, node_configs: list[str], env: dict,
+                     logs: Path) -> list[subprocess.Popen]:
+    """A SuperLink on a free 127.0.0.1 port and one SuperNode per ``--node-config`` string, each on
+    its own port (both would take 9094 and the second would crash), entered in ``stack`` (each
+    stopped by its PID when the stack closes); ``env``'s config.toml names the SuperLink "local".
+    Returns the SuperNodes."""
+    link = free_port()
+    superlink = stack.enter_context(started(
+        [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+         "--host", "127.0.0.1", "--port", str(link)], env, logs / "superlink.log"))
+    wait_healthy(link, superlink, logs / "superlink.log")
+    nodes = [stack.enter_context(started(
+        [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
+         "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", config], env, logs / f"supernode-{i}.log"))
+        for i, config in enumerate(node_configs)]
+    (Path(env["FLWR_HOME"]) / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+                                                        f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+    return nodes

@@ -21,16 +21,14 @@ pytest.importorskip("flwr")
 pytest.importorskip("psutil")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from flower_processes import Descendants, free_port, run_in_own_group, started, stop, wait_healthy  # noqa: E402
+from flower_processes import BIN, ROOT, Descendants, deployment_env, run_in_own_group, start_deployment, stop  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "flower"
 sys.path.insert(0, str(EXAMPLE))
 
 from silodp.integrations.flower_silo import certify_releases  # noqa: E402
 from silodp_flower.task import Settings, setup, silo_plan  # noqa: E402
 
-BIN = Path(sys.executable).parent
 #: 2 rounds; "rdp" calibrates fast, the silos' ledgers certify with the tightest accountant
 CONFIG = {"algorithm": "isrl-mb-sgd", "rounds": 2, "epsilon": 3.0, "delta": 1e-4, "accountant": "rdp"}
 #: each silo's budget: 1.2 times its certificate of one run (two runs do not fit)
@@ -53,34 +51,17 @@ def test_two_flwr_runs_the_second_refused_by_the_silos(tmp_path):
     # each silo's certificate of one run: silo 0 (the smallest) declares what the simulator does
     budgets = [ROOM * certified,
                ROOM * certify_releases(silo_plan(settings, 1, settings.delta).releases, settings.delta)]
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    link = free_port()
+    env = deployment_env(tmp_path / "flwr-home")
     files = [tmp_path / f"silo-{i}.sqlite" for i in range(2)]  # the silos' ledgers
     model = tmp_path / "model.npy"  # the ServerApp saves the final model there (a run that ran rounds)
     run_config = " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}"
                           for k, v in {**CONFIG, "model-path": str(model)}.items())
+    node_configs = [f'partition-id={i} dataset="wbcd" seed=0 silodp-ledger="{files[i]}" '
+                    f"silodp-budget-epsilon={budgets[i]!r} silodp-budget-delta={settings.delta!r}" for i in range(2)]
     procs = Descendants()
     try:
         with procs, contextlib.ExitStack() as stack:
-            superlink = stack.enter_context(started(
-                [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
-                 "--host", "127.0.0.1", "--port", str(link)], env, tmp_path / "superlink.log"))
-            wait_healthy(link, superlink, tmp_path / "superlink.log")
-            nodes = []
-            for i in range(2):  # distinct --port: both would take 9094 and the second would crash
-                node_config = (f'partition-id={i} dataset="wbcd" seed=0 silodp-ledger="{files[i]}" '
-                               f'silodp-budget-epsilon={budgets[i]!r} '
-                               f"silodp-budget-delta={settings.delta!r}")
-                nodes.append(stack.enter_context(started(
-                    [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
-                     "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", node_config],
-                    env, tmp_path / f"supernode-{i}.log")))
-            (home / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-                                              f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+            nodes = start_deployment(stack, node_configs, env, tmp_path)
             runs = [run_in_own_group([str(BIN / "flwr"), "run", str(EXAMPLE), "local", "--stream",
                                       "--run-config", run_config], env, timeout=240) for _ in range(2)]
             stop(*nodes)  # their shutdowns overlap (the stack then finds them stopped)
