@@ -94,10 +94,15 @@ def from_flower(aggregate: np.ndarray, summed: int, bits: int) -> np.ndarray:
 
 
 def clipped_grads(w: np.ndarray, x: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
-    """The per-record logistic gradients ``[n, d + 1]`` (bias last), each clipped to ``clip``."""
+    """The per-record logistic gradients ``[n, d + 1]`` (bias last), each clipped to ``clip`` by the
+    library's :func:`silodp.algorithms.grads.clip_rows` (the one clip rule of every release)."""
+    import torch
+
+    from silodp.algorithms.grads import clip_rows
+
     xa = np.hstack([x, np.ones((len(x), 1))])
     g = (1.0 / (1.0 + np.exp(-xa @ w)) - y)[:, None] * xa
-    return g * np.minimum(1.0, clip / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-300))
+    return clip_rows(torch.from_numpy(g), clip).numpy()
 
 
 def signs(dimension: int, public_seed: int, server_round: int):
