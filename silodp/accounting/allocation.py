@@ -57,6 +57,7 @@ import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
 
 from silodp.accounting import pld as pld_lib
+from silodp.accounting._numerics import monotone_root
 from silodp._validation import check_count, check_delta, check_positive
 
 #: Grid points all the partial sums of one direction may hold together (about a second): a sum
@@ -300,18 +301,10 @@ def lower_bound_delta(noise_multiplier: float, batches: int, epochs: int, epsilo
 
 def lower_bound_epsilon(noise_multiplier: float, batches: int, epochs: int, delta: float,
                         replace_one: bool = False) -> float:
-    """Largest eps (to 1e-4) at which :func:`lower_bound_delta` still exceeds ``delta``: no sound
+    """Largest eps (to 1e-4 relative) at which :func:`lower_bound_delta` still exceeds ``delta``: no sound
     accountant can certify less on this instance."""
     dl = check_delta("delta", delta)
-    lo, hi = 0.0, 1.0
     if lower_bound_delta(noise_multiplier, batches, epochs, 0.0, replace_one) <= dl:
         return 0.0
-    while lower_bound_delta(noise_multiplier, batches, epochs, hi, replace_one) > dl and hi < 1e3:
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1e-4:
-        mid = 0.5 * (lo + hi)
-        if lower_bound_delta(noise_multiplier, batches, epochs, mid, replace_one) > dl:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return monotone_root(lambda eps: lower_bound_delta(noise_multiplier, batches, epochs, eps, replace_one), dl,
+                         1e-3, 1.0, increasing=False, safe="below", rtol=1e-4, name="epsilon")

@@ -56,6 +56,7 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from silodp.accounting import events as ev
+from silodp.accounting._numerics import monotone_root
 from silodp._validation import check_delta, check_nonnegative, check_positive
 
 #: Default ln of the tail mass cut at each side of each mechanism and each composition (and
@@ -606,11 +607,9 @@ def lower_bound_epsilon(pairs: list[tuple[GaussianPair, int]], delta: float, int
 
     if low(0.0) <= dl:
         return 0.0
-    lo, hi = 0.0, float(finite.losses[-1])
-    while hi - lo > 1e-6 * max(hi, 1e-3):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if low(mid) > dl else (lo, mid)
-    return lo
+    hi = float(finite.losses[-1])  # beyond the largest loss the lower delta is <= 0
+    return monotone_root(low, dl, min(1e-3, hi / 2), hi, increasing=False, safe="below", rtol=1e-6,
+                         name="epsilon")
 
 
 def count_test_lower_bound(pair: GaussianPair, steps: int, delta: float) -> float:
