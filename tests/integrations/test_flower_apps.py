@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.stats import mannwhitneyu
 
 pytest.importorskip("flwr")
 
@@ -61,6 +62,9 @@ def summaries(grid: InProcessGrid) -> list[dict]:
     return [SiloLedgerDB(path).summary() for path in grid.ledgers]
 
 
+RUNS = 8  # Flower runs per configuration
+
+
 # accountant "rdp" for the calibration (fast); each silo's ledger certifies with the tightest
 @pytest.mark.parametrize("config", [
     {"algorithm": "isrl-mb-sgd", "rounds": 20, "epsilon": 3.0, "batch-size": 32},
@@ -73,21 +77,26 @@ def test_flower_run_certifies_what_silodp_run_certifies(config, tmp_path):
     cfg = prepared.algorithm.transcript_config(prepared.problem, prepared.data.train)
     simulator, _ = certify(prepared.algorithm, cfg, prepared.sigmas, settings.delta)
     assert simulator <= settings.epsilon
-    grids = [InProcessGrid(2, config, tmp_path / str(k), settings.epsilon, settings.delta) for k in range(4)]
+    grids = [InProcessGrid(2, config, tmp_path / str(k), settings.epsilon, settings.delta) for k in range(RUNS)]
     runs = [run(grid, settings) for grid in grids]
     # the smallest silo's ledger is the simulator's declaration, release for release: equal
     assert all(out["worst_silo_epsilon"] == simulator for out in runs)
     ledgers = summaries(grids[0])
     assert [s["runs"][0]["releases"] for s in ledgers] == [settings.rounds] * 2
     assert max(s["epsilon_spent"] for s in ledgers) == simulator
-    # last iterates' mean test error over 4 runs within noise of 4 simulator runs (WBCD, 2 silos,
-    # 113 test records; single noisy runs spread by +-0.1 here, more for SPIDER's uniform output)
-    flower = np.mean([out["last_test_error"] for out in runs])
-    sim = np.mean([1.0 - prepared.problem.accuracy(prepared.algorithm.run(prepared.problem, prepared.data.train,
-                                                                           seed=k).w_last, prepared.data.test)
-                   for k in range(4)])
-    assert abs(flower - sim) <= 0.1
-    assert flower < 0.2
+    # the last iterates' test errors of the Flower runs and of 64 simulator seeds come from one
+    # distribution (WBCD, 2 silos, 113 test records): a two-sided Mann-Whitney test rejects at
+    # p < 1e-4, which is its false-failure rate when they do; a fixed tolerance cannot be set
+    # soundly here, since SPIDER's uniform output makes the errors heavy-tailed (1,200 seeds: sd
+    # 0.07, a mean of 4 runs up to 4.4 standard errors out). Eight Flower runs that all rank above
+    # every simulator seed (an app that does not train: the majority level, 0.37) give p = 5e-6.
+    flower = [out["last_test_error"] for out in runs]
+    sim = [1.0 - prepared.problem.accuracy(prepared.algorithm.run(prepared.problem, prepared.data.train, seed=k).w_last,
+                                           prepared.data.test) for k in range(64)]
+    assert mannwhitneyu(flower, sim, method="asymptotic").pvalue >= 1e-4
+    # and it learns: the median run is below the majority-class error (always the commoner label)
+    labels = prepared.data.test.y[prepared.data.test.mask].double()
+    assert np.median(flower) < float(min(labels.mean(), 1 - labels.mean()))
 
 
 CONFIG = {"algorithm": "isrl-mb-sgd", "rounds": 6, "epsilon": 3.0, "delta": 1e-4, "accountant": "rdp"}
