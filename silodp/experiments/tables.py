@@ -81,17 +81,24 @@ def _t95(n: int) -> float:
 
 def scaffold_table(rows: list[dict], calibration: str = "tight") -> str:
     """The ``scaffold`` table: accuracy (1 - test error) per setting and K, gap = DP-SCAFFOLD
-    minus DP-FedAvg with its paired 95% confidence interval."""
+    minus DP-FedAvg with its paired 95% confidence interval; a DP-SCAFFOLD-warm column when the
+    rows hold its runs."""
     from .report import scaffold_setting
 
+    names = ["dp-scaffold", "dp-scaffold-warm", "dp-fedavg"]
+    if not any(r["algorithm"] == "dp-scaffold-warm" for r in rows):
+        names.remove("dp-scaffold-warm")
     cells = collections.defaultdict(dict)
     for r in rows:
-        if r["calibration"] == calibration and r["algorithm"] in ("dp-scaffold", "dp-fedavg"):
+        if r["calibration"] == calibration and r["algorithm"] in names:
             cells[(scaffold_setting(r), r["hyperparameters"].get("local_steps"), r["rounds"])][r["algorithm"]] = r
-    lines = ["| setting | K | T | DP-SCAFFOLD | DP-FedAvg | gap [95% CI] | trials |", "|---|---|---|---|---|---|---|"]
+    titles = {"dp-scaffold": "DP-SCAFFOLD", "dp-scaffold-warm": "DP-SCAFFOLD-warm", "dp-fedavg": "DP-FedAvg"}
+    head = ["setting", "K", "T", *(titles[n] for n in names), "gap [95% CI]", "trials"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (setting, k, t), algs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         sc, fa = algs.get("dp-scaffold"), algs.get("dp-fedavg")
-        acc = [f"{1 - r['mean_test_error']:.3f} ± {r['std_test_error']:.3f}" if r else "-" for r in (sc, fa)]
+        acc = [f"{1 - algs[n]['mean_test_error']:.3f} ± {algs[n]['std_test_error']:.3f}" if n in algs else "-"
+               for n in names]
         gap, n = "-", 0
         if sc and fa:
             diffs = [b - a for a, b in zip(sc["test_errors"], fa["test_errors"])]  # accuracy gap per trial
@@ -99,7 +106,7 @@ def scaffold_table(rows: list[dict], calibration: str = "tight") -> str:
             mean = statistics.fmean(diffs)
             half = _t95(n) * statistics.stdev(diffs) / math.sqrt(n) if n > 1 else math.inf
             gap = f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]"
-        lines.append(f"| {setting} | {k} | {t} | {acc[0]} | {acc[1]} | {gap} | {n or '-'} |")
+        lines.append(f"| {setting} | {k} | {t} | {' | '.join(acc)} | {gap} | {n or '-'} |")
     return "\n".join(lines)
 
 

@@ -160,6 +160,12 @@ def test_scaffold_table_gap_ci_is_paired_over_trials():
     half = t.ppf(0.975, 2) * 0.1 / math.sqrt(3)
     assert f"+0.200 [{0.2 - half:+.3f}, {0.2 + half:+.3f}] | 3 |" in text
     assert "| Synthetic(1,1) | 5 | 100 | 0.800 ± 0.100 | 0.600 ± 0.000 |" in text
+    assert "warm" not in text
+    # DP-SCAFFOLD-warm's runs get their own column, between the two; the gap stays SCAFFOLD - FedAvg
+    warm = scaffold_table([row("dp-scaffold", [0.3, 0.2, 0.1]), row("dp-scaffold-warm", [0.25, 0.25, 0.25]),
+                           row("dp-fedavg", [0.4, 0.4, 0.4])])
+    assert "| setting | K | T | DP-SCAFFOLD | DP-SCAFFOLD-warm | DP-FedAvg | gap [95% CI] | trials |" in warm
+    assert f"| 0.800 ± 0.100 | 0.750 ± 0.000 | 0.600 ± 0.000 | +0.200 [{0.2 - half:+.3f}" in warm
 
 
 def test_claims_table_lists_testable_claims_with_their_measurements():
