@@ -113,7 +113,8 @@ def _trained_through_a_dropout(res):
     # most 14 in 3,000 replays (sd 0.007), the discrete-Gaussian twin at most 17 in 3,000 (sd
     # 0.009), sdp-prox-svrg at SVRG_EPS at most 21 in 2,400 (sd 0.023), its tail halving per error
     # from 16 on (0.1% at 21; even EPS's slower 0.8 per error would leave 4e-5 at 37): each false
-    # failure below 1e-4. An app that does not step predicts one class (error 0.673 here).
+    # failure below 1e-4 (scripts/flake_replays.py secagg). An app that does not step predicts one
+    # class (error 0.673 here).
     assert res["test_error"] < res["majority_error"]
 
 

@@ -41,7 +41,7 @@ def test_public_seed_mod_is_caught_by_one_run_and_the_plain_mod_is_not():
     # the public noise the plain mod never added). Simulating exactly those scores, Steinke's bound
     # stayed below 0.64 in 20,000 runs (median 0); exceeding the claim 2 needs 74 of 75 guesses
     # right (143 of 150, 279 of 300; fewer guesses never do) where each is right with probability
-    # about 0.5 (signal 1 in noise 98): false failure below 1e-15.
+    # about 0.5 (signal 1 in noise 98): false failure below 1e-15 (scripts/flake_replays.py mod).
     # The mutated mod is deterministic: its noise is regenerated exactly and the coins are seeded.
     good = audit_flower_mod("public-seed-noise", counterpart=True)
     assert bad.verdict == "violated" and bad.epsilon_lower["steinke"] > bad.claimed_epsilon
