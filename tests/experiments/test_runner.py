@@ -155,18 +155,29 @@ def test_a_pool_worker_killed_mid_sweep_loses_only_its_runs_and_resume_retries_t
         assert _results(st) == results and not st.worker_failures()
 
 
-def _wait_for_rows(proc, db, rows: int, timeout: float = 300) -> None:
-    """Poll until the sweep process ``proc`` has written ``rows`` runs into ``db`` (or ended)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.005)
-        if not db.exists():  # connecting would create it
-            continue
-        try:
-            if sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] >= rows:
-                return
-        except sqlite3.OperationalError:  # schema not created yet
-            pass
+def _signalled_sweep(args: list[str], runs: int, sig: signal.Signals, **popen) -> subprocess.Popen:
+    """``silodp reproduce ARGS`` (the CLI's own main) in its own process group, which signals that
+    group ``sig`` right after its ``runs``-th run is committed: caught mid-sweep by construction,
+    not by a poller racing the sweep (12 short runs take about 0.3 s; a loaded CI core can stall a
+    poller that long)."""
+    code = (f"import os, signal, sys\nfrom silodp.experiments.store import Store\nrecord = Store.record\n"
+            f"def record_then_signal(self, *args, **kwargs):\n    record(self, *args, **kwargs)\n"
+            f"    Store.recorded = Store.__dict__.get('recorded', 0) + 1\n"
+            f"    if Store.recorded == {runs}:\n        os.killpg(0, {int(sig)})\n"
+            f"Store.record = record_then_signal\nfrom silodp.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    return subprocess.Popen([sys.executable, "-c", code, "reproduce", *args], start_new_session=True, **popen)
+
+
+def _wait_until_stopped(proc, timeout: float = 300) -> None:
+    """Wait for ``proc`` to stop itself (a timeout for a hung child only; nothing is timed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+        if pid:
+            assert os.WIFSTOPPED(status), f"the first sweep ended (status {status}) before recording a run"
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the first sweep recorded no run in {timeout} s")
 
 
 def test_two_sweep_processes_on_one_store_never_run_a_run_twice(tmp_path):
@@ -177,17 +188,16 @@ def test_two_sweep_processes_on_one_store_never_run_a_run_twice(tmp_path):
             "algorithms": {"isrl-mb-sgd": {"step_sizes": [0.2, 0.5]}}}
     grid, db = tmp_path / "grid.json", tmp_path / "r.db"
     grid.write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "silodp", "reproduce", str(grid), "--store", str(db), "--workers", "1", "--json"]
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    _wait_for_rows(first, db, 1)
-    first.send_signal(signal.SIGSTOP)
+    args = [str(grid), "--store", str(db), "--workers", "1", "--json"]
+    first = _signalled_sweep(args, 1, signal.SIGSTOP, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        rows = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        assert 1 <= rows < 12, "the first sweep was not caught mid-sweep"
-        second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        _wait_until_stopped(first)
+        assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1  # mid-sweep
+        second = subprocess.run([sys.executable, "-m", "silodp", "reproduce", *args], capture_output=True, text=True,
+                                timeout=120)
         assert second.returncode == 2 and second.stdout == ""
         assert second.stderr.count("\n") == 1 and "another sweep is running" in second.stderr and str(db) in second.stderr
-        assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == rows
+        assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
     finally:
         first.send_signal(signal.SIGCONT)
     out, _ = first.communicate(timeout=120)
@@ -225,14 +235,13 @@ def test_killed_sweep_resumes(tmp_path):
             "algorithms": {"isrl-mb-sgd": {"step_sizes": {"exp_linspace": [-3, 0, 10]}, "clips": [1, 5]}}}
     grid, db = tmp_path / "grid.json", tmp_path / "r.db"
     grid.write_text(json.dumps(spec))
-    cmd = [sys.executable, "-m", "silodp", "reproduce", str(grid), "--store", str(db), "--workers", "1", "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    _wait_for_rows(proc, db, 5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    args = [str(grid), "--store", str(db), "--workers", "1", "--json"]
+    cmd = [sys.executable, "-m", "silodp", "reproduce", *args]
+    proc = _signalled_sweep(args, 5, signal.SIGKILL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert proc.wait(timeout=300) == -signal.SIGKILL
     with Store(db) as st:
         at_kill = st.counts()["ok"]
-    assert 5 <= at_kill < 40, "the sweep was not interrupted mid-run"
+    assert at_kill == 5, "the sweep was not killed right after its 5th run"
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
     payload = json.loads(out.stdout)
     assert payload["runs"]["already_done"] == at_kill and payload["runs"]["ran"] == 40 - at_kill

@@ -88,10 +88,19 @@ class Descendants:
         assert not alive, f"left running: {[(p.pid, self.seen[p][:100]) for p in alive]}"
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free 127.0.0.1 ports, bound all at once before any is released: ports
+    asked for one at a time may repeat (the kernel can hand a just-released port out again, about
+    1 in 14,000 per pair, which would crash the second process to bind it)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def run_in_own_group(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
@@ -168,15 +177,15 @@ def start_deployment(stack: contextlib.ExitStack, node_configs: list[str], env: 
     its own port (both would take 9094 and the second would crash), entered in ``stack`` (each
     stopped by its PID when the stack closes); ``env``'s config.toml names the SuperLink "local".
     Returns the SuperNodes."""
-    link = free_port()
+    link, *ports = free_ports(1 + len(node_configs))
     superlink = stack.enter_context(started(
         [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
          "--host", "127.0.0.1", "--port", str(link)], env, logs / "superlink.log"))
     wait_healthy(link, superlink, logs / "superlink.log")
     nodes = [stack.enter_context(started(
         [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{link}",
-         "--host", "127.0.0.1", "--port", str(free_port()), "--node-config", config], env, logs / f"supernode-{i}.log"))
-        for i, config in enumerate(node_configs)]
+         "--host", "127.0.0.1", "--port", str(port), "--node-config", config], env, logs / f"supernode-{i}.log"))
+        for i, (config, port) in enumerate(zip(node_configs, ports))]
     (Path(env["FLWR_HOME"]) / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
                                                         f'address = "127.0.0.1:{link}"\ninsecure = true\n')
     return nodes

@@ -163,7 +163,11 @@ def test_a_malicious_server_gets_nothing_unaccounted(tmp_path):
     assert not any(m.has_error() for m in answered)
     sigma = setup(Settings.from_run_config(CONFIG)).sigmas["sigma"]  # silo 0 is the smallest: the same noise
     messages = np.array([m.content["arrays"]["message"].numpy() for m in answered])
-    assert messages.std(axis=0).mean() == pytest.approx(sigma, rel=0.5)  # the noise is there (6 draws)
+    # the noise is there: the silo's own (OS entropy), so the statistic is random; over 3,000
+    # replays of 6 messages its mean is 0.871 sigma, sd 0.050 sigma (sd of 6 draws, mean of 31
+    # coordinates): 0.5 is 7.4 sds away (false failure < 1e-12); a silo adding none gives 0.065
+    # (scripts/flake_replays.py server-noise)
+    assert messages.std(axis=0).mean() == pytest.approx(sigma, rel=0.5)
     assert {k for m in answered for rec in m.content.metric_records.values() for k in rec} == \
         {"num-examples", "silodp_epsilon", "silodp_spent", "silodp_left"}
     assert list(answered[0].content.array_records["arrays"].keys()) == ["message"]

@@ -23,6 +23,11 @@ from silodp.integrations import secagg  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flower_secagg"
 ROUNDS, EPS, DELTA, K = 3, 4.0, 1e-5, 50
+#: sdp-prox-svrg's target: at EPS its test error is heavy-tailed (a snapshot and two noisy
+#: differences; 3,500 replays of the run in process, see _trained_through_a_dropout: sd 0.040,
+#: 2 at 34 and 35 errors of 113 against the majority's 37, the tail falling by about 0.8 per
+#: error: about 3e-4 of runs at 37 or more, a flaky test); at 8: sd 0.023, at most 21 in 2,400
+SVRG_EPS = 8.0
 
 
 def test_secagg_quantization_is_the_identity_on_the_residues():
@@ -86,7 +91,7 @@ def sdp_run():
 
 @pytest.fixture(scope="module")
 def svrg_run():
-    return _simulate(algorithm="sdp-prox-svrg", rounds=1, inner_steps=ROUNDS - 1)
+    return _simulate(algorithm="sdp-prox-svrg", rounds=1, inner_steps=ROUNDS - 1, epsilon=SVRG_EPS)
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +107,18 @@ def _wbcd():
 def _trained_through_a_dropout(res):
     # silo 0 dropped in round 2 (round 1 may also start with the first 2 nodes up): never below 2
     assert len(res["summed"]) == ROUNDS and res["summed"][1] == 2 and min(res["summed"]) >= 2
+    # the silos' batches and noise are secret (OS entropy, drawn in the Ray workers): the test
+    # error is random. Replayed in process (the same deployment's terms, message and step, silo 0
+    # missing from sum 2, fresh seeds), against the majority's 37 errors of 113: sdp-prox-sgd at
+    # most 14 in 3,000 replays (sd 0.007), the discrete-Gaussian twin at most 17 in 3,000 (sd
+    # 0.009), sdp-prox-svrg at SVRG_EPS at most 21 in 2,400 (sd 0.023), its tail halving per error
+    # from 16 on (0.1% at 21; even EPS's slower 0.8 per error would leave 4e-5 at 37): each false
+    # failure below 1e-4 (scripts/flake_replays.py secagg). An app that does not step predicts one
+    # class (error 0.673 here).
     assert res["test_error"] < res["majority_error"]
 
 
-def _sdp_checks(res, algorithm, replacement, **kw):
+def _sdp_checks(res, algorithm, replacement, epsilon=EPS, **kw):
     """The printed epsilon is the library's P_vec transcript certificate of the algorithm's own
     declaration at threshold 2 (2 x messages per silo per invocation), for the parameters that ran."""
     from silodp.algorithms.privacy import calibrate_algorithm, certify_shuffle
@@ -113,11 +126,11 @@ def _sdp_checks(res, algorithm, replacement, **kw):
     xs, ys, _, _ = _wbcd()
     cfg = secagg.sdp_transcript(algorithm, xs, ys, batch_size=K, clip=1.0, threshold=2, **kw)
     assert (cfg.silos_per_round, cfg.charged_delta, cfg.dimension, cfg.replacement) == (2, 0.0, 31, replacement)
-    cal = calibrate_algorithm(algorithm, cfg, EPS, DELTA)
+    cal = calibrate_algorithm(algorithm, cfg, epsilon, DELTA)
     assert all(g["messages"] == 2 * (cfg.n if name == "full" else K) for name, g in cal.shuffle.items())
     params = {name: (g["g"], g["b"], g["p"], g["rotate"]) for name, g in cal.shuffle.items()}
-    certified, _ = certify_shuffle(algorithm, cfg, params, DELTA, target=EPS)
-    assert res["epsilon"] == certified <= EPS
+    certified, _ = certify_shuffle(algorithm, cfg, params, DELTA, target=epsilon)
+    assert res["epsilon"] == certified <= epsilon
     most = {"grad": K, "diff": K, "full": max(len(x) for x in xs)}
     widest = max(3 * most[name] * (g["g"] + g["b"]) for name, g in cal.shuffle.items())
     assert res["bits"] == int(np.ceil(np.log2(widest + 1)))  # the exact sum of all 3 silos fits
@@ -130,7 +143,7 @@ def test_sdp_prox_sgd_trains_and_certifies_at_the_threshold(sdp_run):
 
 def test_sdp_prox_svrg_trains_and_certifies_at_the_threshold(svrg_run):
     """Alg 8: one epoch, the snapshot gradient (every record, bound L) then Q = 2 differences."""
-    _sdp_checks(svrg_run, "sdp-prox-svrg", True, rounds=1, inner_steps=ROUNDS - 1)
+    _sdp_checks(svrg_run, "sdp-prox-svrg", True, SVRG_EPS, rounds=1, inner_steps=ROUNDS - 1)
 
 
 @pytest.mark.parametrize("algorithm,config,rounds,groups", [
