@@ -9,7 +9,7 @@
     silodp audit --opacus [--mutation NAME [--counterpart]] [--canaries M] [--runs R] --json
     silodp audit --simulator --mutation NAME [--counterpart] [--canaries M] --json  (one or a few simulator runs)
     silodp audit --shipped [--mutation NAME] [--json]          (the shipped bugs' table, docs/audit.md)
-    silodp audit --flower-app PATH [--mutation public-seed-noise] --canaries M --json  (a Flower app, simulation engine)
+    silodp audit --flower-app PATH [--mutation public-seed-noise|halve-noise] --canaries M --json  (a Flower app)
 
 The last four are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
 print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``canaries`` and
@@ -198,7 +198,7 @@ def _one_run(args) -> int:
         emit(payload, args.json)
         return 0
     names = shipped.table_names() if args.shipped else shipped.SHIPPED
-    if args.mutation is not None and args.mutation not in names:
+    if args.mutation is not None and args.mutation not in names and args.flower_app is None:
         raise ValueError(f"--mutation: must be one of {sorted(names)}, got {args.mutation!r}")
     if args.shipped:
         rows = shipped.shipped_table([args.mutation] if args.mutation else None, estimator, args.alpha, args.seed)
