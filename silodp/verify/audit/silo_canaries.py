@@ -176,11 +176,13 @@ def audit_silos(mutation: str, silos: int | None = None, counterpart: bool = Fal
     algo = get_algorithm(sc.algorithm, **dict(base, **({} if counterpart else mut.params)), w0=w0, sigmas=sigmas)
     mut.check(algo)
     included = np.random.default_rng([seed, 24]).random(total) < 0.5
+    starts = range(0, total, int(chunk))
+    run_seeds = np.random.SeedSequence([seed, 24]).generate_state(len(starts))  # independent runs, any seed
     scores, runs = [], 0
-    for start in range(0, total, int(chunk)):
+    for start in starts:
         inc = included[start:start + int(chunk)]
         replay, _ = _steering(sc, problem, len(inc))
-        rows, std = _messages(algo, context, problem, stacked_worlds(worlds, inc), seed + 1 + runs, replay)
+        rows, std = _messages(algo, context, problem, stacked_worlds(worlds, inc), int(run_seeds[runs]), replay)
         dev = rows - m_d[:, None]
         if spec.score == "norm":
             scores.append(np.linalg.norm(dev, axis=-1).sum(0))
