@@ -39,7 +39,7 @@ def register(subparsers) -> None:
     what.add_argument("--shipped", action="store_true", help="the shipped privacy bugs, each audited with and without it")
     what.add_argument("--flower-app", type=PathArg("dir"), default=None, metavar="PATH",
                       help="one-run audit of a Flower app (e.g. examples/flower) on the simulation engine")
-    p.add_argument("--canaries", type=Int(1, 10 ** 6), default=None, help="one-run audits: canaries per run")
+    p.add_argument("--canaries", type=Int(1, 10 ** 6), default=None, help="one-run audits: canaries per run (--simulator's few-run audits: silos, one canary each)")
     p.add_argument("--runs", type=Int(1, 10 ** 4), default=None, help="one-run audits: independent runs pooled (few-run audit)")
     p.add_argument("--counterpart", action="store_true",
                    help="--opacus / --simulator --mutation: run the correct counterpart")

@@ -77,7 +77,7 @@ FEW_RUN_MUTATIONS: dict[str, SiloScenario] = {
     "spider-sensitivity": SiloScenario(
         Scenario("isrl-spider", dict(rounds=4, q=4, batch_size=20, replacement=False, step_size=0.1), num_silos=1,
                  hidden=(1,), steer=True, noise_shape={"sigma1": 20.0, "sigma2": math.inf, "sigma2_hat": 1.0}),
-        4.0, 32_000, verdict_by="fdp"),
+        4.0, 64_000, verdict_by="fdp"),
     "with-replacement-as-disjoint": SiloScenario(Scenario("isrl-prox-sgd", _FULL, num_silos=1), 4.0, 400_000),
 }
 
@@ -159,8 +159,10 @@ def audit_silos(mutation: str, silos: int | None = None, counterpart: bool = Fal
         raise ValueError(f"mutation: few-run simulator audits cover {sorted(FEW_RUN_MUTATIONS)}, got {mutation!r}")
     spec = FEW_RUN_MUTATIONS[mutation]
     total = spec.silos if silos is None else int(silos)
-    if total < 20 or int(chunk) < 1:
-        raise ValueError(f"silos, chunk: need at least 20 silos and chunk >= 1, got {silos}, {chunk}")
+    if total < 20:
+        raise ValueError(f"silos: need at least 20, one canary each (--canaries of silodp audit --simulator), got {silos}")
+    if int(chunk) < 1:
+        raise ValueError(f"chunk: must be >= 1, got {chunk}")
     started = time.perf_counter()
     sc = spec.scenario
     problem, worlds, _ = sc.build()
@@ -176,11 +178,12 @@ def audit_silos(mutation: str, silos: int | None = None, counterpart: bool = Fal
     algo = get_algorithm(sc.algorithm, **dict(base, **({} if counterpart else mut.params)), w0=w0, sigmas=sigmas)
     mut.check(algo)
     included = np.random.default_rng([seed, 24]).random(total) < 0.5
-    starts = range(0, total, int(chunk))
+    size = -(-total // -(-total // int(chunk)))  # the fewest runs of at most ``chunk`` silos, sizes even
+    starts = range(0, total, size)
     run_seeds = np.random.SeedSequence([seed, 24]).generate_state(len(starts))  # independent runs, any seed
     scores, runs = [], 0
     for start in starts:
-        inc = included[start:start + int(chunk)]
+        inc = included[start:start + size]
         replay, _ = _steering(sc, problem, len(inc))
         rows, std = _messages(algo, context, problem, stacked_worlds(worlds, inc), int(run_seeds[runs]), replay)
         dev = rows - m_d[:, None]
