@@ -678,7 +678,8 @@ class Context:
             w, w_old, diff_clip = query
             self._entries.append({"round": self.round, "group": group, "available": avail.clone(),
                                   "batch": None if idx is None else idx.clone(), "sampling": data.sampling,
-                                  "std": float(std), "messages": messages.detach().clone(),
+                                  "std": float(std) if not isinstance(std, torch.Tensor) or std.numel() == 1 else std.detach().clone(),
+                                  "messages": messages.detach().clone(),
                                   "aggregate": agg.detach().clone(), "w": w, "w_old": w_old, "diff_clip": diff_clip,
                                   "offset": None if offset is None else offset.detach().clone()})
         return agg, released

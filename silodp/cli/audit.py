@@ -7,9 +7,9 @@
     silodp audit --papers [--epsilon E] [--trials T] --json
     silodp audit --algorithm NAME --mutation NAME --repeats R --json      (detection rate)
     silodp audit --opacus [--mutation NAME [--counterpart]] [--canaries M] [--runs R] --json
-    silodp audit --simulator --mutation NAME [--counterpart] [--canaries M] --json  (one simulator run)
+    silodp audit --simulator --mutation NAME [--counterpart] [--canaries M] --json  (one or a few simulator runs)
     silodp audit --shipped [--mutation NAME] [--json]          (the shipped bugs' table, docs/audit.md)
-    silodp audit --flower-app PATH [--mutation public-seed-noise] --canaries M --json  (a Flower app, simulation engine)
+    silodp audit --flower-app PATH [--mutation public-seed-noise|halve-noise] --canaries M --json  (a Flower app)
 
 The last four are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
 print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``canaries`` and
@@ -34,11 +34,12 @@ def register(subparsers) -> None:
     what.add_argument("--opacus", action="store_true",
                       help="one-run audit of a real Opacus run (an MLP on breast cancer; --mutation: a shipped bug's run)")
     what.add_argument("--simulator", action="store_true",
-                      help="one-run audit of a real simulator run with --mutation (or its --counterpart)")
+                      help="audit of real simulator runs with --mutation (or its --counterpart): one run of M canaries, or M silos "
+                           "of one canary each (docs/audit.md)")
     what.add_argument("--shipped", action="store_true", help="the shipped privacy bugs, each audited with and without it")
     what.add_argument("--flower-app", type=PathArg("dir"), default=None, metavar="PATH",
                       help="one-run audit of a Flower app (e.g. examples/flower) on the simulation engine")
-    p.add_argument("--canaries", type=Int(1, 10 ** 6), default=None, help="one-run audits: canaries per run")
+    p.add_argument("--canaries", type=Int(1, 10 ** 6), default=None, help="one-run audits: canaries per run (--simulator's few-run audits: silos, one canary each)")
     p.add_argument("--runs", type=Int(1, 10 ** 4), default=None, help="one-run audits: independent runs pooled (few-run audit)")
     p.add_argument("--counterpart", action="store_true",
                    help="--opacus / --simulator --mutation: run the correct counterpart")
@@ -69,7 +70,7 @@ def _check_applicable(args) -> None:
     if args.opacus or args.shipped or args.simulator or args.flower_app is not None:
         refuse(args, ("--noise-multiplier", "--messages", "--repeats", "--trials", "--epsilon"), "to one-run audits")
         if args.simulator:
-            refuse(args, ("--runs",), "to --simulator (one run)")
+            refuse(args, ("--runs",), "to --simulator (the scenario fixes the runs)")
         if args.shipped:
             refuse(args, one_run, "to --shipped")
         if args.flower_app is not None:
@@ -191,13 +192,13 @@ def _one_run(args) -> int:
     if args.simulator:
         from silodp.verify.audit.simulator_audit import audit_simulator
 
-        res = audit_simulator(args.mutation, canaries=args.canaries or 4000, counterpart=args.counterpart,
+        res = audit_simulator(args.mutation, canaries=args.canaries, counterpart=args.counterpart,
                               estimator=estimator, alpha=args.alpha, seed=args.seed)
         payload = strict_json(res.as_dict())
         emit(payload, args.json)
         return 0
     names = shipped.table_names() if args.shipped else shipped.SHIPPED
-    if args.mutation is not None and args.mutation not in names:
+    if args.mutation is not None and args.mutation not in names and args.flower_app is None:
         raise ValueError(f"--mutation: must be one of {sorted(names)}, got {args.mutation!r}")
     if args.shipped:
         rows = shipped.shipped_table([args.mutation] if args.mutation else None, estimator, args.alpha, args.seed)

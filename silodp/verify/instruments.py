@@ -41,8 +41,6 @@ class MutatedContext(RecordingContext):
     def _clip_terms(self, data, w, w_old, diff_clip):
         if self.mutation.clip == "whole":
             return super()._clip_terms(data, w, w_old, diff_clip)
-        if self._fed.num_silos != 1 and self.mutation.clip == "median":
-            raise ValueError("mutation: the median-clip context takes the batch median over one silo (use 1 silo)")
         x, y, weights = data._x, data._y, data._weights
         clip_fn = self.mutation.clip_fn(self._problem)
         wb = w.expand(x.shape[0], -1) if w.dim() == 1 else w
@@ -53,6 +51,10 @@ class MutatedContext(RecordingContext):
             if diff_clip is not None:
                 terms = _grads.clip_rows(terms, diff_clip)
         return torch.einsum("nk,nkd->nd", weights, terms), threshold
+
+    def _scale(self, value):
+        """A per-silo scale ``[N]`` (the median-clip noise) as a column ``[N, 1]``."""
+        return value.unsqueeze(-1) if isinstance(value, torch.Tensor) and value.dim() == 1 else value
 
     def _noise_std(self, group, term, std):
         m = self.mutation

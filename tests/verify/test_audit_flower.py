@@ -41,29 +41,47 @@ def test_canaried_silo_and_canary_gradient():
     assert torch.equal(only.x[1, :4], out.x[1, :4]) and only.y[0, :3].tolist() == [1.0, 0.0, 1.0]
 
 
-def test_public_seed_message_is_the_apps_with_public_noise():
-    """The mutation's message: the app's own noiseless term plus std times the round's public noise
-    (which the adversary regenerates); switched off, the app's own function is back."""
+@pytest.fixture
+def app_silo():
+    """The example app's task module, its own ``silo_message`` and a small silo (problem, data, model);
+    after the test, switched off, the app's own function is back."""
     import sys
 
     sys.path.insert(0, "examples/flower")
     from silodp_flower import task
 
-    from silodp.verify.audit.flower_audit import _switch, public_noise
+    from silodp.verify.audit.flower_audit import _switch
 
     problem = Problem(linear_model(3, 1), "logistic", clip=1.0)
     fed = Federation.from_silos([torch.randn(6, 3, dtype=torch.float64)], [torch.ones(6, dtype=torch.float64)])
-    w = torch.zeros(problem.model.dim, dtype=torch.float64)
     own = task.silo_message
-    try:
-        _switch("public-seed-noise", 4)
-        msg, release = task.silo_message(problem, fed, "grad", w, None, 0.5, 6, torch.Generator().manual_seed(1))
-        term, _ = own(problem, fed, "grad", w, None, 0.0, 6, torch.Generator().manual_seed(1))
-        assert torch.allclose(msg - 0.5 * public_noise(4, problem.model.dim), term)
-        assert release.noise_multiplier == pytest.approx(0.5 / (1.0 / 6))  # the release the silo accounts
-    finally:
-        _switch(None, 0)
+    yield task, own, problem, fed, torch.zeros(problem.model.dim, dtype=torch.float64)
+    _switch(None, 0)
     assert task.silo_message is own
+
+
+def test_public_seed_message_is_the_apps_with_public_noise(app_silo):
+    """The mutation's message: the app's own noiseless term plus std times the round's public noise
+    (which the adversary regenerates)."""
+    from silodp.verify.audit.flower_audit import _switch, public_noise
+
+    task, own, problem, fed, w = app_silo
+    _switch("public-seed-noise", 4)
+    msg, release = task.silo_message(problem, fed, "grad", w, None, 0.5, 6, torch.Generator().manual_seed(1))
+    term, _ = own(problem, fed, "grad", w, None, 0.0, 6, torch.Generator().manual_seed(1))
+    assert torch.allclose(msg - 0.5 * public_noise(4, problem.model.dim), term)
+    assert release.noise_multiplier == pytest.approx(0.5 / (1.0 / 6))  # the release the silo accounts
+
+
+def test_halve_noise_message_is_the_apps_at_half_the_noise_with_the_calibrated_release(app_silo):
+    from silodp.verify.audit.flower_audit import _switch
+
+    task, own, problem, fed, w = app_silo
+    _switch("halve-noise", 2)
+    msg, release = task.silo_message(problem, fed, "grad", w, None, 0.5, 6, torch.Generator().manual_seed(1))
+    half, _ = own(problem, fed, "grad", w, None, 0.25, 6, torch.Generator().manual_seed(1))
+    assert torch.equal(msg, half)  # the same batch and unit noise, at half the std
+    assert release.noise_multiplier == pytest.approx(0.5 / (1.0 / 6))  # the silo still accounts std 0.5
 
 
 def test_inclusion_is_fair_and_reproducible():
@@ -113,7 +131,7 @@ def test_shipped_table(full):
     from silodp.verify.audit.shipped import shipped_table
 
     rows = shipped_table()
-    assert len(rows) == 12  # 5 shipped bugs in Opacus, 3 in the Flower mod, 4 of the simulator's suite
+    assert len(rows) == 16  # 5 shipped bugs in Opacus, 3 in the Flower mod, 8 of the simulator's suite
     for row in rows:
         assert (row["verdict"], row["counterpart_verdict"]) == ("violated", "consistent"), row
 

@@ -7,7 +7,8 @@
 * :mod:`.canaries` -- the neighbouring datasets; :mod:`.mutations` -- deliberate privacy bugs;
 * :mod:`.estimators` -- epsilon lower bounds from scores; :mod:`.onerun` -- from one run's canaries;
 * real runs: :mod:`.opacus_audit`, :mod:`.flower_audit`, :mod:`.flower_mod` (silodp's Flower mod),
-  :mod:`.simulator_audit` (the simulator), :mod:`.shipped` (the shipped bugs' table);
+  :mod:`.simulator_audit` (the simulator: one run) and :mod:`.silo_canaries` (a few runs, one canary
+  per silo), :mod:`.shipped` (the shipped bugs' table);
 * :mod:`.testing` -- ``assert_dp``;
 * :mod:`.plots` -- figures.
 """

@@ -28,7 +28,8 @@ in the silo's process by the same message whose noise comes from a generator see
 seed and the round (the same noise in every silo). The adversary regenerates that noise (the
 silo's noise scale is public: ``silo_plan`` of the run config and silo 0's size) and subtracts it,
 so every canary drawn at least once is read exactly: Steinke et al.'s bound (valid for every
-mechanism) exceeds the claim. The with-replacement claim itself is loose for this app (at K
+mechanism) exceeds the claim. ``mutation="halve-noise"`` (silodp's own mutation suite) halves the
+silos' noise after calibration, their ledgers keeping the calibrated claim. The with-replacement claim itself is loose for this app (at K
 draws from K records one record may be drawn many times, and the accountant calibrates for that),
 so without the bug the bounds stay near 0 however the canaries are placed: the audit catches the bug, it does not show
 the claim tight.
@@ -58,8 +59,8 @@ from silodp.verify.audit.onerun import CanaryScores, RunAudit, judge_run
 CANARY_VALUE = 10.0
 _PREFIX = "audit-canaries"
 PARTITION_KEY = "silodp-audit-partition-id"
-#: the shipped bugs the audit can switch on in the app's silos
-APP_MUTATIONS = ("public-seed-noise",)
+#: the bugs the audit can switch on in the app's silos (the second paper's public seed; silodp's halved noise)
+APP_MUTATIONS = ("public-seed-noise", "halve-noise")
 
 
 def inclusion(canaries: int, seed: int) -> np.ndarray:
@@ -149,13 +150,30 @@ def _public_seed_message(original, round_: int):
     return silo_message
 
 
+def _halved_message(original, round_: int):
+    """The app's ``silo_message`` (``original``) with its noise std halved after calibration; the
+    ledger's release keeps the calibrated std, so the silo still reports the correct claim."""
+    from silodp_flower import task
+
+    def silo_message(problem, fed, kind, w, w_prev, std, batch_size, generator):
+        message, _ = original(problem, fed, kind, w, w_prev, 0.5 * std, batch_size, generator)
+        _, release = task.silo_release(problem, kind, w, w_prev, std, batch_size, fed.min_size)
+        return message, release
+
+    silo_message.original = original
+    return silo_message
+
+
+_MUTATED_MESSAGES = {"public-seed-noise": _public_seed_message, "halve-noise": _halved_message}
+
+
 def _switch(mutation: str | None, round_: int) -> None:
     """In this silo's process: ``silodp_flower.task.silo_message`` with ``mutation`` on for
     ``round_``, or the app's own (``None``)."""
     from silodp_flower import task
 
     original = getattr(task.silo_message, "original", task.silo_message)
-    task.silo_message = original if mutation is None else _public_seed_message(original, round_)
+    task.silo_message = original if mutation is None else _MUTATED_MESSAGES[mutation](original, round_)
 
 
 def _apps(settings, results: list, mutation: str | None = None):
@@ -259,7 +277,8 @@ def audit_flower_app(path: str = "examples/flower", canaries: int = 200, estimat
         raise RuntimeError("the Flower simulation ended without a result (see Flower's log)")
     out, recording = results[0]
     # the adversary of public-seed-noise regenerates silo 0's noise: its scale from the public plan
-    std = task.silo_plan(run, 0, run.delta).std("grad", None, None) if mutation else 0.0
+    public = mutation == "public-seed-noise"
+    std = task.silo_plan(run, 0, run.delta).std("grad", None, None) if public else 0.0
     scores = np.zeros(canaries)
     for config, replies in recording.rounds:
         if config.get("kind") != "grad":
@@ -267,7 +286,7 @@ def audit_flower_app(path: str = "examples/flower", canaries: int = 200, estimat
         for reply in replies:
             if int(reply.content["metrics"][PARTITION_KEY]) == 0:
                 message = reply.content["arrays"]["message"].numpy()
-                noise = std * public_noise(int(config["round"]), message.size).numpy() if mutation else 0.0
+                noise = std * public_noise(int(config["round"]), message.size).numpy() if public else 0.0
                 scores -= (message - noise)[d:d + canaries]
     canary = CanaryScores(scores, inclusion(canaries, seed))
     return FlowerAudit(**judge_run(canary, float(out["worst_silo_epsilon"]), run.delta, alpha, estimator),

@@ -76,8 +76,13 @@ def clip_per_layer(model, clip: float) -> ClipFn:
 
 
 def clip_median(raw: torch.Tensor):
-    """Clip to the median per-sample gradient norm of the batch (all rows of ``raw``)."""
-    threshold = float(raw.norm(dim=-1).flatten().median())
+    """Clip to the median per-sample gradient norm of the batch: of all rows of ``raw`` ``[K, d]``
+    (one silo's batch), or of each silo's rows of ``raw`` ``[N, K, d]`` (thresholds ``[N]``)."""
+    norms = raw.norm(dim=-1)
+    if raw.dim() == 3:
+        threshold = norms.median(dim=-1).values
+        return _grads.clip_rows(raw, threshold[:, None]), threshold.clamp_min(1e-300)
+    threshold = float(norms.flatten().median())
     return _grads.clip_rows(raw, threshold), max(threshold, 1e-300)
 
 

@@ -124,12 +124,14 @@ def _row(name: str, shipped: str, switch: str, bad, good, runs: int) -> dict:
 
 
 def _simulator_row(name: str, estimator: str | None, alpha: float, seed: int) -> dict:
-    """The row of a mutation of the simulator's suite, audited by one run of the real algorithm."""
+    """The row of a mutation of the simulator's suite, audited by real runs of the algorithm: one run
+    of many canaries, or a few runs whose silos hold one canary each (:mod:`.silo_canaries`)."""
     from silodp.verify.audit.simulator_audit import audit_simulator
 
     bad = audit_simulator(name, estimator=estimator, alpha=alpha, seed=seed)
     good = audit_simulator(name, counterpart=True, estimator=estimator, alpha=alpha, seed=seed)
-    return _row(name, "silodp's mutation suite (issue 7)", f"simulator channel ({bad.algorithm})", bad, good, 1)
+    return _row(name, "silodp's mutation suite (issue 7)", f"simulator channel ({bad.algorithm})", bad, good,
+                getattr(bad, "runs", 1))
 
 
 #: the table's names for the Flower mod's rows (the bug's name after this prefix)
@@ -148,12 +150,14 @@ def _mod_row(name: str, estimator: str | None, alpha: float, seed: int) -> dict:
 
 def table_names() -> list[str]:
     """Every row of the table: the shipped bugs in real Opacus runs, then in silodp's Flower mod
-    (:data:`.flower_mod.MOD_SCENARIOS`), then the simulator's suite where one run catches it
-    (:data:`.simulator_audit.ONE_RUN_MUTATIONS`)."""
+    (:data:`.flower_mod.MOD_SCENARIOS`), then the simulator's suite: caught by one run
+    (:data:`.simulator_audit.ONE_RUN_MUTATIONS`) or by a few runs of one canary per silo
+    (:data:`.silo_canaries.FEW_RUN_MUTATIONS`)."""
     from silodp.verify.audit.flower_mod import MOD_SCENARIOS
+    from silodp.verify.audit.silo_canaries import FEW_RUN_MUTATIONS
     from silodp.verify.audit.simulator_audit import ONE_RUN_MUTATIONS
 
-    return [*SHIPPED, *(MOD_PREFIX + name for name in MOD_SCENARIOS), *ONE_RUN_MUTATIONS]
+    return [*SHIPPED, *(MOD_PREFIX + name for name in MOD_SCENARIOS), *ONE_RUN_MUTATIONS, *FEW_RUN_MUTATIONS]
 
 
 def shipped_table(names=None, estimator: str | None = None, alpha: float = 0.05, seed: int = 0) -> list[dict]:

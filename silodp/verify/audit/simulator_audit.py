@@ -11,11 +11,12 @@ sum over releases of coordinate d + j (under the squared loss the canary's clipp
 layer's calibration of the *correct* algorithm at the target epsilon (as in the many-run game).
 
 The one-run audit reads a per-canary signal, so it applies to the bugs that act on every record
-(:data:`ONE_RUN_MUTATIONS`). The others are global or need one special canary per run --
-``median-clip`` (the batch median moves with one record), ``spider-sensitivity`` (steered
-iterates), ``with-replacement-as-disjoint`` (a homogeneous silo), ``per-layer-clip`` (a canary's
-excess lives in the bias, shared by every canary) -- and stay with the many-run game
-(:func:`.audits.audit_algorithm`).
+(:data:`ONE_RUN_MUTATIONS`). The others need one special canary per run -- ``median-clip`` (the
+batch median moves with one record), ``spider-sensitivity`` (steered iterates),
+``with-replacement-as-disjoint`` (a homogeneous silo), ``per-layer-clip`` (a canary's excess lives
+in every parameter tensor, shared by the canaries of one silo) -- and ``audit_simulator`` hands
+them to the few-run audit of :mod:`.silo_canaries` (one canary per silo, the silos independent
+runs: :data:`~.silo_canaries.FEW_RUN_MUTATIONS`).
 
 Full batches make each canary's released sum a Gaussian mechanism (a composition of Gaussians),
 so the f-DP one-run bound (:func:`.onerun.fdp_epsilon`) decides where the mutated run is still
@@ -95,13 +96,30 @@ def canary_federation(num_silos: int, n: int, d: int, included: np.ndarray, seed
     return Federation(x, y, torch.full((num_silos,), n + m))
 
 
-def audit_simulator(mutation: str, canaries: int = 4000, counterpart: bool = False, algorithm: str = "isrl-prox-sgd",
-                    epsilon: float | None = None, delta: float = 1e-5, n: int = 20, d: int = 4,
-                    estimator: str | None = None, alpha: float = 0.05, seed: int = 0) -> SimulatorAudit:
+def audit_simulator(mutation: str, canaries: int | None = None, counterpart: bool = False,
+                    algorithm: str = "isrl-prox-sgd", epsilon: float | None = None, delta: float = 1e-5, n: int = 20,
+                    d: int = 4, estimator: str | None = None, alpha: float = 0.05, seed: int = 0):
     """One run of ``algorithm`` in ``mutation``'s scenario (:data:`ONE_RUN_MUTATIONS`) with the bug
-    switched on in its channel (off: ``counterpart``), ``canaries`` canaries in silo 0, judged
-    against the correct algorithm's claim at the target ``epsilon`` (default: the scenario's) by
-    ``estimator`` (default: the scenario's)."""
+    switched on in its channel (off: ``counterpart``), ``canaries`` canaries in silo 0 (default
+    4000), judged against the correct algorithm's claim at the target ``epsilon`` (default: the
+    scenario's) by ``estimator`` (default: the scenario's). A mutation of
+    :data:`~.silo_canaries.FEW_RUN_MUTATIONS` gets its few-run audit instead
+    (:func:`~.silo_canaries.audit_silos`: ``canaries`` silos, one canary each, in its own scenario)."""
+    from silodp.verify.audit.silo_canaries import FEW_RUN_MUTATIONS, audit_silos
+
+    if mutation in FEW_RUN_MUTATIONS:
+        return audit_silos(mutation, silos=canaries, counterpart=counterpart, epsilon=epsilon, delta=delta,
+                           estimator=estimator, alpha=alpha, seed=seed)
+    if mutation not in ONE_RUN_MUTATIONS:
+        names = sorted({*ONE_RUN_MUTATIONS, *FEW_RUN_MUTATIONS})
+        raise ValueError(f"mutation: simulator audits cover {names}, got {mutation!r}")
+    return _audit_one_run(mutation, 4000 if canaries is None else canaries, counterpart, algorithm, epsilon, delta,
+                          n, d, estimator, alpha, seed)
+
+
+def _audit_one_run(mutation: str, canaries: int, counterpart: bool, algorithm: str, epsilon: float | None,
+                   delta: float, n: int, d: int, estimator: str | None, alpha: float, seed: int) -> SimulatorAudit:
+    """:func:`audit_simulator` of a mutation of :data:`ONE_RUN_MUTATIONS`."""
     import torch
 
     from silodp.algorithms import Problem, get_algorithm, linear_model
@@ -109,10 +127,6 @@ def audit_simulator(mutation: str, canaries: int = 4000, counterpart: bool = Fal
     from silodp.verify.audit.mutations import get_mutation
     from silodp.verify.instruments import RecordingContext
 
-    if mutation not in ONE_RUN_MUTATIONS:
-        names = sorted(ONE_RUN_MUTATIONS)
-        raise ValueError(f"mutation: one-run simulator audits cover {names} (the others: the many-run game), "
-                         f"got {mutation!r}")
     if int(canaries) < 2:
         raise ValueError(f"canaries: need at least 2, got {canaries}")
     sc = ONE_RUN_MUTATIONS[mutation]
