@@ -527,6 +527,8 @@ class GaussianPair:
         """x*(eps) with {L > eps} = {x > x*}: w = e^v solves
         a w^2 + ((1 - a) - e^eps (1 - b)) w - e^eps b e^{-1/s^2} = 0 (the positive root)."""
         a, b, s = self.a, self.b, self.s
+        if a == 1.0 and b == 0.0:  # the plain Gaussian: w = e^eps exactly
+            return s * s * np.asarray(epsilon, dtype=float) + 0.5
         big_e = np.exp(epsilon)
         qb = (1.0 - a) - big_e * (1.0 - b)
         qc = -big_e * b * math.exp(-1.0 / s ** 2)
@@ -541,9 +543,12 @@ class GaussianPair:
         eps = np.asarray(epsilon, dtype=float)
         x, s = self.threshold(eps), self.s
         with np.errstate(divide="ignore", invalid="ignore"):
-            tail0 = log_ndtr(-x / s)
-            log_p = np.logaddexp(_log(1.0 - self.a) + tail0, _log(self.a) + log_ndtr((1.0 - x) / s))
-            log_q = np.logaddexp(_log(1.0 - self.b) + tail0, _log(self.b) + log_ndtr((-1.0 - x) / s))
+            if self.a == 1.0 and self.b == 0.0:  # the plain Gaussian (P = N(1, s^2), Q = N(0, s^2)): 2 tails, not 3
+                log_p, log_q = log_ndtr((1.0 - x) / s), log_ndtr(-x / s)
+            else:
+                tail0 = log_ndtr(-x / s)
+                log_p = np.logaddexp(_log(1.0 - self.a) + tail0, _log(self.a) + log_ndtr((1.0 - x) / s))
+                log_q = np.logaddexp(_log(1.0 - self.b) + tail0, _log(self.b) + log_ndtr((-1.0 - x) / s))
             d = np.exp(log_p) * -np.expm1(np.minimum(eps + log_q - log_p, 0.0))
         return np.where(np.isposinf(x), 0.0, np.where(np.isneginf(x), -np.expm1(eps), d))
 
