@@ -511,23 +511,32 @@ class PldAccountant(Accountant):
         """The composed PLD, or :class:`~silodp.accounting.pld.UncertifiableDeltaError` when its
         floating-point charge exceeds ``ROUNDOFF_SHARE * delta`` in every pass.
 
-        First pass: float64 with the FFT's worst-case charge. Above ``DIRECT_SHARE * delta``, a
-        second pass charged by the magnitudes present (``direct_work``), in extended precision
-        (u = 2^-64, where the platform has it) when the composition is at most
-        ``EXTENDED_POINTS``, else in float64 and, if that still cannot certify, once more in
-        extended precision before refusing. Every pass is a certificate on its own (its charge is
-        spent from delta); the smallest charge is kept."""
-        total = self._pld()
-        if total.roundoff <= self.DIRECT_SHARE * delta:
+        First pass: float64 with the FFT's worst-case charge, skipped when that charge must exceed
+        ``DIRECT_SHARE * delta`` (it is at least T times the FFT's error at frequency 0, >= 64u, for
+        a block of T steps). Above it, a second pass charged by the magnitudes present
+        (``direct_work``): in extended precision (u = 2^-64, where the platform has it) when the
+        composition is at most ``EXTENDED_POINTS``, else in float64, and then in extended precision
+        if float64's charge is still above ``DIRECT_SHARE * delta`` at that size, or above
+        ``ROUNDOFF_SHARE * delta`` at any size. Every pass is a certificate on its own (its charge
+        is spent from delta); the smallest charge is kept."""
+        steps = max((b.count for b in self._blocks), default=1)
+        total = None if steps * 32.0 * np.finfo(float).eps > self.DIRECT_SHARE * delta else self._pld()
+        if total is not None and total.roundoff <= self.DIRECT_SHARE * delta:
             return total
         extended_here = np.finfo(pld_lib.EXTENDED).eps < np.finfo(float).eps
-        points = len(self._blocks) * sum(len(p.masses) for p in total._directions())
-        small = extended_here and points <= self.EXTENDED_POINTS
-        passes = [pld_lib.EXTENDED] if small else [np.float64] + ([pld_lib.EXTENDED] if extended_here else [])
-        for i, dtype in enumerate(passes):
-            if i > 0 and total.roundoff <= self.ROUNDOFF_SHARE * delta:
-                break
-            retry = self._pld(dtype, direct_work=pld_lib.DIRECT_WORK)
+
+        def small(p: pld_lib.PrivacyLossDistribution) -> bool:
+            return extended_here and len(self._blocks) * sum(len(d.masses) for d in p._directions()) <= self.EXTENDED_POINTS
+
+        if total is None or not small(total):
+            retry = self._pld(direct_work=pld_lib.DIRECT_WORK)
+            total = retry if total is None or retry.roundoff < total.roundoff else total
+            binding = self.DIRECT_SHARE if small(total) else self.ROUNDOFF_SHARE
+            extend = extended_here and total.roundoff > binding * delta
+        else:
+            extend = True
+        if extend:
+            retry = self._pld(pld_lib.EXTENDED, direct_work=pld_lib.DIRECT_WORK)
             total = retry if retry.roundoff < total.roundoff else total
         if total.roundoff > self.ROUNDOFF_SHARE * delta:
             raise pld_lib.UncertifiableDeltaError(
