@@ -577,13 +577,36 @@ class GaussianPair:
             d = np.exp(log_p) * -np.expm1(np.minimum(eps + log_q - log_p, 0.0))
         return np.where(np.isposinf(x), 0.0, np.where(np.isneginf(x), -np.expm1(eps), d))
 
-    def loss_pmf(self, interval: float, log_mass_truncation_bound: float) -> LossPmf:
-        """Connect-the-dots discretization on the grid i * interval over the losses of x in
-        [min mean - k s, max mean + k s], where P has mass below e^bound outside."""
+    #: Bound on the relative error of :meth:`survival`, in units of u (a few ulps per tail).
+    SURVIVAL_UNITS = 8.0
+
+    def loss_range(self, log_mass_truncation_bound: float) -> tuple[float, float]:
+        """The losses of x in [min mean - k s, max mean + k s], outside which P has mass below
+        e^bound (k = sqrt(-2 bound))."""
         k = math.sqrt(-2.0 * log_mass_truncation_bound)
         lo_x = (1.0 if self.a == 1.0 else 0.0) - k * self.s
         hi_x = (0.0 if self.a == 0.0 else 1.0) + k * self.s
         l_lo, l_hi = (float(v) for v in self.loss(np.array([lo_x, hi_x])))
+        return l_lo, l_hi
+
+    def survival(self, epsilon: np.ndarray) -> np.ndarray:
+        """P[L > eps] = P(x > x*(eps)) (closed form in Phi)."""
+        x = self.threshold(np.asarray(epsilon, dtype=float))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_p = np.logaddexp(_log(1.0 - self.a) + log_ndtr(-x / self.s), _log(self.a) + log_ndtr((1.0 - x) / self.s))
+        return np.where(np.isneginf(x), 1.0, np.where(np.isposinf(x), 0.0, np.exp(log_p)))
+
+    def pass_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
+        """P(x > tau) and Q(x > tau) over a grid of tau from -3 s to 12 s past the midpoint."""
+        taus = np.linspace(-3.0, 12.0, 301) * self.s + 0.5
+        tail0 = np.exp(log_ndtr(-taus / self.s))
+        return ((1.0 - self.a) * tail0 + self.a * np.exp(log_ndtr((1.0 - taus) / self.s)),
+                (1.0 - self.b) * tail0 + self.b * np.exp(log_ndtr((-1.0 - taus) / self.s)))
+
+    def loss_pmf(self, interval: float, log_mass_truncation_bound: float) -> LossPmf:
+        """Connect-the-dots discretization on the grid i * interval over the losses of x in
+        [min mean - k s, max mean + k s], where P has mass below e^bound outside."""
+        l_lo, l_hi = self.loss_range(log_mass_truncation_bound)
         if max(abs(l_lo), abs(l_hi)) > MAX_LOSS:
             raise ValueError(f"noise_multiplier: privacy losses reach {max(abs(l_lo), abs(l_hi)):.3g}; "
                              "the noise is too small for the pld accountant (epsilon is huge); use 'rdp'")
@@ -594,27 +617,22 @@ class GaussianPair:
         return connect_the_dots(self.delta, first, last, interval)
 
 
-def optimistic_loss_pmf(pair: GaussianPair, interval: float, log_mass_truncation_bound: float) -> LossPmf:
-    """A PLD *dominated* by ``pair``'s: the mass of the loss in (eps_i, eps_{i+1}] at eps_i, the mass
-    below the first and above the last grid point dropped (so every delta(eps) it gives is at most
-    the pair's, up to ``roundoff``: the survival function's few-ulp errors, 4u per point)."""
-    k = math.sqrt(-2.0 * log_mass_truncation_bound)
-    lo_x = (1.0 if pair.a == 1.0 else 0.0) - k * pair.s
-    hi_x = (0.0 if pair.a == 0.0 else 1.0) + k * pair.s
-    l_lo, l_hi = (float(v) for v in pair.loss(np.array([lo_x, hi_x])))
+def optimistic_loss_pmf(pair, interval: float, log_mass_truncation_bound: float) -> LossPmf:
+    """A PLD *dominated* by ``pair``'s (a :class:`GaussianPair`, or any pair with an increasing loss
+    offering ``loss_range``, ``survival`` = P[L > eps] and ``SURVIVAL_UNITS``): the mass of the loss
+    in (eps_i, eps_{i+1}] at eps_i, the mass below the first and above the last grid point dropped
+    (so every delta(eps) it gives is at most the pair's, up to ``roundoff``: the survival
+    function's few-ulp errors)."""
+    l_lo, l_hi = pair.loss_range(log_mass_truncation_bound)
     first, last = math.floor(l_lo / interval), math.ceil(l_hi / interval)
     if last - first > MAX_POINTS or max(abs(l_lo), abs(l_hi)) > MAX_LOSS:
         raise ValueError("noise_multiplier: too small for a lower-bound PLD on this grid")
-    eps = np.arange(first, last + 1) * interval
-    x = pair.threshold(eps)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_p = np.logaddexp(_log(1.0 - pair.a) + log_ndtr(-x / pair.s), _log(pair.a) + log_ndtr((1.0 - x) / pair.s))
-    surv = np.where(np.isneginf(x), 1.0, np.where(np.isposinf(x), 0.0, np.exp(log_p)))  # P[L > eps_i]
+    surv = pair.survival(np.arange(first, last + 1) * interval)  # P[L > eps_i]
     masses = np.maximum(surv[:-1] - surv[1:], 0.0)
-    return LossPmf(interval, first, masses, 0.0, 8.0 * _U * float(np.sum(surv)))
+    return LossPmf(interval, first, masses, 0.0, pair.SURVIVAL_UNITS * _U * float(np.sum(surv)))
 
 
-def lower_bound_epsilon(pairs: list[tuple[GaussianPair, int]], delta: float, interval: float = 1e-4,
+def lower_bound_epsilon(pairs: list[tuple], delta: float, interval: float = 1e-4,
                         log_mass_truncation_bound: float = LOG_TAIL_MASS) -> float:
     """A rigorous lower bound on the epsilon at ``delta`` of composing ``count`` copies of each
     (one-direction) ``pair``: the dominated PLD of :func:`optimistic_loss_pmf` composed by FFT, with
@@ -642,19 +660,17 @@ def lower_bound_epsilon(pairs: list[tuple[GaussianPair, int]], delta: float, int
                          name="epsilon")
 
 
-def count_test_lower_bound(pair: GaussianPair, steps: int, delta: float) -> float:
+def count_test_lower_bound(pair, steps: int, delta: float) -> float:
     """A rigorous lower bound on the epsilon at ``delta`` of ``steps`` independent copies of
     ``pair``, from a test: count the steps whose output exceeds tau and reject when at least m do.
-    The per-step pass probabilities are closed forms in Phi, so for every (tau, m)
+    The per-step pass probabilities (``pair.pass_probabilities``) are closed forms in Phi, so for every (tau, m)
     delta <= P[Bin(T, p_P) >= m] - e^eps P[Bin(T, p_Q) >= m]; the best over a grid of (tau, m), with
     the binomial tails' relative error (1e-9) counted against it. Strong where a few steps carry
     the loss (small q, many steps), where a grid-based lower PLD is loose."""
     from scipy.stats import binom
 
     dl = check_delta("delta", delta)
-    taus = np.linspace(-3.0, 12.0, 301) * pair.s + 0.5
-    p_pass = (1.0 - pair.a) * np.exp(log_ndtr(-taus / pair.s)) + pair.a * np.exp(log_ndtr((1.0 - taus) / pair.s))
-    q_pass = (1.0 - pair.b) * np.exp(log_ndtr(-taus / pair.s)) + pair.b * np.exp(log_ndtr((-1.0 - taus) / pair.s))
+    p_pass, q_pass = pair.pass_probabilities()
     counts = np.unique(np.geomspace(1, steps, 60).astype(np.int64))[:, None]
     sf_p = binom.sf(counts - 1, steps, p_pass[None, :]) * (1 - 1e-9)
     sf_q = binom.sf(counts - 1, steps, q_pass[None, :]) * (1 + 1e-9)
