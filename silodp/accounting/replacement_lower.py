@@ -13,13 +13,14 @@ shifting by mC and scaling by C, with s = z (noise sigma = zC):
     P = sum_k P[K = k] N(2k, s^2)        Q = N(0, s^2)
 
 (D' hides K completely). Each step draws its batch afresh, so T steps are the T-fold product of
-this pair, and any (eps, delta) guarantee of the mechanism must hold for it (both orders: P
-against Q and Q against P). Its privacy loss is increasing in x (a log-sum-exp of increasing
+this pair, and any (eps, delta) guarantee of the mechanism must hold for it (P against Q; the
+other order is not used: dropping Q's far multiplicities would not be safe there, and its loss is
+at most log(1 / P[K = 0]) a step anyway). Its privacy loss is increasing in x (a log-sum-exp of increasing
 affine functions), so the dominated PLD of :func:`silodp.accounting.pld.optimistic_loss_pmf` applies:
 the mass of x in (x_i, x_{i+1}] is placed at eps_i, where the threshold x_i is found by bisection
 from above (L(x_i) >= eps_i + margin, so every unit of mass sits at or below its true loss);
-multiplicities beyond the binomial's 1 - e^bound quantile are dropped (less mass: still
-dominated). :func:`silodp.accounting.pld.lower_bound_epsilon` then composes it with every mass it
+multiplicities beyond the binomial's 1 - e^bound quantile are dropped from P (p only
+decreases, so every integral of (prod p - e^eps prod q)_+ does too). :func:`silodp.accounting.pld.lower_bound_epsilon` then composes it with every mass it
 may have added subtracted from delta. A lower bound only: the worst pair is not known, so this
 says nothing about how tight an upper bound could be made.
 """
@@ -48,13 +49,12 @@ def _lse(terms: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class CollinearPair:
-    """P = sum_k w_k N(k d, s^2) against Q = N(0, s^2) (``add``: P = N(0, s^2) against
-    Q = sum_k w_k N(-k d, s^2), the other order mirrored), ``w_k`` = ``weights[k]``."""
+    """P = sum_k w_k N(k d, s^2) (a sub-probability when truncated) against Q = N(0, s^2),
+    ``w_k`` = ``weights[k]``, d = ``shift``."""
 
     weights: tuple
     shift: float
     s: float
-    add: bool = False
 
     @property
     def SURVIVAL_UNITS(self) -> float:  # noqa: N802 (the name optimistic_loss_pmf reads)
@@ -67,18 +67,16 @@ class CollinearPair:
     def _terms(self, x: np.ndarray) -> np.ndarray:
         k = np.arange(len(self.weights))
         logw = np.log(np.maximum(np.asarray(self.weights, dtype=float), 1e-300))
-        sign = -1.0 if self.add else 1.0
-        return logw + (2.0 * k * self.shift * sign * x[..., None] - (k * self.shift) ** 2) / (2.0 * self.s ** 2)
+        return logw + (2.0 * k * self.shift * x[..., None] - (k * self.shift) ** 2) / (2.0 * self.s ** 2)
 
     def loss(self, x: np.ndarray) -> np.ndarray:
         """Privacy loss log(dP/dQ)(x), increasing in x."""
-        lse = _lse(self._terms(np.asarray(x, dtype=float)))
-        return -lse if self.add else lse
+        return _lse(self._terms(np.asarray(x, dtype=float)))
 
     def loss_range(self, log_mass_truncation_bound: float) -> tuple[float, float]:
         """The losses at the ends of an x range outside which P has mass below e^bound per side."""
         k = math.sqrt(-2.0 * log_mass_truncation_bound)
-        top = 0.0 if self.add else (len(self.weights) - 1) * self.shift
+        top = (len(self.weights) - 1) * self.shift
         l_lo, l_hi = self.loss(np.array([-k * self.s, top + k * self.s]))
         return float(l_lo), float(l_hi)
 
@@ -98,13 +96,10 @@ class CollinearPair:
     def survival(self, epsilon: np.ndarray) -> np.ndarray:
         """P[X > x(eps)] <= P[L > eps] (x from :meth:`threshold`)."""
         x = self.threshold(epsilon)
+        k = np.arange(len(self.weights))
+        logw = np.log(np.maximum(np.asarray(self.weights, dtype=float), 1e-300))
         with np.errstate(divide="ignore", invalid="ignore"):
-            if self.add:
-                log_p = log_ndtr(-x / self.s)
-            else:
-                k = np.arange(len(self.weights))
-                logw = np.log(np.maximum(np.asarray(self.weights, dtype=float), 1e-300))
-                log_p = _lse(logw + log_ndtr((k * self.shift - x[:, None]) / self.s))
+            log_p = _lse(logw + log_ndtr((k * self.shift - x[:, None]) / self.s))
         return np.where(np.isposinf(x), 0.0, np.exp(log_p))
 
 
@@ -113,16 +108,13 @@ class CollinearPair:
         :func:`silodp.accounting.pld.count_test_lower_bound`)."""
         k = np.arange(len(self.weights))
         w = np.asarray(self.weights, dtype=float)
-        taus = np.linspace(-3.0, 12.0, 301) * self.s + 0.5 * self.shift * (-1.0 if self.add else 1.0)
-        single = np.exp(log_ndtr(-taus / self.s))
-        sign = 1.0 if self.add else -1.0  # the mixture's means: -k d (add) or +k d
-        mixed = np.exp(log_ndtr(-(taus[:, None] + sign * k * self.shift) / self.s)) @ w
-        return (single, mixed) if self.add else (mixed, single)
+        taus = np.linspace(-3.0, 12.0, 301) * self.s + 0.5 * self.shift
+        return np.exp(log_ndtr((k * self.shift - taus[:, None]) / self.s)) @ w, np.exp(log_ndtr(-taus / self.s))
 
 
-def collinear_pairs(noise_multiplier: float, sample_size: int, dataset_size: int,
-                    log_mass_truncation_bound: float = pld.LOG_TAIL_MASS) -> list[CollinearPair]:
-    """Both orders of the module's pair for a batch of ``sample_size`` draws from ``dataset_size``
+def collinear_pair(noise_multiplier: float, sample_size: int, dataset_size: int,
+                   log_mass_truncation_bound: float = pld.LOG_TAIL_MASS) -> CollinearPair:
+    """The module's pair for a batch of ``sample_size`` draws from ``dataset_size``
     records at ``noise_multiplier`` = sigma / C (shift 2C per draw of the changed record)."""
     z = check_positive("noise_multiplier", noise_multiplier)
     m, n = int(sample_size), int(dataset_size)
@@ -130,18 +122,18 @@ def collinear_pairs(noise_multiplier: float, sample_size: int, dataset_size: int
         raise ValueError(f"sample_size and dataset_size must be >= 1, got {m}, {n}")
     kmax = min(m, _binomial.isf(math.exp(log_mass_truncation_bound), m, 1.0 / n))
     weights = tuple(float(_binomial.pmf(k, m, 1.0 / n)) for k in range(kmax + 1))
-    return [CollinearPair(weights, 2.0, z), CollinearPair(weights, 2.0, z, add=True)]
+    return CollinearPair(weights, 2.0, z)
 
 
 def lower_bound_epsilon(noise_multiplier: float, sample_size: int, dataset_size: int, steps: int,
                         delta: float, interval: float = 1e-4) -> float:
     """A rigorous lower bound on the epsilon at ``delta`` of ``steps`` Gaussian sums over batches of
-    ``sample_size`` draws with replacement from ``dataset_size`` records (replace-one): the larger
-    over both orders of the module's pair of :func:`silodp.accounting.pld.lower_bound_epsilon` (a
+    ``sample_size`` draws with replacement from ``dataset_size`` records (replace-one): the larger,
+    for the module's pair, of :func:`silodp.accounting.pld.lower_bound_epsilon` (a
     dominated PLD) and :func:`silodp.accounting.pld.count_test_lower_bound` (a test counting the
     steps past tau, stronger for rarely drawn records)."""
     dl = check_delta("delta", delta)
     if int(steps) < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
-    return max(max(pld.lower_bound_epsilon([(p, int(steps))], dl, interval), pld.count_test_lower_bound(p, int(steps), dl))
-               for p in collinear_pairs(noise_multiplier, sample_size, dataset_size))
+    pair = collinear_pair(noise_multiplier, sample_size, dataset_size)
+    return max(pld.lower_bound_epsilon([(pair, int(steps))], dl, interval), pld.count_test_lower_bound(pair, int(steps), dl))
