@@ -10,8 +10,8 @@ round-off, wrapped and moved tails subtracted from delta, whose grid bias grows 
 and :func:`~silodp.accounting.pld.count_test_lower_bound`, a closed-form hypothesis test; for
 balls-in-bins epochs, which dp-accounting does not offer, :func:`silodp.accounting.allocation.lower_bound_epsilon`), elsewhere dp-accounting's *optimistic* PLD (below the true epsilon only up to its own
 round-off; marked ``~``) -- the excess of silodp over the tighter of dp-accounting's fine
-PLD and silodp's own lower reference, and the times. Printed: median and worst excess, and the median
-time ratios.
+PLD and silodp's own lower reference, and the times (wall, and silodp's CPU time). Printed: median and
+worst excess, the slowest silodp call (wall and CPU) and the median time ratios.
 
     python benchmarks/bench_mechanisms.py [--quick]
     python benchmarks/bench_mechanisms.py --sweep   # silodp's default against dp-accounting's fine PLD
@@ -116,18 +116,20 @@ QUICK = [0, 1, 14, 16, 19, 21, 23, 27]
 
 
 def timed(fn):
-    t = time.perf_counter()
+    """``fn()``, its wall time and its CPU time (``time.process_time``: this process only, so a
+    loaded machine moves the wall time, not this one)."""
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
-    return out, time.perf_counter() - t
+    return out, time.perf_counter() - t, time.process_time() - c
 
 
 def run(case) -> dict:
     name, ours, theirs, optimistic, rel, delta, prv, pairs = case
-    mine, t_ours = timed(lambda: tightest_epsilon(ours, delta, rel)[0])
+    mine, t_ours, cpu_ours = timed(lambda: tightest_epsilon(ours, delta, rel)[0])
     fine = t_fine = float("nan")
     if theirs is not None:
         acc = pld_privacy_accountant.PLDAccountant(_NR[rel], value_discretization_interval=1e-4)
-        fine, t_fine = timed(lambda: acc.compose(theirs).get_epsilon(delta))
+        fine, t_fine, _ = timed(lambda: acc.compose(theirs).get_epsilon(delta))
     rigorous = pairs is not None
     if callable(pairs):  # a closed-form rigorous lower bound
         lower = pairs()
@@ -147,11 +149,11 @@ def run(case) -> dict:
         z, q, steps = prv
         acc_prv = PRVAccountant()
         acc_prv.history = [(z, q, steps)]
-        _, t_prv = timed(lambda: acc_prv.get_epsilon(delta))
+        _, t_prv, _ = timed(lambda: acc_prv.get_epsilon(delta))
     best_ref = min(x for x in (fine, mine) if x == x)  # the tightest sound certificate in the run
     return {"name": name, "silodp": mine, "dpa_fine": fine, "lower": lower, "rigorous": rigorous, "excess": mine / best_ref - 1.0,
             "over_lower": mine / lower - 1.0 if lower > 0 else float("nan"),
-            "t_silodp": t_ours, "t_dpa": t_fine, "t_prv": t_prv}
+            "t_silodp": t_ours, "cpu_silodp": cpu_ours, "t_dpa": t_fine, "t_prv": t_prv}
 
 
 SWEEP = [(q, steps, delta) for q in (1e-6, 1e-4, 1e-2) for steps in (100, 10_000, 1_000_000)
@@ -160,22 +162,23 @@ SWEEP = [(q, steps, delta) for q in (1e-6, 1e-4, 1e-2) for steps in (100, 10_000
 
 def sweep() -> None:
     """The ``--sweep`` table and its summary (module docstring)."""
-    print(f"{'q':>6} {'steps':>8} {'delta':>6} {'silodp':>9} {'dpa-fine':>9} {'excess':>8} {'t silodp':>8} {'t dpa':>7}")
+    print(f"{'q':>6} {'steps':>8} {'delta':>6} {'silodp':>9} {'dpa-fine':>9} {'excess':>8} {'t silodp':>8} {'cpu':>6} "
+          f"{'t dpa':>7}")
     rows = []
     for q, steps, delta in SWEEP:
         ours = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(1.0)), steps)
         theirs = dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(q, dpe.GaussianDpEvent(1.0)), steps)
-        mine, t_ours = timed(lambda: tightest_epsilon(ours, delta, AR)[0])
+        mine, t_ours, cpu_ours = timed(lambda: tightest_epsilon(ours, delta, AR)[0])
         acc = pld_privacy_accountant.PLDAccountant(NR.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4)
-        fine, t_fine = timed(lambda: acc.compose(theirs).get_epsilon(delta))
+        fine, t_fine, _ = timed(lambda: acc.compose(theirs).get_epsilon(delta))
         excess = mine / fine - 1.0 if fine > 0 else (0.0 if mine == 0 else float("inf"))
-        rows.append((excess, t_ours))
-        print(f"{q:6g} {steps:8d} {delta:6g} {mine:9.4f} {fine:9.4f} {100 * excess:+7.2f}% {t_ours:8.2f} {t_fine:7.2f}",
-              flush=True)
+        rows.append((excess, t_ours, cpu_ours))
+        print(f"{q:6g} {steps:8d} {delta:6g} {mine:9.4f} {fine:9.4f} {100 * excess:+7.2f}% {t_ours:8.2f} {cpu_ours:6.2f} "
+              f"{t_fine:7.2f}", flush=True)
     excess = [r[0] for r in rows]
     print(f"\n{len(rows)} cases: excess over dp-accounting's fine PLD median {100 * statistics.median(excess):+.3f}%, "
           f"worst {100 * max(excess):+.3f}%, {sum(e > 0.01 for e in excess)} above +1%; "
-          f"slowest silodp call {max(r[1] for r in rows):.2f} s")
+          f"slowest silodp call {max(r[1] for r in rows):.2f} s wall, {max(r[2] for r in rows):.2f} s CPU")
 
 
 def main() -> None:
@@ -190,18 +193,19 @@ def main() -> None:
     cases = [CASES[i] for i in QUICK] if args.quick else CASES
     rows = []
     print(f"{'mechanism':<40} {'silodp':>9} {'dpa-fine':>9} {'lower':>9} {'excess':>8} {'>lower':>8} "
-          f"{'t silodp':>8} {'t dpa':>7} {'t prv':>7}")
+          f"{'t silodp':>8} {'cpu':>6} {'t dpa':>7} {'t prv':>7}")
     for case in cases:
         r = run(case)
         rows.append(r)
         print(f"{r['name']:<40} {r['silodp']:9.4f} {r['dpa_fine']:9.4f} {'' if r['rigorous'] else '~'}{r['lower']:8.4f} {100 * r['excess']:+7.2f}% "
-              f"{100 * r['over_lower']:+7.2f}% {r['t_silodp']:8.2f} {r['t_dpa']:7.2f} {r['t_prv']:7.2f}", flush=True)
+              f"{100 * r['over_lower']:+7.2f}% {r['t_silodp']:8.2f} {r['cpu_silodp']:6.2f} {r['t_dpa']:7.2f} {r['t_prv']:7.2f}", flush=True)
     excess = [r["excess"] for r in rows]
     ratios = [r["t_dpa"] / r["t_silodp"] for r in rows if r["t_dpa"] == r["t_dpa"]]
     prv = [r["t_prv"] / r["t_silodp"] for r in rows if r["t_prv"] == r["t_prv"]]
     print(f"\n{len(rows)} mechanisms: excess over dp-accounting's fine PLD (where it is tighter) median "
           f"{100 * statistics.median(excess):+.3f}%, worst {100 * max(excess):+.3f}%; "
-          f"slowest silodp call {max(r['t_silodp'] for r in rows):.2f} s; median time ratio dp-accounting / silodp "
+          f"slowest silodp call {max(r['t_silodp'] for r in rows):.2f} s wall, "
+          f"{max(r['cpu_silodp'] for r in rows):.2f} s CPU; median time ratio dp-accounting / silodp "
           f"{statistics.median(ratios):.2f}x" + (f", Opacus PRV / silodp {statistics.median(prv):.2f}x" if prv else ""))
 
 

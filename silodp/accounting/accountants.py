@@ -500,18 +500,44 @@ class PldAccountant(Accountant):
     #: Above this share of delta the worst-case charge is replaced by the one by the magnitudes
     #: present (a second pass, :data:`pld.DIRECT_WORK`), so that it costs < 0.1% of delta.
     DIRECT_SHARE = 1e-3
+    #: Largest composition (blocks x grid points of the composed PLD, both directions) whose second
+    #: pass runs in extended precision (:data:`pld.EXTENDED`) rather than float64: the inverse FFT's
+    #: own error, which the direct powers cannot remove (sqrt(n) 16u log2(n) ||masses||_2, about
+    #: 2e-13 at a few thousand points), is then 2048 times smaller; the pass costs about 3 us a
+    #: point (about 1.5 s here) against float64's 1 us.
+    EXTENDED_POINTS = 1 << 19
 
     def _certifiable_pld(self, delta: float) -> pld_lib.PrivacyLossDistribution:
         """The composed PLD, or :class:`~silodp.accounting.pld.UncertifiableDeltaError` when its
-        floating-point charge exceeds ``ROUNDOFF_SHARE * delta`` even when composed in extended
-        precision (:data:`pld.EXTENDED`, u = 2^-64: a charge about 2000 times smaller, at about
-        three times the cost), which it falls back to when float64's charge is too large."""
-        total = self._pld()
-        if total.roundoff > self.DIRECT_SHARE * delta:  # the charge by the magnitudes present
-            direct = self._pld(direct_work=pld_lib.DIRECT_WORK)
-            total = direct if direct.roundoff < total.roundoff else total
-        if total.roundoff > self.ROUNDOFF_SHARE * delta and np.finfo(pld_lib.EXTENDED).eps < np.finfo(float).eps:
-            total = self._pld(pld_lib.EXTENDED)
+        floating-point charge exceeds ``ROUNDOFF_SHARE * delta`` in every pass.
+
+        First pass: float64 with the FFT's worst-case charge, skipped when that charge must exceed
+        ``DIRECT_SHARE * delta`` (it is at least T times the FFT's error at frequency 0, >= 64u, for
+        a block of T steps). Above it, a second pass charged by the magnitudes present
+        (``direct_work``): in extended precision (u = 2^-64, where the platform has it) when the
+        composition is at most ``EXTENDED_POINTS``, else in float64, and then in extended precision
+        if float64's charge is still above ``DIRECT_SHARE * delta`` at that size, or above
+        ``ROUNDOFF_SHARE * delta`` at any size. Every pass is a certificate on its own (its charge
+        is spent from delta); the smallest charge is kept."""
+        steps = max((b.count for b in self._blocks), default=1)
+        total = None if steps * 32.0 * np.finfo(float).eps > self.DIRECT_SHARE * delta else self._pld()
+        if total is not None and total.roundoff <= self.DIRECT_SHARE * delta:
+            return total
+        extended_here = np.finfo(pld_lib.EXTENDED).eps < np.finfo(float).eps
+
+        def small(p: pld_lib.PrivacyLossDistribution) -> bool:
+            return extended_here and len(self._blocks) * sum(len(d.masses) for d in p._directions()) <= self.EXTENDED_POINTS
+
+        if total is None or not small(total):
+            retry = self._pld(direct_work=pld_lib.DIRECT_WORK)
+            total = retry if total is None or retry.roundoff < total.roundoff else total
+            binding = self.DIRECT_SHARE if small(total) else self.ROUNDOFF_SHARE
+            extend = extended_here and total.roundoff > binding * delta
+        else:
+            extend = True
+        if extend:
+            retry = self._pld(pld_lib.EXTENDED, direct_work=pld_lib.DIRECT_WORK)
+            total = retry if retry.roundoff < total.roundoff else total
         if total.roundoff > self.ROUNDOFF_SHARE * delta:
             raise pld_lib.UncertifiableDeltaError(
                 f"delta={delta:g} is below what the pld accountant can certify for {len(self)} compositions: "

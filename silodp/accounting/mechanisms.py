@@ -101,7 +101,7 @@ def pld(block: Block, relation, interval: float, log_mass_truncation_bound: floa
     top = _max_loss(block, relation)
     if block.kind == Mechanism.LAPLACE:
         first, last = math.floor(-top / interval), math.ceil(top / interval)
-        one = pld_lib.connect_the_dots(_laplace_delta(np.arange(first, last + 1) * interval, top), first, interval)
+        one = pld_lib.connect_the_dots(lambda eps: _laplace_delta(eps, top), first, last, interval)
     elif block.kind == Mechanism.DISCRETE_LAPLACE:
         a, d = block.params[0], block.params[1] * int(ev.sensitivity(relation))
         x = np.arange(1, d)

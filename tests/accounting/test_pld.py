@@ -54,6 +54,19 @@ def test_single_gaussian_is_exact_on_the_grid_and_above_it_between(z):
             assert ours == pytest.approx(exact, rel=1e-9, abs=1e-15)
 
 
+def test_sharp_gaussian_evaluated_in_pieces_is_exact_at_the_pieces_seams():
+    """z = 0.05: 3.3e5 grid points at h = 1e-3, evaluated in pieces of ``pld._CHUNK``; the discrete
+    curve equals the analytic one (Balle & Wang 2018) at the points on both sides of each seam."""
+    h = 1e-3
+    one = pld.from_gaussian_mechanism(0.05, value_discretization_interval=h).remove
+    assert len(one.masses) > 20 * pld._CHUNK
+    for seam in range(pld._CHUNK, len(one.masses), 7 * pld._CHUNK):
+        for i in (seam - 1, seam, seam + 1):
+            eps = (one.offset + i) * h
+            exact = math.exp(float(gaussian.analytic_log_delta(eps, 0.05)))
+            assert one.delta(eps) == pytest.approx(exact, rel=1e-9, abs=1e-15)
+
+
 @pytest.mark.parametrize("z,steps", [(8.0, 100), (30.0, 2000), (3.0, 10)])
 def test_gaussian_composition_is_pessimistic_and_tight(z, steps):
     """T Gaussian steps are one Gaussian at z / sqrt(T) (exact reference, Balle-Wang)."""
