@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from silodp.experiments import stamp
+from silodp.experiments import doctables, stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -33,8 +33,72 @@ def test_docs_tables_are_current():
     count, problems = stamp.check_files(DOCS, ROOT)
     assert problems == []
     # WBCD, its claims, the SDP arm, MNIST, its claims, DP-SCAFFOLD's preset (x2: scaffold.md and
-    # reproduction.md), its claims, at Noble et al.'s scale, at K T = 1000 (epsilon 10 and 2)
-    assert count >= 11
+    # reproduction.md), its claims, at Noble et al.'s scale, at K T = 1000 (epsilon 10 and 2);
+    # and every generated table (the cheap ones rebuilt and compared exactly just now)
+    assert count >= 11 + len(doctables.TABLES)
+
+
+def test_every_generated_table_is_in_its_doc_once():
+    for t in doctables.TABLES.values():
+        names = [a.get("name") for a, _ in stamp.blocks((ROOT / t.doc).read_text())]
+        assert names.count(t.name) == 1, (t.name, t.doc)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """A registered generated table that renders its config (exact and instant)."""
+    table = doctables.DocTable("toy", "docs/toy.md", lambda k: f"| k |\n|---|\n| {k} |", {"k": 1})
+    monkeypatch.setitem(doctables.TABLES, "toy", table)
+    return table
+
+
+def test_generated_table_round_trips_and_goes_stale(toy, monkeypatch):
+    block = stamp.generated_block("toy")
+    assert stamp.check_text(block) == []
+    # the code now prints another number: a cheap table is rebuilt and compared
+    monkeypatch.setitem(doctables.TABLES, "toy", doctables.DocTable("toy", toy.doc, lambda k: f"| {k + 1} |", toy.config))
+    [problem] = stamp.check_text(block)
+    assert "differs from what the code prints now" in problem
+    assert "silodp report --generated toy --into docs/toy.md" in problem
+
+
+def test_expensive_generated_table_is_checked_by_its_hash(toy, monkeypatch):
+    import silodp.accounting.version as version
+
+    block = stamp.generated_block("toy")
+    monkeypatch.setitem(doctables.TABLES, "toy", doctables.DocTable("toy", toy.doc, lambda k: "other", toy.config,
+                                                                       cheap=False))
+    assert stamp.check_text(block) == []  # not rebuilt: the stamp still matches
+    [problem] = stamp.check_text(block, full=True)  # --check --full rebuilds it
+    assert "differs" in problem
+    monkeypatch.setattr(version, "ACCOUNTING_VERSION", version.ACCOUNTING_VERSION + 1)
+    [problem] = stamp.check_text(block)
+    assert "now hash to" in problem and "--generated toy" in problem
+    monkeypatch.undo()
+    changed = doctables.DocTable("toy", toy.doc, toy.render, {"k": 2}, cheap=False)
+    monkeypatch.setitem(doctables.TABLES, "toy", changed)
+    [problem] = stamp.check_text(block)
+    assert "now hash to" in problem
+
+
+def test_unknown_generated_table_is_refused():
+    [problem] = stamp.check_text(stamp.render_block({"name": "nope", "kind": "generated"}, "| a |"))
+    assert "no generated table" in problem
+    with pytest.raises(ValueError, match="--generated: no generated table 'nope'"):
+        doctables.table("nope")
+
+
+def test_cli_generated_into(toy, tmp_path, capsys):
+    from silodp.cli import main
+
+    doc = tmp_path / "toy.md"
+    doc.write_text("a\n<!-- silodp:table name=toy kind=generated -->\n<!-- /silodp:table -->\nb\n")
+    assert main(["report", "--generated", "toy", "--into", str(doc)]) == 0
+    assert "| 1 |" in doc.read_text() and doc.read_text().startswith("a\n<!-- silodp:table name=toy kind=generated")
+    assert main(["report", "--check", str(doc)]) == 0
+    capsys.readouterr()
+    assert main(["report", "docs/toy.json", "--generated", "toy"]) == 2
+    assert "--generated: takes no PRESET" in capsys.readouterr().err
 
 
 def test_current_stamp_passes_and_round_trips(quick_attrs):

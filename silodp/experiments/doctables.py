@@ -1,0 +1,205 @@
+"""The docs' tables that a command other than ``silodp reproduce`` produces, each regenerable.
+
+Every table here is written between markers by ``silodp report --generated NAME --into FILE``::
+
+    <!-- silodp:table name=accounting_units kind=generated hash=9c1e... accounting=1 -->
+    | library | ... |
+    <!-- /silodp:table -->
+
+``hash`` is :func:`.stamp.generated_hash`: SHA-256 of the table's name, its command, its ``config``
+(every argument that determines its numbers) and ``ACCOUNTING_VERSION``. A ``cheap`` table (a
+second or so) is rebuilt by ``tests/test_stale_tables.py`` and ``silodp report --check`` and must
+match the doc byte for byte; an expensive one is checked by its hash (a change of its config or of
+the accounting version stales it), and rebuilt exactly by ``silodp report --check --full``. A
+``measured`` table (timings) is a measurement, not a computation: its stamp carries the machine
+and the date it was measured on, and its hash covers only what was measured.
+
+Printed epsilons and noise scales round up (toward more privacy loss / more noise,
+:func:`silodp._validation.round_up`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class DocTable:
+    """A generated table: ``render(**config)`` returns its markdown body."""
+
+    name: str
+    doc: str
+    render: Callable[..., str]
+    config: dict = field(default_factory=dict)
+    cheap: bool = True
+
+    @property
+    def command(self) -> str:
+        return f"silodp report --generated {self.name} --into {self.doc}"
+
+    def body(self) -> str:
+        return self.render(**self.config).rstrip()
+
+
+def cli_json(command: str) -> dict:
+    """The JSON that ``silodp COMMAND --json`` prints, run in-process (exactly the CLI's numbers)."""
+    from silodp.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*shlex.split(command), "--json"])
+    if code != 0:
+        raise ValueError(f"generated table: `silodp {command}` exited {code}")
+    return json.loads(out.getvalue())
+
+
+def _up(value, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits rounded up (an integer above 10**digits)."""
+    import math
+
+    from silodp._validation import round_up
+
+    if value is None:
+        return "null"
+    return f"{math.ceil(value):,}" if value >= 10 ** digits else round_up(value, digits)
+
+
+def _accountant(payload: dict) -> str:
+    return payload["accountant"].split("(")[0] if "accountant" in payload else "pld"
+
+
+def accounting_units(q: float, steps: int, delta: float, noise_multiplier: float) -> str:
+    """docs/accounting.md, "Units, side by side": one Poisson-subsampled Gaussian under both
+    relations, by silodp's CLI and by dp-accounting's own PLD accountant; the last row is the old
+    convention (sigma / (2C) under replace-one), i.e. the replace-one epsilon at twice the multiplier."""
+    import dp_accounting as dpa
+
+    base = f"epsilon --sampling poisson --q {q:g} --steps {steps} --delta {delta:g} --accountant pld"
+    ours = {rel: cli_json(f"{base} --noise-multiplier {noise_multiplier:g} --relation {rel}")["epsilon"]
+            for rel in ("replace-one", "add-remove")}
+    theirs = {}
+    for rel, relation in (("replace-one", dpa.NeighboringRelation.REPLACE_ONE),
+                          ("add-remove", dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)):
+        acc = dpa.pld.PLDAccountant(relation, value_discretization_interval=1e-4)
+        acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(noise_multiplier)), steps)
+        theirs[rel] = acc.get_epsilon(delta)
+    old = cli_json(f"{base} --noise-multiplier {2 * noise_multiplier:g} --relation replace-one")["epsilon"]
+    ratio = ours["replace-one"] / old
+    return "\n".join([
+        "| library | what `noise_multiplier` means | replace-one epsilon | add/remove epsilon |",
+        "|---|---|---|---|",
+        f"| silodp (now) | sigma / C | {_up(ours['replace-one'])} (`pld`) | {_up(ours['add-remove'])} (`pld`) |",
+        f"| dp-accounting `PLDAccountant` | sigma / C | {_up(theirs['replace-one'])} | {_up(theirs['add-remove'])} |",
+        "| Opacus (`rdp`, `prv`) | sigma / C | not offered | Poisson, add/remove only |",
+        "| Flower DP strategies | sigma / C (clipping norm) | not offered | RDP only |",
+        f"| silodp before 2026-12 | sigma / (2C) under replace-one | {_up(old)} (a {ratio:.1f}x under-report) "
+        f"| {_up(ours['add-remove'])} |",
+    ])
+
+
+#: the issue's examples (docs/accounting.md, "Soundness"): command, what silodp printed before the fix
+SOUNDNESS_ROWS = (
+    ("epsilon --noise-multiplier 100 --steps 1000000 --delta 1e-12 --relation add-remove", "117.17 (pld)"),
+    ("epsilon --noise-multiplier 100 --steps 1000000 --delta 1e-10 --relation add-remove", "112.64"),
+    ("epsilon --noise-multiplier 5 --steps 1000000 --delta 1e-12 --relation replace-one", "null"),
+    ("epsilon --noise-multiplier 0.3 --steps 1000000 --delta 1e-6 --relation replace-one", "error"),
+    ("epsilon --sampling poisson --q 1e-6 --steps 1000000 --delta 1e-12 --relation add-remove "
+     "--noise-multiplier {0.70,0.72,0.73,0.74,0.76}", "0.129, 0.090, 0.176, 0.113, 0.061"),
+    ("noise --epsilon 1 --delta 1e-12 --steps 1000000 --sampling poisson --q 1e-6 --relation replace-one", "0.936"),
+    ("noise --epsilon 50 --delta 1e-12 --steps 100000 --sampling poisson --q 0.3 --relation replace-one", "46.2"),
+)
+
+
+def _expand(command: str) -> list[str]:
+    """``a {x,y} b`` -> ``a x b``, ``a y b`` (one brace group)."""
+    if "{" not in command:
+        return [command]
+    head, rest = command.split("{", 1)
+    values, tail = rest.split("}", 1)
+    return [f"{head}{v}{tail}" for v in values.split(",")]
+
+
+def accounting_soundness(rows=SOUNDNESS_ROWS) -> str:
+    """docs/accounting.md, the issue's examples: each command's output today beside the old one."""
+    lines = ["| command (`silodp …`) | before | now |", "|---|---|---|"]
+    for command, before in rows:
+        outs = [cli_json(c) for c in _expand(command)]
+        names = ", ".join(sorted({_accountant(o) for o in outs}))
+        if command.startswith("noise"):
+            [o] = outs
+            now = f"z = {_up(o['noise_multiplier'], 4)} ({names}, certified epsilon {_up(o['epsilon'], 4)})"
+        else:
+            now = f"{', '.join(_up(o['epsilon'], 4) for o in outs)} ({names})"
+        lines.append(f"| `{command}` | {before} | {now} |")
+    return "\n".join(lines)
+
+
+def shuffle_example(eps0: float, n: int, delta: float) -> str:
+    """docs/accounting.md: the shuffle amplification bounds of the issue's example."""
+    command = f"shuffle --eps0 {eps0:g} --n {n} --delta {delta:g}"
+    out = cli_json(command)
+    return "\n".join(["| command (`silodp …`) | before | now |", "|---|---|---|",
+                      f"| `{command}` | error | " + ", ".join(f"{k} {_up(v, 3)}" for k, v in out.items()) + " |"])
+
+
+#: docs/scaffold.md, "Tight sigma_g versus the paper's formula": (setting, eps, delta, M, n, T, K, l, s)
+SCAFFOLD_ROWS = (
+    ("authors' `get_epsilon_bound.py`", 1, 2.5e-6, 100, 4000, 100, 5, 0.05, 0.2),
+    ("authors' `get_epsilon_bound.py`", 5, 2.5e-6, 100, 4000, 100, 5, 0.05, 0.2),
+    ("paper synthetic (K = 100)", 13, 2.5e-6, 100, 4000, 400, 100, 0.2, 0.2),
+    ("small silos", 5, 1e-5, 40, 250, 50, 20, 0.2, 0.2),
+    ("small silos", 1, 1e-5, 40, 250, 50, 20, 0.2, 0.2),
+    ("headline grid (K = 5)", 10, 1e-5, 20, 200, 200, 5, 1, 0.2),
+    ("headline grid (K = 5)", 2, 1e-5, 20, 200, 200, 5, 1, 0.2),
+)
+
+
+def scaffold_sigma_g(rows=SCAFFOLD_ROWS) -> str:
+    """docs/scaffold.md: tight sigma_g toward the server (worst case and expected participation)
+    and toward a third party beside the paper's closed form and what that certifies
+    (:func:`silodp.accounting.scaffold.noise_report`)."""
+    from silodp.accounting.scaffold import noise_report
+
+    lines = ["| setting | eps | delta | M | n | T | K | l | s | server (worst) | server (expected) | third party "
+             "| paper | eps_server(paper) | eps_third(paper) |", "|" + "---|" * 15]
+    for label, *args in rows:
+        worst = noise_report(*args)
+        expected = noise_report(*args, participation="expected")
+        cells = [label, *(f"{a:g}" for a in args)]
+        cells += [_up(worst[k]) for k in ("sigma_g_server",)] + [_up(expected["sigma_g_server"])]
+        cells += [_up(worst[k]) for k in ("sigma_g_third_party", "sigma_g_paper", "epsilon_server_at_paper_sigma_g",
+                                          "epsilon_third_party_at_paper_sigma_g")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def distributed_mechanisms(**kwargs) -> str:
+    """docs/shuffle.md: binomial, Skellam and distributed discrete Gaussian at equal epsilon
+    (:func:`silodp.accounting.distributed.comparison_table`)."""
+    from silodp.accounting.distributed import comparison_table
+
+    return comparison_table(**kwargs)
+
+
+TABLES = {t.name: t for t in (
+    DocTable("accounting_units", "docs/accounting.md", accounting_units,
+             {"q": 0.01, "steps": 1000, "delta": 1e-5, "noise_multiplier": 1.0}),
+    DocTable("accounting_soundness", "docs/accounting.md", accounting_soundness, {"rows": SOUNDNESS_ROWS}),
+    DocTable("accounting_shuffle_example", "docs/accounting.md", shuffle_example,
+             {"eps0": 2.0, "n": 1000000, "delta": 1e-12}, cheap=False),
+    DocTable("scaffold_sigma_g", "docs/scaffold.md", scaffold_sigma_g, {"rows": SCAFFOLD_ROWS}, cheap=False),
+    DocTable("distributed_mechanisms", "docs/shuffle.md", distributed_mechanisms,
+             {"dimension": 1024, "clip": 1.0, "silos": 10, "rounds": 50, "epsilon": 3.0, "delta": 1e-5,
+              "bits": tuple(range(8, 25, 2))}, cheap=False),
+)}
+
+
+def table(name: str) -> DocTable:
+    if name not in TABLES:
+        raise ValueError(f"--generated: no generated table {name!r} (known: {', '.join(sorted(TABLES))})")
+    return TABLES[name]
