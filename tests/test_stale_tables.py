@@ -35,11 +35,11 @@ def test_docs_tables_are_current():
     # WBCD, its claims, the SDP arm, MNIST, its claims, DP-SCAFFOLD's preset (x2: scaffold.md and
     # reproduction.md), its claims, at Noble et al.'s scale, at K T = 1000 (epsilon 10 and 2);
     # and every generated table (the cheap ones rebuilt and compared exactly just now)
-    assert count >= 11 + len(doctables.TABLES)
+    assert count >= 11 + len(doctables.TABLES) + len(doctables.RECORDED)
 
 
 def test_every_generated_table_is_in_its_doc_once():
-    for t in doctables.TABLES.values():
+    for t in [*doctables.TABLES.values(), *doctables.RECORDED.values()]:
         names = [a.get("name") for a, _ in stamp.blocks((ROOT / t.doc).read_text())]
         assert names.count(t.name) == 1, (t.name, t.doc)
 
@@ -155,3 +155,31 @@ def test_cli_check(quick_attrs, tmp_path, capsys):
     assert main(["report", "--check", str(good), str(stale)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "1 of 2 stamped tables are stale" in err[0]
+
+
+def test_recorded_table_is_stale_after_an_accounting_bump(monkeypatch, tmp_path, capsys):
+    import silodp.accounting.version as version
+    from silodp.cli import main
+
+    block = stamp.render_block(stamp.recorded_attrs("audit_papers"), "| a |")
+    assert stamp.check_text(block) == []
+    monkeypatch.setattr(version, "ACCOUNTING_VERSION", version.ACCOUNTING_VERSION + 1)
+    [problem] = stamp.check_text(block)
+    assert "rerun `silodp audit --papers`" in problem
+    # after rerunning it, the restamp writes the current stamp around the pasted body
+    doc = tmp_path / "audit.md"
+    doc.write_text(block + "\n")
+    assert main(["report", "--recorded", "audit_papers", "--into", str(doc)]) == 0
+    assert stamp.check_text(doc.read_text()) == [] and "| a |" in doc.read_text()
+    capsys.readouterr()
+
+
+def test_measurement_names_machine_and_date():
+    with pytest.raises(ValueError, match="--machine"):
+        stamp.recorded_attrs("audit_speed")
+    attrs = stamp.recorded_attrs("audit_speed", "2-core-shared", "2026-12-02")
+    assert attrs["machine"] == "2-core-shared" and attrs["date"] == "2026-12-02"
+    assert stamp.check_text(stamp.render_block(attrs, "| a |")) == []
+    bare = {k: v for k, v in attrs.items() if k != "machine"}
+    [problem] = stamp.check_text(stamp.render_block(bare, "| a |"))
+    assert "must name its machine and date" in problem

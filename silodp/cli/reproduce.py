@@ -63,6 +63,11 @@ def register(subparsers) -> None:
     r.add_argument("--generated", type=text("a generated table's name"), default=None, metavar="NAME",
                    help="rebuild the generated table NAME (accounting, sigma_g, mechanism tables of docs/; "
                         "silodp/experiments/doctables.py) instead of a sweep's table; with --into, write it there")
+    r.add_argument("--recorded", type=text("a recorded table's name"), default=None, metavar="NAME",
+                   help="restamp the recorded table NAME of --into (an audit or timing table whose body was "
+                        "pasted from its command's output) under the current accounting version")
+    r.add_argument("--machine", type=text("a machine label without spaces"), default=None,
+                   help="with --recorded, for a measurement: the machine it was measured on")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=handle_report)
 
@@ -149,6 +154,17 @@ def handle_report(args) -> int:
         emit(payload, args.json, "\n".join(problems) or f"{count} stamped tables, all current")
         if problems:
             raise ValueError(f"{len(problems)} of {count} stamped tables are stale: {problems[0]}")
+        return 0
+    if args.recorded is not None:
+        if args.into is None or args.preset is not None or args.generated is not None:
+            raise ValueError("--recorded: needs --into FILE, and no PRESET or --generated")
+        path = Path(args.into)
+        matches = [b for a, b in stamp.blocks(path.read_text()) if a.get("name") == args.recorded]
+        if len(matches) != 1:
+            raise ValueError(f"--recorded: {len(matches)} blocks named {args.recorded!r} in {args.into!r} (need one)")
+        block = stamp.render_block(stamp.recorded_attrs(args.recorded, args.machine), matches[0])
+        path.write_text(stamp.replace_block(path.read_text(), args.recorded, block))
+        emit({"name": args.recorded, "into": str(args.into), "table": block}, args.json, block)
         return 0
     if args.generated is not None:
         if args.preset is not None or args.store is not None:

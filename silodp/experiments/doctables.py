@@ -199,6 +199,43 @@ TABLES = {t.name: t for t in (
 )}
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """A table too expensive to rebuild in a check (audits: minutes to hours) or a measurement
+    (timings): its body is what ``command`` printed when it was last run, pasted by hand; its stamp
+    (``kind=recorded``) is the hash of name, command and ``ACCOUNTING_VERSION``, so a version
+    bump stales it, and a ``measured`` one also names the machine and the date it was measured on."""
+
+    name: str
+    doc: str
+    command: str
+    measured: bool = False
+    config: dict = field(default_factory=dict)
+
+
+RECORDED = {t.name: t for t in (
+    Recorded("audit_gaussian", "docs/audit.md", "python benchmarks/bench_audit.py"),
+    Recorded("audit_algorithms", "docs/audit.md", "python benchmarks/bench_audit.py"),
+    Recorded("audit_mutations", "docs/audit.md", "python benchmarks/bench_audit.py --detection 50"),
+    Recorded("audit_papers", "docs/audit.md", "silodp audit --papers"),
+    Recorded("audit_sdp", "docs/audit.md", "silodp audit --algorithm sdp-prox-sgd|sdp-prox-svrg|sdp-pl-svrg|sdp-spider"),
+    Recorded("audit_speed", "docs/audit.md", "python benchmarks/bench_audit.py", measured=True),
+    Recorded("audit_shipped", "docs/audit.md", "silodp audit --shipped", measured=True),
+    Recorded("simulator_speed", "docs/algorithms.md", "python benchmarks/bench_simulator.py", measured=True),
+    Recorded("shuffle_moments_speed", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py --moments",
+             measured=True),
+    Recorded("shuffle_variance", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py"),
+    Recorded("reproduce_speed", "docs/reproduction.md", "python benchmarks/bench_reproduce.py --workers 2",
+             measured=True),
+)}
+
+
+def recorded(name: str) -> Recorded:
+    if name not in RECORDED:
+        raise ValueError(f"--recorded: no recorded table {name!r} (known: {', '.join(sorted(RECORDED))})")
+    return RECORDED[name]
+
+
 def table(name: str) -> DocTable:
     if name not in TABLES:
         raise ValueError(f"--generated: no generated table {name!r} (known: {', '.join(sorted(TABLES))})")

@@ -20,6 +20,9 @@ Tables made by other commands (accounting epsilons and noises, sigma_g, the dist
 :mod:`.doctables`) are blocks of ``kind=generated``, written by ``silodp report --generated NAME
 --into FILE``: their ``hash`` is :func:`generated_hash` (name, command, config, accounting
 version), and a cheap one is also rebuilt and compared byte for byte (:func:`check_generated`).
+Tables too expensive to rebuild (audits) and measurements (timings) are ``kind=recorded``: the
+body is what their command printed, the stamp the hash of that command and the accounting
+version (and, for a measurement, the machine and date), :func:`check_recorded`.
 """
 
 from __future__ import annotations
@@ -45,12 +48,49 @@ def grid_hash(spec) -> str:
 
 
 def generated_hash(table) -> str:
-    """First 16 hex digits of SHA-256 over a :class:`.doctables.DocTable`'s name, command, config
-    and the accounting version: what determines its numbers."""
+    """First 16 hex digits of SHA-256 over a :class:`.doctables.DocTable`'s (or ``Recorded``'s)
+    name, command, config and the accounting version: what determines its numbers."""
     from silodp.accounting.version import ACCOUNTING_VERSION
 
     payload = {"name": table.name, "command": table.command, "config": table.config, "accounting": ACCOUNTING_VERSION}
     return hashlib.sha256(json.dumps(payload, separators=(",", ":"), default=repr).encode()).hexdigest()[:16]
+
+
+def recorded_attrs(name: str, machine: str | None = None, date: str | None = None) -> dict:
+    """The stamp of the recorded table ``name`` (:class:`.doctables.Recorded`): a measured one
+    needs the ``machine`` it ran on and the ``date`` (ISO, default today)."""
+    import datetime
+
+    from silodp.accounting.version import ACCOUNTING_VERSION
+    from .doctables import recorded
+
+    t = recorded(name)
+    attrs = {"name": name, "kind": "recorded", "hash": generated_hash(t), "accounting": str(ACCOUNTING_VERSION)}
+    if t.measured:
+        if not machine:
+            raise ValueError(f"--machine: the measured table {name!r} needs the machine it was measured on")
+        attrs.update(machine=machine, date=date or datetime.date.today().isoformat())
+    for key, value in attrs.items():
+        if re.search(r"[\s>]", value):
+            raise ValueError(f"{key}: a stamp value must be non-empty without spaces, got {value!r}")
+    return attrs
+
+
+def check_recorded(attrs: dict, label: str) -> list[str]:
+    """Problems of one ``kind=recorded`` block: unknown name, a measured one without machine and
+    date, or a hash that its command or the accounting version no longer give."""
+    from .doctables import RECORDED
+
+    t = RECORDED.get(attrs.get("name", ""))
+    if t is None:
+        return [f"{label}: no recorded table of that name (silodp/experiments/doctables.py)"]
+    rerun = f"rerun `{t.command}`, paste its table, then silodp report --recorded {t.name} --into {t.doc}"
+    if t.measured and not (attrs.get("machine") and attrs.get("date")):
+        return [f"{label}: a measurement must name its machine and date ({rerun} --machine M)"]
+    if attrs.get("hash") != generated_hash(t):
+        return [f"{label}: stamp hash {attrs.get('hash')} but its command or accounting version now hash to "
+                f"{generated_hash(t)} ({rerun})"]
+    return []
 
 
 def generated_block(name: str) -> str:
@@ -140,6 +180,9 @@ def check_text(text: str, root: str | Path = ".", where: str = "", full: bool = 
         label = f"{where}table {attrs.get('name', '?')!r}"
         if attrs.get("kind") == "generated":
             problems += check_generated(attrs, body, label, full)
+            continue
+        if attrs.get("kind") == "recorded":
+            problems += check_recorded(attrs, label)
             continue
         missing = [k for k in ("name", "preset", "kind", "commit", "hash", "accounting") if k not in attrs]
         if missing:
