@@ -183,3 +183,14 @@ def test_measurement_names_machine_and_date():
     bare = {k: v for k, v in attrs.items() if k != "machine"}
     [problem] = stamp.check_text(stamp.render_block(bare, "| a |"))
     assert "must name its machine and date" in problem
+
+
+def test_the_mutation_table_shows_every_utility_mutation_caught():
+    """Issue 25's done-when: the docs' table is what the stored suite runs say (checked above), and
+    in it every correct run passes and every mutation fails at least one preset."""
+    from silodp.verify.rates.mutations import MUTATIONS
+
+    [body] = [b for a, b in stamp.blocks((ROOT / "docs/rates.md").read_text()) if a["name"] == "rates_mutations"]
+    verdicts = {line.split(" | ")[0].strip("| "): line.rstrip(" |").split(" | ")[-1]
+                for line in body.splitlines() if line.startswith("| ") and not line.startswith("| mutation")}
+    assert verdicts == {"correct": "all pass", **{m: "yes" for m in MUTATIONS}}

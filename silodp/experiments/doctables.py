@@ -186,6 +186,18 @@ def distributed_mechanisms(**kwargs) -> str:
     return comparison_table(**kwargs)
 
 
+def rates_mutations(path: str) -> str:
+    """docs/rates.md: the utility mutation suite's payload (``silodp rates --mutations --json``) and
+    table, from the runs ``docs/figures/rates_mutations.py`` stored in ``path`` (relative to the
+    repository): the doc shows exactly what the stored runs say."""
+    from pathlib import Path
+
+    from silodp.verify.rates.mutations import markdown
+
+    stored = json.loads((Path(__file__).resolve().parents[2] / path).read_text())
+    return f"`{json.dumps(stored['suite'])}`\n\n{markdown(stored['runs'], stored.get('quick'))}"
+
+
 TABLES = {t.name: t for t in (
     DocTable("accounting_units", "docs/accounting.md", accounting_units,
              {"q": 0.01, "steps": 1000, "delta": 1e-5, "noise_multiplier": 1.0}),
@@ -196,6 +208,7 @@ TABLES = {t.name: t for t in (
     DocTable("distributed_mechanisms", "docs/shuffle.md", distributed_mechanisms,
              {"dimension": 1024, "clip": 1.0, "silos": 10, "rounds": 50, "epsilon": 3.0, "delta": 1e-5,
               "bits": tuple(range(8, 25, 2))}, cheap=False),
+    DocTable("rates_mutations", "docs/rates.md", rates_mutations, {"path": "docs/figures/rates_mutations.json"}),
 )}
 
 
@@ -225,6 +238,10 @@ RECORDED = {t.name: t for t in (
     Recorded("shuffle_moments_speed", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py --moments",
              measured=True),
     Recorded("shuffle_variance", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py"),
+    Recorded("rates_full", "docs/rates.md", "python docs/figures/rates_figures.py"),
+    Recorded("rates_isrl_vs_sdp", "docs/rates.md", "python docs/figures/rates_figures.py"),
+    Recorded("rates_theorems", "docs/rates.md", "python docs/figures/rates_figures.py"),
+    Recorded("rates_prescribed", "docs/rates.md", "python docs/figures/rates_figures.py --prescribed"),
     Recorded("reproduce_speed", "docs/reproduction.md", "python benchmarks/bench_reproduce.py --workers 2",
              measured=True),
 )}
