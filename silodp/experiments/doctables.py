@@ -225,11 +225,29 @@ def paper_vs_tight(n: int, epsilons, rows=PAPER_ROWS) -> str:
     return "\n".join(lines)
 
 
+def local_dp_mod(epsilon: float, delta: float) -> str:
+    """docs/integrations.md: Flower's ``LocalDpMod`` noise (the classical Gaussian, Dwork-Roth Thm
+    A.1: sqrt(2 ln(1.25/delta)) / epsilon per unit shift) beside silodp's exact analytic Gaussian
+    (``silodp noise --accountant gdp``), as noise multipliers per clip C under both relations."""
+    import math
+
+    classical = math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+    lines = ["| relation | `LocalDpMod` (classical) | silodp (analytic Gaussian, exact) |", "|---|---|---|"]
+    for label, relation, shift in (("add/remove (shift C)", "add-remove", 1),
+                                   ("replace-one (shift 2C, ISRL-DP)", "replace-one", 2)):
+        ours = cli_json(f"noise --epsilon {epsilon:g} --delta {delta:g} --relation {relation} --accountant gdp")
+        z = ours["noise_multiplier"]
+        less = math.floor(100 * (1 - z / (shift * classical)))
+        lines.append(f"| {label} | {_up(shift * classical, 4)} | {_up(z, 4)} ({less}% less noise) |")
+    return "\n".join(lines)
+
+
 TABLES = {t.name: t for t in (
     DocTable("accounting_units", "docs/accounting.md", accounting_units,
              {"q": 0.01, "steps": 1000, "delta": 1e-5, "noise_multiplier": 1.0}),
     DocTable("accounting_soundness", "docs/accounting.md", accounting_soundness, {"rows": SOUNDNESS_ROWS}),
     DocTable("accounting_paper_vs_tight", "docs/accounting.md", paper_vs_tight, {"n": 1234, "epsilons": (1, 6)}),
+    DocTable("integrations_local_dp_mod", "docs/integrations.md", local_dp_mod, {"epsilon": 1.0, "delta": 1e-5}),
     DocTable("accounting_shuffle_example", "docs/accounting.md", shuffle_example,
              {"eps0": 2.0, "n": 1000000, "delta": 1e-12}, cheap=False),
     DocTable("scaffold_sigma_g", "docs/scaffold.md", scaffold_sigma_g, {"rows": SCAFFOLD_ROWS}, cheap=False),
