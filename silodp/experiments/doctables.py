@@ -273,6 +273,12 @@ class Recorded:
 
 
 RECORDED = {t.name: t for t in (
+    Recorded("accounting_calibration_speed", "docs/accounting.md", "python benchmarks/bench_accounting.py",
+             measured=True),
+    Recorded("accounting_mechanisms", "docs/accounting.md", "python benchmarks/bench_accounting.py --mechanisms",
+             measured=True),
+    Recorded("accounting_sweep", "docs/accounting.md", "python benchmarks/bench_accounting.py --sweep", measured=True),
+    Recorded("cli_latency", "docs/accounting.md", "python benchmarks/bench_cli.py", measured=True),
     Recorded("audit_gaussian", "docs/audit.md", "python benchmarks/bench_audit.py"),
     Recorded("audit_algorithms", "docs/audit.md", "python benchmarks/bench_audit.py"),
     Recorded("audit_mutations", "docs/audit.md", "python benchmarks/bench_audit.py --detection 50"),
