@@ -10,9 +10,13 @@ Every table here is written between markers by ``silodp report --generated NAME 
 (every argument that determines its numbers) and ``ACCOUNTING_VERSION``. A ``cheap`` table (a
 second or so) is rebuilt by ``tests/test_stale_tables.py`` and ``silodp report --check`` and must
 match the doc byte for byte; an expensive one is checked by its hash (a change of its config or of
-the accounting version stales it), and rebuilt exactly by ``silodp report --check --full``. A
-``measured`` table (timings) is a measurement, not a computation: its stamp carries the machine
-and the date it was measured on, and its hash covers only what was measured.
+the accounting version stales it), and rebuilt exactly by ``silodp report --check --full``.
+
+:data:`RECORDED` lists the tables no check can rebuild: audits (minutes to hours) and timings
+(measurements). Their body is what their command printed, pasted by hand; their stamp
+(``kind=recorded``, :func:`.stamp.recorded_attrs`) is the hash of name, command and
+``ACCOUNTING_VERSION``, plus, for a measurement, the machine and the date it was measured on.
+Neither kind sees code changes that keep the command, config and accounting version.
 
 Printed epsilons and noise scales round up (toward more privacy loss / more noise,
 :func:`silodp._validation.round_up`).
@@ -70,7 +74,7 @@ def _up(value, digits: int = 3) -> str:
 
 
 def _accountant(payload: dict) -> str:
-    return payload["accountant"].split("(")[0] if "accountant" in payload else "pld"
+    return payload["accountant"].split("(")[0]  # printed whenever the command did not name one
 
 
 def accounting_units(q: float, steps: int, delta: float, noise_multiplier: float) -> str:
