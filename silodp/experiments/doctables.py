@@ -297,7 +297,6 @@ RECORDED = {t.name: t for t in (
     Recorded("rates_full", "docs/rates.md", "python docs/figures/rates_figures.py"),
     Recorded("rates_isrl_vs_sdp", "docs/rates.md", "python docs/figures/rates_figures.py"),
     Recorded("rates_theorems", "docs/rates.md", "python docs/figures/rates_figures.py"),
-    Recorded("rates_prescribed", "docs/rates.md", "python docs/figures/rates_figures.py --prescribed"),
     Recorded("reproduce_walls", "docs/reproduction.md", "silodp reproduce GRID --workers 2 (each row's grid)",
              measured=True),
     Recorded("reproduce_speed", "docs/reproduction.md", "python benchmarks/bench_reproduce.py --workers 2",
