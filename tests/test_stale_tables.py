@@ -161,15 +161,15 @@ def test_recorded_table_is_stale_after_an_accounting_bump(monkeypatch, tmp_path,
     import silodp.accounting.version as version
     from silodp.cli import main
 
-    block = stamp.render_block(stamp.recorded_attrs("audit_papers"), "| a |")
+    block = stamp.render_block(stamp.recorded_attrs("audit_sdp"), "| a |")
     assert stamp.check_text(block) == []
     monkeypatch.setattr(version, "ACCOUNTING_VERSION", version.ACCOUNTING_VERSION + 1)
     [problem] = stamp.check_text(block)
-    assert "rerun `silodp audit --papers`" in problem
+    assert "rerun `silodp audit --algorithm sdp-" in problem
     # after rerunning it, the restamp writes the current stamp around the pasted body
     doc = tmp_path / "audit.md"
     doc.write_text(block + "\n")
-    assert main(["report", "--recorded", "audit_papers", "--into", str(doc)]) == 0
+    assert main(["report", "--recorded", "audit_sdp", "--into", str(doc)]) == 0
     assert stamp.check_text(doc.read_text()) == [] and "| a |" in doc.read_text()
     capsys.readouterr()
 
