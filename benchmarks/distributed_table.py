@@ -23,21 +23,8 @@ def main() -> None:
     args = ap.parse_args()
     print(f"D = {args.dimension}, C = {args.clip:g}, M = {args.silos}, R = {args.rounds}, "
           f"epsilon = {args.epsilon:g}, delta = {args.delta:g}\n")
-    print("| bits | binomial: ratio (g, eps) | Skellam: ratio (eps) | discrete Gaussian: ratio (eps) |")
-    print("|---|---|---|---|")
-    for bits in args.bits:
-        cells = []
-        for mech in distributed.MECHANISMS:
-            try:
-                p = distributed.calibrate(mech, args.dimension, args.clip, args.silos, bits, args.epsilon,
-                                          args.delta, args.rounds)
-            except ValueError:
-                cells.append("-")
-                continue
-            s = distributed.summary(p, args.epsilon, args.delta)
-            extra = f"g = {p.levels}, " if mech == "binomial" else ""
-            cells.append(f"{s['ratio']:.3g} ({extra}{s['epsilon']:.3f})")
-        print(f"| {bits} | " + " | ".join(cells) + " |")
+    print(distributed.comparison_table(args.dimension, args.clip, args.silos, args.rounds, args.epsilon,
+                                       args.delta, args.bits))
 
 
 if __name__ == "__main__":

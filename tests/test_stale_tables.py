@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from silodp.experiments import stamp
+from silodp.experiments import doctables, stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -33,8 +33,72 @@ def test_docs_tables_are_current():
     count, problems = stamp.check_files(DOCS, ROOT)
     assert problems == []
     # WBCD, its claims, the SDP arm, MNIST, its claims, DP-SCAFFOLD's preset (x2: scaffold.md and
-    # reproduction.md), its claims, at Noble et al.'s scale, at K T = 1000 (epsilon 10 and 2)
-    assert count >= 11
+    # reproduction.md), its claims, at Noble et al.'s scale, at K T = 1000 (epsilon 10 and 2);
+    # and every generated table (the cheap ones rebuilt and compared exactly just now)
+    assert count >= 11 + len(doctables.TABLES) + len(doctables.RECORDED)
+
+
+def test_every_generated_table_is_in_its_doc_once():
+    for t in [*doctables.TABLES.values(), *doctables.RECORDED.values()]:
+        names = [a.get("name") for a, _ in stamp.blocks((ROOT / t.doc).read_text())]
+        assert names.count(t.name) == 1, (t.name, t.doc)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """A registered generated table that renders its config (exact and instant)."""
+    table = doctables.DocTable("toy", "docs/toy.md", lambda k: f"| k |\n|---|\n| {k} |", {"k": 1})
+    monkeypatch.setitem(doctables.TABLES, "toy", table)
+    return table
+
+
+def test_generated_table_round_trips_and_goes_stale(toy, monkeypatch):
+    block = stamp.generated_block("toy")
+    assert stamp.check_text(block) == []
+    # the code now prints another number: a cheap table is rebuilt and compared
+    monkeypatch.setitem(doctables.TABLES, "toy", doctables.DocTable("toy", toy.doc, lambda k: f"| {k + 1} |", toy.config))
+    [problem] = stamp.check_text(block)
+    assert "differs from what the code prints now" in problem
+    assert "silodp report --generated toy --into docs/toy.md" in problem
+
+
+def test_expensive_generated_table_is_checked_by_its_hash(toy, monkeypatch):
+    import silodp.accounting.version as version
+
+    block = stamp.generated_block("toy")
+    monkeypatch.setitem(doctables.TABLES, "toy", doctables.DocTable("toy", toy.doc, lambda k: "other", toy.config,
+                                                                       cheap=False))
+    assert stamp.check_text(block) == []  # not rebuilt: the stamp still matches
+    [problem] = stamp.check_text(block, full=True)  # --check --full rebuilds it
+    assert "differs" in problem
+    monkeypatch.setattr(version, "ACCOUNTING_VERSION", version.ACCOUNTING_VERSION + 1)
+    [problem] = stamp.check_text(block)
+    assert "now hash to" in problem and "--generated toy" in problem
+    monkeypatch.undo()
+    changed = doctables.DocTable("toy", toy.doc, toy.render, {"k": 2}, cheap=False)
+    monkeypatch.setitem(doctables.TABLES, "toy", changed)
+    [problem] = stamp.check_text(block)
+    assert "now hash to" in problem
+
+
+def test_unknown_generated_table_is_refused():
+    [problem] = stamp.check_text(stamp.render_block({"name": "nope", "kind": "generated"}, "| a |"))
+    assert "no generated table" in problem
+    with pytest.raises(ValueError, match="--generated: no generated table 'nope'"):
+        doctables.table("nope")
+
+
+def test_cli_generated_into(toy, tmp_path, capsys):
+    from silodp.cli import main
+
+    doc = tmp_path / "toy.md"
+    doc.write_text("a\n<!-- silodp:table name=toy kind=generated -->\n<!-- /silodp:table -->\nb\n")
+    assert main(["report", "--generated", "toy", "--into", str(doc)]) == 0
+    assert "| 1 |" in doc.read_text() and doc.read_text().startswith("a\n<!-- silodp:table name=toy kind=generated")
+    assert main(["report", "--check", str(doc)]) == 0
+    capsys.readouterr()
+    assert main(["report", "docs/toy.json", "--generated", "toy"]) == 2
+    assert "--generated: takes no PRESET" in capsys.readouterr().err
 
 
 def test_current_stamp_passes_and_round_trips(quick_attrs):
@@ -91,3 +155,42 @@ def test_cli_check(quick_attrs, tmp_path, capsys):
     assert main(["report", "--check", str(good), str(stale)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "1 of 2 stamped tables are stale" in err[0]
+
+
+def test_recorded_table_is_stale_after_an_accounting_bump(monkeypatch, tmp_path, capsys):
+    import silodp.accounting.version as version
+    from silodp.cli import main
+
+    block = stamp.render_block(stamp.recorded_attrs("audit_sdp"), "| a |")
+    assert stamp.check_text(block) == []
+    monkeypatch.setattr(version, "ACCOUNTING_VERSION", version.ACCOUNTING_VERSION + 1)
+    [problem] = stamp.check_text(block)
+    assert "rerun `silodp audit --algorithm sdp-" in problem
+    # after rerunning it, the restamp writes the current stamp around the pasted body
+    doc = tmp_path / "audit.md"
+    doc.write_text(block + "\n")
+    assert main(["report", "--recorded", "audit_sdp", "--into", str(doc)]) == 0
+    assert stamp.check_text(doc.read_text()) == [] and "| a |" in doc.read_text()
+    capsys.readouterr()
+
+
+def test_measurement_names_machine_and_date():
+    with pytest.raises(ValueError, match="--machine"):
+        stamp.recorded_attrs("audit_speed")
+    attrs = stamp.recorded_attrs("audit_speed", "2-core-shared", "2026-12-02")
+    assert attrs["machine"] == "2-core-shared" and attrs["date"] == "2026-12-02"
+    assert stamp.check_text(stamp.render_block(attrs, "| a |")) == []
+    bare = {k: v for k, v in attrs.items() if k != "machine"}
+    [problem] = stamp.check_text(stamp.render_block(bare, "| a |"))
+    assert "must name its machine and date" in problem
+
+
+def test_the_mutation_table_shows_every_utility_mutation_caught():
+    """Issue 25's done-when: the docs' table is what the stored suite runs say (checked above), and
+    in it every correct run passes and every mutation fails at least one preset."""
+    from silodp.verify.rates.mutations import MUTATIONS
+
+    [body] = [b for a, b in stamp.blocks((ROOT / "docs/rates.md").read_text()) if a["name"] == "rates_mutations"]
+    verdicts = {line.split(" | ")[0].strip("| "): line.rstrip(" |").split(" | ")[-1]
+                for line in body.splitlines() if line.startswith("| ") and not line.startswith("| mutation")}
+    assert verdicts == {"correct": "all pass", **{m: "yes" for m in MUTATIONS}}

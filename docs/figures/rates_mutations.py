@@ -26,29 +26,6 @@ from silodp.verify.rates import mutations
 HERE = Path(__file__).resolve().parent
 
 
-def table(runs: dict, quick: dict | None = None) -> str:
-    """The markdown table (a preset run in its quick variant is headed "(quick)")."""
-    presets = list(dict.fromkeys(p for p, _ in (k.split("|") for k in runs)))
-    names = list(mutations.MUTATIONS)
-    heads = [f"`{p}`" + (" (quick)" if (quick or {}).get(p) else "") for p in presets]
-    lines = ["| mutation | " + " | ".join(heads) + " | caught |",
-             "|---|" + "---|" * (len(presets) + 1)]
-    for m in ["correct", *names]:
-        cells, caught = [], False
-        for p in presets:
-            run = runs.get(f"{p}|{m}")
-            if run is None:  # n/a: the mutation does not apply; not run: a stopped (partial) run
-                cells.append("n/a" if m in mutations.PRESETS[p].skip else "not run")
-                continue
-            failed = [c for c, ok in run["criteria"].items() if not ok]
-            caught = caught or bool(failed)
-            cells.append("pass" if not failed else "**fails** " + ", ".join(failed))
-        verdict = ("all pass" if not caught else "no: a correct run fails") if m == "correct" else \
-            ("yes" if caught else "**no**")
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {verdict} |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", nargs="*", default=None, choices=list(mutations.PRESETS))
@@ -87,7 +64,7 @@ def main() -> None:
                                              indent=1))
     print(json.dumps(suite))
     print(f"{seconds:.0f} s")
-    print(table(runs, quick))
+    print(mutations.markdown(runs, quick))
 
 
 if __name__ == "__main__":

@@ -467,3 +467,27 @@ def summary(p: DistributedParams, epsilon: float, delta: float) -> dict:
                central_variance=central, ratio=var / central, epsilon=certified_epsilon(p, delta),
                delta=delta, silos=p.silos, summed=p.summed, rounds=p.rounds)
     return out
+
+
+def comparison_table(dimension: int = 1024, clip: float = 1.0, silos: int = 10, rounds: int = 50,
+                     epsilon: float = 3.0, delta: float = 1e-5, bits=tuple(range(8, 25, 2))) -> str:
+    """Markdown: each mechanism's variance over central DP's at equal (``epsilon``, ``delta``) per
+    secure-aggregation bit width, with its certified epsilon (rounded up); "-" where the sum does
+    not fit in that many bits at any noise (docs/shuffle.md, ``benchmarks/distributed_table.py``)."""
+    from silodp._validation import round_up
+
+    lines = ["| bits | binomial: ratio (g, eps) | Skellam: ratio (eps) | discrete Gaussian: ratio (eps) |",
+             "|---|---|---|---|"]
+    for width in bits:
+        cells = []
+        for mech in MECHANISMS:
+            try:
+                p = calibrate(mech, dimension, clip, silos, width, epsilon, delta, rounds)
+            except ValueError:
+                cells.append("-")
+                continue
+            s = summary(p, epsilon, delta)
+            extra = f"g = {p.levels}, " if mech == "binomial" else ""
+            cells.append(f"{round_up(s['ratio'], 3)} ({extra}{round_up(s['epsilon'], 4)})")
+        lines.append(f"| {width} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

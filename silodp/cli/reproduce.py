@@ -58,6 +58,16 @@ def register(subparsers) -> None:
     r.add_argument("--name", type=text("a table name"), default=None, help="the block's name (default: the preset's stem)")
     r.add_argument("--check", nargs="*", type=PathArg("in"), default=None, metavar="FILE",
                    help="check every stamped table in FILEs (default docs/*.md) against the current code; no runs")
+    r.add_argument("--full", action="store_true",
+                   help="with --check: rebuild every generated table (also the expensive ones) and compare")
+    r.add_argument("--generated", type=text("a generated table's name"), default=None, metavar="NAME",
+                   help="rebuild the generated table NAME (accounting, sigma_g, mechanism tables of docs/; "
+                        "silodp/experiments/doctables.py) instead of a sweep's table; with --into, write it there")
+    r.add_argument("--recorded", type=text("a recorded table's name"), default=None, metavar="NAME",
+                   help="restamp the recorded table NAME of --into (an audit or timing table whose body was "
+                        "pasted from its command's output) under the current accounting version")
+    r.add_argument("--machine", type=text("a machine label without spaces"), default=None,
+                   help="with --recorded, for a measurement: the machine it was measured on")
     r.add_argument("--json", action="store_true")
     r.set_defaults(handler=handle_report)
 
@@ -133,18 +143,41 @@ def handle_report(args) -> int:
     from silodp.experiments import stamp, tables
     from silodp.experiments.report import alg11_rule, check_claims
 
+    if args.full and args.check is None:
+        raise ValueError("--full: only with --check")
     if args.check is not None:
-        if args.preset is not None or args.into is not None:
-            raise ValueError("--check: takes files only (no PRESET, no --into)")
+        if args.preset is not None or args.into is not None or args.generated is not None:
+            raise ValueError("--check: takes files only (no PRESET, no --into, no --generated)")
         paths = args.check or sorted(Path("docs").glob("*.md"))
-        count, problems = stamp.check_files(paths)
+        count, problems = stamp.check_files(paths, full=args.full)
         payload = {"files": [str(p) for p in paths], "tables": count, "stale": problems}
         emit(payload, args.json, "\n".join(problems) or f"{count} stamped tables, all current")
         if problems:
             raise ValueError(f"{len(problems)} of {count} stamped tables are stale: {problems[0]}")
         return 0
+    if args.recorded is not None:
+        if args.into is None or args.preset is not None or args.generated is not None:
+            raise ValueError("--recorded: needs --into FILE, and no PRESET or --generated")
+        path = Path(args.into)
+        matches = [b for a, b in stamp.blocks(path.read_text()) if a.get("name") == args.recorded]
+        if len(matches) != 1:
+            raise ValueError(f"--recorded: {len(matches)} blocks named {args.recorded!r} in {args.into!r} (need one)")
+        block = stamp.render_block(stamp.recorded_attrs(args.recorded, args.machine), matches[0])
+        path.write_text(stamp.replace_block(path.read_text(), args.recorded, block))
+        emit({"name": args.recorded, "into": str(args.into), "table": block}, args.json, block)
+        return 0
+    if args.generated is not None:
+        if args.preset is not None or args.store is not None:
+            raise ValueError("--generated: takes no PRESET and no --store (it runs its own command)")
+        block = stamp.generated_block(args.generated)
+        if args.into is not None:
+            path = Path(args.into)
+            path.write_text(stamp.replace_block(path.read_text(), args.generated, block))
+        emit({"name": args.generated, "into": None if args.into is None else str(args.into), "table": block},
+             args.json, block)
+        return 0
     if args.preset is None:
-        raise ValueError("PRESET: required (or --check)")
+        raise ValueError("PRESET: required (or --check, or --generated)")
     args.store = args.store or "results.db"
     if not Path(args.store).is_file():
         raise ValueError(f"--store: no such file {args.store!r}")

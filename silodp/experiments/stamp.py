@@ -15,6 +15,14 @@ calibrations by the same number). ``commit`` is the code version the store's run
 :func:`check_text` recomputes the hash of each block from its preset alone -- no run is repeated --
 so a change to a preset, a grid file or the accounting version that would move the numbers makes
 the block stale (``tests/test_stale_tables.py``, ``silodp report --check``).
+
+Tables made by other commands (accounting epsilons and noises, sigma_g, the distributed mechanisms;
+:mod:`.doctables`) are blocks of ``kind=generated``, written by ``silodp report --generated NAME
+--into FILE``: their ``hash`` is :func:`generated_hash` (name, command, config, accounting
+version), and a cheap one is also rebuilt and compared byte for byte (:func:`check_generated`).
+Tables too expensive to rebuild (audits) and measurements (timings) are ``kind=recorded``: the
+body is what their command printed, the stamp the hash of that command and the accounting
+version (and, for a measurement, the machine and date), :func:`check_recorded`.
 """
 
 from __future__ import annotations
@@ -37,6 +45,79 @@ def grid_hash(spec) -> str:
 
     payload = {"configs": sorted(c.config_hash for c in spec.expand()), "accounting": ACCOUNTING_VERSION}
     return hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def generated_hash(table) -> str:
+    """First 16 hex digits of SHA-256 over a :class:`.doctables.DocTable`'s (or ``Recorded``'s)
+    name, command, config and the accounting version: what determines its numbers."""
+    from silodp.accounting.version import ACCOUNTING_VERSION
+
+    payload = {"name": table.name, "command": table.command, "config": table.config, "accounting": ACCOUNTING_VERSION}
+    return hashlib.sha256(json.dumps(payload, separators=(",", ":"), default=repr).encode()).hexdigest()[:16]
+
+
+def recorded_attrs(name: str, machine: str | None = None, date: str | None = None) -> dict:
+    """The stamp of the recorded table ``name`` (:class:`.doctables.Recorded`): a measured one
+    needs the ``machine`` it ran on and the ``date`` (ISO, default today)."""
+    import datetime
+
+    from silodp.accounting.version import ACCOUNTING_VERSION
+    from .doctables import recorded
+
+    t = recorded(name)
+    attrs = {"name": name, "kind": "recorded", "hash": generated_hash(t), "accounting": str(ACCOUNTING_VERSION)}
+    if t.measured:
+        if not machine:
+            raise ValueError(f"--machine: the measured table {name!r} needs the machine it was measured on")
+        attrs.update(machine=machine, date=date or datetime.date.today().isoformat())
+    for key, value in attrs.items():
+        if re.search(r"[\s>]", value):
+            raise ValueError(f"{key}: a stamp value must be non-empty without spaces, got {value!r}")
+    return attrs
+
+
+def check_recorded(attrs: dict, label: str) -> list[str]:
+    """Problems of one ``kind=recorded`` block: unknown name, a measured one without machine and
+    date, or a hash that its command or the accounting version no longer give."""
+    from .doctables import RECORDED
+
+    t = RECORDED.get(attrs.get("name", ""))
+    if t is None:
+        return [f"{label}: no recorded table of that name (silodp/experiments/doctables.py)"]
+    rerun = f"rerun `{t.command}`, paste its table, then silodp report --recorded {t.name} --into {t.doc}"
+    if t.measured and not (attrs.get("machine") and attrs.get("date")):
+        return [f"{label}: a measurement must name its machine and date ({rerun} --machine M)"]
+    if attrs.get("hash") != generated_hash(t):
+        return [f"{label}: stamp hash {attrs.get('hash')} but its command or accounting version now hash to "
+                f"{generated_hash(t)} ({rerun})"]
+    return []
+
+
+def generated_block(name: str) -> str:
+    """The stamped block of the generated table ``name``, rebuilt now."""
+    from silodp.accounting.version import ACCOUNTING_VERSION
+    from .doctables import table
+
+    t = table(name)
+    attrs = {"name": name, "kind": "generated", "hash": generated_hash(t), "accounting": str(ACCOUNTING_VERSION)}
+    return render_block(attrs, t.body())
+
+
+def check_generated(attrs: dict, body: str, label: str, full: bool = False) -> list[str]:
+    """Problems of one ``kind=generated`` block: unknown name, stale hash, or (a cheap table, or any
+    with ``full``) a body that differs from the table rebuilt now."""
+    from .doctables import TABLES
+
+    t = TABLES.get(attrs.get("name", ""))
+    if t is None:
+        return [f"{label}: no generated table of that name (silodp/experiments/doctables.py)"]
+    rerun = f"regenerate: {t.command}"
+    if attrs.get("hash") != generated_hash(t):
+        return [f"{label}: stamp hash {attrs.get('hash')} but its command, config or accounting version now hash "
+                f"to {generated_hash(t)} ({rerun})"]
+    if (t.cheap or full) and body.rstrip() != t.body():
+        return [f"{label}: the table differs from what the code prints now ({rerun})"]
+    return []
 
 
 def resolve(attrs: dict, root: str | Path = "."):
@@ -88,14 +169,21 @@ def replace_block(text: str, name: str, block: str) -> str:
     return text[:m.start()] + block + text[m.end():]
 
 
-def check_text(text: str, root: str | Path = ".", where: str = "") -> list[str]:
+def check_text(text: str, root: str | Path = ".", where: str = "", full: bool = False) -> list[str]:
     """One line per stale or malformed block of ``text``: its stamp no longer matches the hash
-    (grid or accounting version) the current code computes for its preset."""
+    (grid or accounting version) the current code computes for its preset, or a generated table
+    differs from what its command prints now (:func:`check_generated`; ``full``: every one rebuilt)."""
     from silodp.accounting.version import ACCOUNTING_VERSION
 
     problems, hashes = [], {}
-    for attrs, _ in blocks(text):
+    for attrs, body in blocks(text):
         label = f"{where}table {attrs.get('name', '?')!r}"
+        if attrs.get("kind") == "generated":
+            problems += check_generated(attrs, body, label, full)
+            continue
+        if attrs.get("kind") == "recorded":
+            problems += check_recorded(attrs, label)
+            continue
         missing = [k for k in ("name", "preset", "kind", "commit", "hash", "accounting") if k not in attrs]
         if missing:
             problems.append(f"{label}: stamp lacks {', '.join(missing)}")
@@ -115,11 +203,11 @@ def check_text(text: str, root: str | Path = ".", where: str = "") -> list[str]:
     return problems
 
 
-def check_files(paths, root: str | Path = ".") -> tuple[int, list[str]]:
+def check_files(paths, root: str | Path = ".", full: bool = False) -> tuple[int, list[str]]:
     """(number of stamped blocks, problems) over ``paths``."""
     count, problems = 0, []
     for path in paths:
         text = Path(path).read_text()
         count += len(blocks(text))
-        problems += check_text(text, root, f"{path}: ")
+        problems += check_text(text, root, f"{path}: ", full)
     return count, problems

@@ -228,3 +228,28 @@ def human(table: dict) -> str:
     lines += [f"{name:<16} {', '.join(found) if found else '(none)'}" for name, found in table["mutations"].items()]
     lines.append(f"every correct run passes: {table['correct_pass']}")
     return "\n".join(lines)
+
+
+def markdown(runs: dict, quick: dict | None = None) -> str:
+    """The markdown table of a suite's runs (``{"PRESET|MUTATION": {"criteria": {NAME: ok}}}``, as
+    ``docs/figures/rates_mutations.json`` stores them): each preset's verdict and the failed
+    criteria, per mutation; a preset run in its quick variant is headed "(quick)"."""
+    presets = list(dict.fromkeys(p for p, _ in (k.split("|") for k in runs)))
+    names = list(MUTATIONS)
+    heads = [f"`{p}`" + (" (quick)" if (quick or {}).get(p) else "") for p in presets]
+    lines = ["| mutation | " + " | ".join(heads) + " | caught |",
+             "|---|" + "---|" * (len(presets) + 1)]
+    for m in ["correct", *names]:
+        cells, caught = [], False
+        for p in presets:
+            run = runs.get(f"{p}|{m}")
+            if run is None:  # n/a: the mutation does not apply; not run: a stopped (partial) run
+                cells.append("n/a" if m in PRESETS[p].skip else "not run")
+                continue
+            failed = [c for c, ok in run["criteria"].items() if not ok]
+            caught = caught or bool(failed)
+            cells.append("pass" if not failed else "**fails** " + ", ".join(failed))
+        verdict = ("all pass" if not caught else "no: a correct run fails") if m == "correct" else \
+            ("yes" if caught else "**no**")
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {verdict} |")
+    return "\n".join(lines)

@@ -1,0 +1,352 @@
+"""The docs' tables that a command other than ``silodp reproduce`` produces, each regenerable.
+
+Every table here is written between markers by ``silodp report --generated NAME --into FILE``::
+
+    <!-- silodp:table name=accounting_units kind=generated hash=9c1e... accounting=1 -->
+    | library | ... |
+    <!-- /silodp:table -->
+
+``hash`` is :func:`.stamp.generated_hash`: SHA-256 of the table's name, its command, its ``config``
+(every argument that determines its numbers) and ``ACCOUNTING_VERSION``. A ``cheap`` table (a
+second or so) is rebuilt by ``tests/test_stale_tables.py`` and ``silodp report --check`` and must
+match the doc byte for byte; an expensive one is checked by its hash (a change of its config or of
+the accounting version stales it), and rebuilt exactly by ``silodp report --check --full``.
+
+:data:`RECORDED` lists the tables no check can rebuild: audits (minutes to hours) and timings
+(measurements). Their body is what their command printed, pasted by hand; their stamp
+(``kind=recorded``, :func:`.stamp.recorded_attrs`) is the hash of name, command and
+``ACCOUNTING_VERSION``, plus, for a measurement, the machine and the date it was measured on.
+Neither kind sees code changes that keep the command, config and accounting version.
+
+Printed epsilons and noise scales round up (toward more privacy loss / more noise,
+:func:`silodp._validation.round_up`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class DocTable:
+    """A generated table: ``render(**config)`` returns its markdown body."""
+
+    name: str
+    doc: str
+    render: Callable[..., str]
+    config: dict = field(default_factory=dict)
+    cheap: bool = True
+
+    @property
+    def command(self) -> str:
+        return f"silodp report --generated {self.name} --into {self.doc}"
+
+    def body(self) -> str:
+        return self.render(**self.config).rstrip()
+
+
+def cli_json(command: str) -> dict:
+    """The JSON that ``silodp COMMAND --json`` prints, run in-process (exactly the CLI's numbers)."""
+    from silodp.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*shlex.split(command), "--json"])
+    if code != 0:
+        raise ValueError(f"generated table: `silodp {command}` exited {code}")
+    return json.loads(out.getvalue())
+
+
+def _up(value, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits rounded up (an integer above 10**digits)."""
+    import math
+
+    from silodp._validation import round_up
+
+    if value is None:
+        return "null"
+    return f"{math.ceil(value):,}" if value >= 10 ** digits else round_up(value, digits)
+
+
+def _accountant(payload: dict) -> str:
+    return payload["accountant"].split("(")[0]  # printed whenever the command did not name one
+
+
+def accounting_units(q: float, steps: int, delta: float, noise_multiplier: float) -> str:
+    """docs/accounting.md, "Units, side by side": one Poisson-subsampled Gaussian under both
+    relations, by silodp's CLI and by dp-accounting's own PLD accountant; the last row is the old
+    convention (sigma / (2C) under replace-one), i.e. the replace-one epsilon at twice the multiplier."""
+    import dp_accounting as dpa
+
+    base = f"epsilon --sampling poisson --q {q:g} --steps {steps} --delta {delta:g} --accountant pld"
+    ours = {rel: cli_json(f"{base} --noise-multiplier {noise_multiplier:g} --relation {rel}")["epsilon"]
+            for rel in ("replace-one", "add-remove")}
+    theirs = {}
+    for rel, relation in (("replace-one", dpa.NeighboringRelation.REPLACE_ONE),
+                          ("add-remove", dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)):
+        acc = dpa.pld.PLDAccountant(relation, value_discretization_interval=1e-4)
+        acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(noise_multiplier)), steps)
+        theirs[rel] = acc.get_epsilon(delta)
+    old = cli_json(f"{base} --noise-multiplier {2 * noise_multiplier:g} --relation replace-one")["epsilon"]
+    ratio = ours["replace-one"] / old
+    return "\n".join([
+        "| library | what `noise_multiplier` means | replace-one epsilon | add/remove epsilon |",
+        "|---|---|---|---|",
+        f"| silodp (now) | sigma / C | {_up(ours['replace-one'])} (`pld`) | {_up(ours['add-remove'])} (`pld`) |",
+        f"| dp-accounting `PLDAccountant` | sigma / C | {_up(theirs['replace-one'])} | {_up(theirs['add-remove'])} |",
+        "| Opacus (`rdp`, `prv`) | sigma / C | not offered | Poisson, add/remove only |",
+        "| Flower DP strategies | sigma / C (clipping norm) | not offered | RDP only |",
+        f"| silodp before 2026-12 | sigma / (2C) under replace-one | {_up(old)} (a {ratio:.1f}x under-report) "
+        f"| {_up(ours['add-remove'])} |",
+    ])
+
+
+#: the issue's examples (docs/accounting.md, "Soundness"): command, what silodp printed before the fix
+SOUNDNESS_ROWS = (
+    ("epsilon --noise-multiplier 100 --steps 1000000 --delta 1e-12 --relation add-remove", "117.17 (pld)"),
+    ("epsilon --noise-multiplier 100 --steps 1000000 --delta 1e-10 --relation add-remove", "112.64"),
+    ("epsilon --noise-multiplier 5 --steps 1000000 --delta 1e-12 --relation replace-one", "null"),
+    ("epsilon --noise-multiplier 0.3 --steps 1000000 --delta 1e-6 --relation replace-one", "error"),
+    ("epsilon --sampling poisson --q 1e-6 --steps 1000000 --delta 1e-12 --relation add-remove "
+     "--noise-multiplier {0.70,0.72,0.73,0.74,0.76}", "0.129, 0.090, 0.176, 0.113, 0.061"),
+    ("noise --epsilon 1 --delta 1e-12 --steps 1000000 --sampling poisson --q 1e-6 --relation replace-one", "0.936"),
+    ("noise --epsilon 50 --delta 1e-12 --steps 100000 --sampling poisson --q 0.3 --relation replace-one", "46.2"),
+)
+
+
+def _expand(command: str) -> list[str]:
+    """``a {x,y} b`` -> ``a x b``, ``a y b`` (one brace group)."""
+    if "{" not in command:
+        return [command]
+    head, rest = command.split("{", 1)
+    values, tail = rest.split("}", 1)
+    return [f"{head}{v}{tail}" for v in values.split(",")]
+
+
+def accounting_soundness(rows=SOUNDNESS_ROWS) -> str:
+    """docs/accounting.md, the issue's examples: each command's output today beside the old one."""
+    lines = ["| command (`silodp …`) | before | now |", "|---|---|---|"]
+    for command, before in rows:
+        outs = [cli_json(c) for c in _expand(command)]
+        names = ", ".join(sorted({_accountant(o) for o in outs}))
+        if command.startswith("noise"):
+            [o] = outs
+            now = f"z = {_up(o['noise_multiplier'], 4)} ({names}, certified epsilon {_up(o['epsilon'], 4)})"
+        else:
+            now = f"{', '.join(_up(o['epsilon'], 4) for o in outs)} ({names})"
+        lines.append(f"| `{command}` | {before} | {now} |")
+    return "\n".join(lines)
+
+
+def shuffle_example(eps0: float, n: int, delta: float) -> str:
+    """docs/accounting.md: the shuffle amplification bounds of the issue's example."""
+    command = f"shuffle --eps0 {eps0:g} --n {n} --delta {delta:g}"
+    out = cli_json(command)
+    return "\n".join(["| command (`silodp …`) | before | now |", "|---|---|---|",
+                      f"| `{command}` | error | " + ", ".join(f"{k} {_up(v, 3)}" for k, v in out.items()) + " |"])
+
+
+#: docs/scaffold.md, "Tight sigma_g versus the paper's formula": (setting, eps, delta, M, n, T, K, l, s)
+SCAFFOLD_ROWS = (
+    ("authors' `get_epsilon_bound.py`", 1, 2.5e-6, 100, 4000, 100, 5, 0.05, 0.2),
+    ("authors' `get_epsilon_bound.py`", 5, 2.5e-6, 100, 4000, 100, 5, 0.05, 0.2),
+    ("paper synthetic (K = 100)", 13, 2.5e-6, 100, 4000, 400, 100, 0.2, 0.2),
+    ("small silos", 5, 1e-5, 40, 250, 50, 20, 0.2, 0.2),
+    ("small silos", 1, 1e-5, 40, 250, 50, 20, 0.2, 0.2),
+    ("headline grid (K = 5)", 10, 1e-5, 20, 200, 200, 5, 1, 0.2),
+    ("headline grid (K = 5)", 2, 1e-5, 20, 200, 200, 5, 1, 0.2),
+)
+
+
+def scaffold_sigma_g(rows=SCAFFOLD_ROWS) -> str:
+    """docs/scaffold.md: tight sigma_g toward the server (worst case and expected participation)
+    and toward a third party beside the paper's closed form and what that certifies
+    (:func:`silodp.accounting.scaffold.noise_report`)."""
+    from silodp.accounting.scaffold import noise_report
+
+    lines = ["| setting | eps | delta | M | n | T | K | l | s | server (worst) | server (expected) | third party "
+             "| paper | eps_server(paper) | eps_third(paper) |", "|" + "---|" * 15]
+    for label, *args in rows:
+        worst = noise_report(*args)
+        expected = noise_report(*args, participation="expected")
+        cells = [label, *(f"{a:g}" for a in args)]
+        cells += [_up(worst[k]) for k in ("sigma_g_server",)] + [_up(expected["sigma_g_server"])]
+        cells += [_up(worst[k]) for k in ("sigma_g_third_party", "sigma_g_paper", "epsilon_server_at_paper_sigma_g",
+                                          "epsilon_third_party_at_paper_sigma_g")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def distributed_mechanisms(**kwargs) -> str:
+    """docs/shuffle.md: binomial, Skellam and distributed discrete Gaussian at equal epsilon
+    (:func:`silodp.accounting.distributed.comparison_table`)."""
+    from silodp.accounting.distributed import comparison_table
+
+    return comparison_table(**kwargs)
+
+
+def rates_mutations(path: str) -> str:
+    """docs/rates.md: the utility mutation suite's payload (``silodp rates --mutations --json``) and
+    table, from the runs ``docs/figures/rates_mutations.py`` stored in ``path`` (relative to the
+    repository): the doc shows exactly what the stored runs say."""
+    from pathlib import Path
+
+    from silodp.verify.rates.mutations import markdown
+
+    stored = json.loads((Path(__file__).resolve().parents[2] / path).read_text())
+    return f"`{json.dumps(stored['suite'])}`\n\n{markdown(stored['runs'], stored.get('quick'))}"
+
+
+#: docs/accounting.md, "What the papers' formulas really certify": (algorithm, formula, TranscriptConfig
+#: fields) at MNIST-sized silos, batches without replacement (each record once per epoch; SPIDER
+#: at the full batch, Thm F.1's setting)
+PAPER_ROWS = (
+    ("isrl-prox-sgd", "Thm E.1 (R = 25, K = 49)", {"rounds": 25, "batch_size": 49}),
+    ("isrl-prox-svrg", "Thm E.2 (E = 5, Q = 20, K = 60)", {"rounds": 5, "inner_steps": 20, "batch_size": 60}),
+    ("isrl-spider", "Thm F.1 (R = 50, q = 4, β = 1, K = n)", {"rounds": 50, "q": 4, "beta": 1.0, "batch_size": 1234}),
+)
+
+
+def paper_vs_tight(n: int, epsilons, rows=PAPER_ROWS) -> str:
+    """docs/accounting.md: the paper's noise, what a tight accountant certifies for it, and the
+    tight noise over the paper's (:func:`silodp.algorithms.privacy.paper_vs_tight`, delta = 1/n^2)."""
+    from silodp.algorithms.privacy import TranscriptConfig, paper_vs_tight as compare
+
+    lines = ["| algorithm | formula | target ε | certified ε of the paper's noise | tight noise / paper noise "
+             "| accountant |", "|---|---|---|---|---|---|"]
+    for eps in epsilons:
+        for algorithm, formula, fields in rows:
+            r = compare(algorithm, TranscriptConfig(n=n, replacement=False, **fields), eps, 1.0 / n ** 2)
+            ratios = sorted({_up(v) for v in r["tight_over_paper"].values()})
+            ratio = ratios[0] if len(ratios) == 1 else ", ".join(f"{k} {_up(v)}" for k, v in r["tight_over_paper"].items())
+            lines.append(f"| {algorithm} | {formula} | {eps:g} | {_up(r['paper_certified_epsilon'])} | {ratio} "
+                         f"| {r['accountant'].split('(')[0]} |")
+    return "\n".join(lines)
+
+
+def local_dp_mod(epsilon: float, delta: float) -> str:
+    """docs/integrations.md: Flower's ``LocalDpMod`` noise (the classical Gaussian, Dwork-Roth Thm
+    A.1: sqrt(2 ln(1.25/delta)) / epsilon per unit shift) beside silodp's exact analytic Gaussian
+    (``silodp noise --accountant gdp``), as noise multipliers per clip C under both relations."""
+    import math
+
+    classical = math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+    lines = ["| relation | `LocalDpMod` (classical) | silodp (analytic Gaussian, exact) |", "|---|---|---|"]
+    for label, relation, shift in (("add/remove (shift C)", "add-remove", 1),
+                                   ("replace-one (shift 2C, ISRL-DP)", "replace-one", 2)):
+        ours = cli_json(f"noise --epsilon {epsilon:g} --delta {delta:g} --relation {relation} --accountant gdp")
+        z = ours["noise_multiplier"]
+        less = math.floor(100 * (1 - z / (shift * classical)))
+        lines.append(f"| {label} | {_up(shift * classical, 4)} | {_up(z, 4)} ({less}% less noise) |")
+    return "\n".join(lines)
+
+
+def audit_gaussian(noise_multipliers, delta: float, trials: int, seed: int) -> str:
+    """docs/audit.md: one Gaussian release, the exact epsilon (rounded up) against the audit's lower
+    bounds (:func:`silodp.verify.audit.audits.audit_gaussian`, likelihood-ratio statistic, seeded);
+    the ratio at noise multiplier 1 (the issue's target row) in bold."""
+    from silodp.verify.audit.audits import audit_gaussian as audit
+
+    lines = ["| noise multiplier | exact epsilon | Clopper-Pearson | ratio | Gaussian-DP | ratio |",
+             "|---|---|---|---|---|---|"]
+    for z in noise_multipliers:
+        r = audit(z, delta, trials, seed=seed)
+        cp, gdp = r.bounds["clopper-pearson"].epsilon, r.bounds["gdp"].epsilon
+        bold = "**" if z == 1 else ""
+        lines.append(f"| {z:.1f} | {_up(r.epsilon_claimed, 4)} | {cp:.3f} | {cp / r.epsilon_claimed:.2f} | {gdp:.3f} "
+                     f"| {bold}{gdp / r.epsilon_claimed:.2f}{bold} |")
+    return "\n".join(lines)
+
+
+#: what each formula of ``silodp audit --papers`` is, in the table's words
+PAPER_FORMULAS = {"Thm E.1": "Thm E.1 (sigma^2 = 8 L^2 ln(1/delta) / (eps K)^2)",
+                  "App. H.2 (SPIDER)": "App. H.2 (SPIDER, sigma_2 = inf)",
+                  "App. H.2 (Fed-SPIDER)": "App. H.2 (Fed-SPIDER, Alg 11)"}
+
+
+def audit_papers() -> str:
+    """docs/audit.md: ``silodp audit --papers``: each paper formula's noise, what a tight accountant
+    certifies for it (rounded up; bold above the target) and the audit's lower bounds."""
+    lines = ["| formula | algorithm | certified epsilon | CP | GDP |", "|---|---|---|---|---|"]
+    for r in cli_json("audit --papers")["papers"]:
+        eps = _up(r["certified_epsilon"], 4)
+        eps = f"**{eps}**" if r["certified_epsilon"] > r["target_epsilon"] else eps
+        lines.append(f"| {PAPER_FORMULAS.get(r['formula'], r['formula'])} | {r['algorithm']} | {eps} "
+                     f"| {r['epsilon_lower_clopper_pearson']:.3f} | {r['epsilon_lower_gdp']:.3f} |")
+    return "\n".join(lines)
+
+
+TABLES = {t.name: t for t in (
+    DocTable("accounting_units", "docs/accounting.md", accounting_units,
+             {"q": 0.01, "steps": 1000, "delta": 1e-5, "noise_multiplier": 1.0}),
+    DocTable("accounting_soundness", "docs/accounting.md", accounting_soundness, {"rows": SOUNDNESS_ROWS}),
+    DocTable("accounting_paper_vs_tight", "docs/accounting.md", paper_vs_tight, {"n": 1234, "epsilons": (1, 6)}),
+    DocTable("integrations_local_dp_mod", "docs/integrations.md", local_dp_mod, {"epsilon": 1.0, "delta": 1e-5}),
+    DocTable("audit_gaussian", "docs/audit.md", audit_gaussian,
+             {"noise_multipliers": (0.5, 1.0, 2.0, 4.0), "delta": 1e-5, "trials": 100_000, "seed": 0}),
+    DocTable("audit_papers", "docs/audit.md", audit_papers, cheap=False),
+    DocTable("accounting_shuffle_example", "docs/accounting.md", shuffle_example,
+             {"eps0": 2.0, "n": 1000000, "delta": 1e-12}, cheap=False),
+    DocTable("scaffold_sigma_g", "docs/scaffold.md", scaffold_sigma_g, {"rows": SCAFFOLD_ROWS}, cheap=False),
+    DocTable("distributed_mechanisms", "docs/shuffle.md", distributed_mechanisms,
+             {"dimension": 1024, "clip": 1.0, "silos": 10, "rounds": 50, "epsilon": 3.0, "delta": 1e-5,
+              "bits": tuple(range(8, 25, 2))}, cheap=False),
+    DocTable("rates_mutations", "docs/rates.md", rates_mutations, {"path": "docs/figures/rates_mutations.json"}),
+)}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A table too expensive to rebuild in a check (audits: minutes to hours) or a measurement
+    (timings): its body is what ``command`` printed when it was last run, pasted by hand; its stamp
+    (``kind=recorded``) is the hash of name, command and ``ACCOUNTING_VERSION``, so a version
+    bump stales it, and a ``measured`` one also names the machine and the date it was measured on."""
+
+    name: str
+    doc: str
+    command: str
+    measured: bool = False
+    config: dict = field(default_factory=dict)
+
+
+RECORDED = {t.name: t for t in (
+    Recorded("accounting_calibration_speed", "docs/accounting.md", "python benchmarks/bench_accounting.py",
+             measured=True),
+    Recorded("accounting_mechanisms", "docs/accounting.md", "python benchmarks/bench_accounting.py --mechanisms",
+             measured=True),
+    Recorded("accounting_sweep", "docs/accounting.md", "python benchmarks/bench_accounting.py --sweep", measured=True),
+    Recorded("cli_latency", "docs/accounting.md", "python benchmarks/bench_cli.py", measured=True),
+    Recorded("audit_algorithms", "docs/audit.md", "python benchmarks/bench_audit.py"),
+    Recorded("audit_mutations", "docs/audit.md", "python benchmarks/bench_audit.py --detection 50"),
+    Recorded("audit_sdp", "docs/audit.md", "silodp audit --algorithm sdp-prox-sgd|sdp-prox-svrg|sdp-pl-svrg|sdp-spider"),
+    Recorded("audit_speed", "docs/audit.md", "python benchmarks/bench_audit.py", measured=True),
+    Recorded("audit_shipped", "docs/audit.md", "silodp audit --shipped", measured=True),
+    Recorded("simulator_speed", "docs/algorithms.md", "python benchmarks/bench_simulator.py", measured=True),
+    Recorded("shuffle_moments_speed", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py --moments",
+             measured=True),
+    Recorded("shuffle_variance", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py"),
+    Recorded("rates_full", "docs/rates.md", "python docs/figures/rates_figures.py"),
+    Recorded("rates_isrl_vs_sdp", "docs/rates.md", "python docs/figures/rates_figures.py"),
+    Recorded("rates_theorems", "docs/rates.md", "python docs/figures/rates_figures.py"),
+    Recorded("reproduce_walls", "docs/reproduction.md", "silodp reproduce GRID --workers 2 (each row's grid)",
+             measured=True),
+    Recorded("reproduce_speed", "docs/reproduction.md", "python benchmarks/bench_reproduce.py --workers 2",
+             measured=True),
+)}
+
+
+def recorded(name: str) -> Recorded:
+    if name not in RECORDED:
+        raise ValueError(f"--recorded: no recorded table {name!r} (known: {', '.join(sorted(RECORDED))})")
+    return RECORDED[name]
+
+
+def table(name: str) -> DocTable:
+    if name not in TABLES:
+        raise ValueError(f"--generated: no generated table {name!r} (known: {', '.join(sorted(TABLES))})")
+    return TABLES[name]
