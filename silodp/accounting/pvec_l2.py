@@ -57,9 +57,10 @@ ORDERS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.
           16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
 #: The first pass's orders; the second adds the orders of :data:`ORDERS` around the best of them.
 COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 512.0, 4096.0)
-#: Coarse orders per batch: the first pass takes them ascending and stops after a batch whose last
-#: order certifies more than an earlier one (the high orders, the costliest sums, are then skipped).
-BATCH = 3
+#: The coarse orders the first pass starts from (indices into :data:`COARSE`: 3, 5, 8); it then
+#: walks toward the smaller epsilon until an order certifies more than the best (module
+#: :func:`certificate`), skipping the orders far from the best (the high ones are the costliest).
+START = (2, 3, 4)
 #: Standard deviations of the noise window W (its outside mass, 2 exp(-WINDOW_SDS^2 / 2) per
 #: coordinate, about 4e-22, is charged to delta).
 WINDOW_SDS = 10.0
@@ -308,20 +309,28 @@ class Certificate(NamedTuple):
 @functools.lru_cache(maxsize=512)
 def certificate(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float) -> Certificate:
     """The l2-aware certificate of the whole transcript at ``delta`` (epsilon +inf when a group
-    has no l2 bound or the charged mass reaches ``delta``): the minimum over the :data:`COARSE`
-    orders taken ascending in batches of :data:`BATCH` until a batch ends above the minimum so far
-    (epsilon(a) falls then rises: the orders beyond, the costliest, are skipped), then over the
-    :data:`ORDERS` between the best one's neighbours. Every order bounds, so the minimum over
-    any of them is a certificate; each group is capped as if all :data:`COARSE` were summed."""
+    has no l2 bound or the charged mass reaches ``delta``): the minimum over :data:`COARSE` orders
+    (from :data:`START`, then one or two more orders at a time on the side of the best until the
+    best has an evaluated neighbour above it on each side: epsilon(a) falls then rises; all of
+    them where none is finite), then over the :data:`ORDERS` between the best one's neighbours.
+    Every order bounds, so the minimum over any of them is a certificate; each group is capped
+    as if all :data:`COARSE` were summed."""
     floor = max(0.0, float(np.min(_convert(np.zeros(len(ORDERS)), ORDERS, delta))))
     if not groups or any(g.l2 is None for g in groups):
         return Certificate(math.inf, False, floor)
-    coarse, capped = np.empty(0), False
-    for start in range(0, len(COARSE), BATCH):
-        more, cap = _epsilons(groups, delta, COARSE[start:start + BATCH], len(COARSE))
-        coarse, capped = np.concatenate([coarse, more]), capped or cap
-        if np.isfinite(coarse.min()) and coarse[-1] > coarse.min():
-            break
+    coarse, capped = np.full(len(COARSE), np.nan), False
+    todo = list(START)
+    while todo:
+        more, cap = _epsilons(groups, delta, tuple(COARSE[i] for i in todo), len(COARSE))
+        coarse[todo], capped = more, capped or cap
+        done = np.flatnonzero(~np.isnan(coarse))
+        if not np.isfinite(coarse[done]).any():
+            todo = [i for i in range(len(COARSE)) if np.isnan(coarse[i])]
+            continue
+        best = int(done[np.argmin(coarse[done])])
+        todo = ([best - 1] if best == done[0] and best > 0 else
+                list(range(best + 1, min(best + 3, len(COARSE)))) if best == done[-1] else [])
+    coarse = np.where(np.isnan(coarse), np.inf, coarse)
     best = int(np.argmin(coarse))
     lo, hi = COARSE[max(best - 1, 0)], COARSE[min(best + 1, len(COARSE) - 1)]
     fine = tuple(a for a in ORDERS if lo < a < hi and a not in COARSE)
