@@ -2,10 +2,6 @@
 (the silos draw their batches and noise from OS entropy: no test may seed them), replayed in
 process with fresh seeds, so that each quoted number comes from a command.
 
-* ``secagg``: tests/integrations/test_secagg.py's three simulation-engine runs (sdp-prox-sgd,
-  sdp-prox-svrg, the discrete-Gaussian twin), each replayed through the same deployment's
-  ``terms``, ``message`` and ``step`` with silo 0 missing from sum 2: the test errors' spread,
-  their worst, and the share at or above the majority's error (the test's threshold);
 * ``mod``: tests/verify/test_audit_flower_mod.py's plain mod, its 300 canaries' scores (+-1 plus
   the mod's noise and the public noise the adversary subtracts): Steinke's bound's quantiles
   against the claim 2;
@@ -15,14 +11,14 @@ process with fresh seeds, so that each quoted number comes from a command.
 * ``server-noise``: tests/integrations/test_flower_apps.py's malicious-server check, the mean
   over coordinates of the sd of 6 messages of silo 0, in units of sigma.
 
-    nice -n 15 python scripts/flake_replays.py secagg [--runs 3000] [--epsilon 4 --only sdp-prox-svrg]
+(tests/integrations/test_secagg.py's runs: ``benchmarks/secagg_error_tails.py``.)
+
     nice -n 15 python scripts/flake_replays.py mod|app-audit|server-noise [--runs 20000]
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import sys
 from pathlib import Path
@@ -30,51 +26,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-SECAGG_RUNS = {  # the test's runs (tests/integrations/test_secagg.py), epsilon aside
-    "sdp-prox-sgd": {},
-    "sdp-prox-svrg": {"rounds": 1, "inner_steps": 2, "epsilon": 8.0},
-    "isrl-mb-sgd": {"mechanism": "discrete-gaussian", "bits": 20},
-}
-
-
-def _tail(errors: np.ndarray, records: int, threshold: float) -> str:
-    counts = np.round(errors * records).astype(int)
-    return (f"mean {errors.mean():.4f} sd {errors.std():.4f}; worst {counts.max()} of {records} errors; "
-            f"share >= threshold {np.mean(errors >= threshold):.2e}; "
-            f"counts {sorted(collections.Counter(counts.tolist()).items())}")
-
-
-def secagg(runs: int, rng, only: str | None, epsilon: float | None) -> None:
-    import torch
-
-    sys.path.insert(0, str(ROOT / "examples" / "flower_secagg"))
-    from run_simulation import RUN_CONFIG, wbcd_silos
-
-    from silodp.integrations import secagg as sa
-
-    xs, ys, xt, yt = wbcd_silos()
-    majority = float(min(yt.mean(), 1 - yt.mean()))
-    for algorithm, extra in SECAGG_RUNS.items():
-        if only not in (None, algorithm):
-            continue
-        cfg = {**RUN_CONFIG, "epsilon": 4.0, "threshold": 2, **extra}
-        if epsilon is not None:
-            cfg["epsilon"] = epsilon
-        cfg.pop("algorithm")
-        dep = sa.deployment(algorithm, xs, ys, **cfg)
-        errors = []
-        for _ in range(runs):
-            batch_seeds = [int(s) for s in rng.integers(0, 2**62, len(xs))]
-            state = {"w": np.zeros(dep.dimension), "second": np.zeros(dep.dimension)}
-            for r in range(1, dep.flower_rounds + 1):
-                silos = [1, 2] if r == 2 else [0, 1, 2]
-                msgs = [dep.message(dep.terms([state["w"], state["second"]], i, r, batch_seeds[i]), r,
-                                    torch.Generator().manual_seed(int(rng.integers(0, 2**62)))) for i in silos]
-                dep.step(state, np.mod(sum(msgs), 1 << dep.bits), len(silos), r)
-            errors.append(sa.error_rate(state["w"], xt, yt))
-        print(f"{algorithm} epsilon {cfg['epsilon']:g}, {runs} runs: {_tail(np.array(errors), len(yt), majority)}")
-
-
 def mod(runs: int, rng) -> None:
     from silodp.integrations.flower import IsrlDpMod
     from silodp.verify.audit.flower_mod import MOD_SCENARIOS
@@ -133,16 +84,12 @@ def server_noise(runs: int, rng) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("secagg", "mod", "app-audit", "server-noise"))
+    ap.add_argument("what", choices=("mod", "app-audit", "server-noise"))
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", choices=sorted(SECAGG_RUNS), help="secagg: one run of the test's three")
-    ap.add_argument("--epsilon", type=float, default=None, help="secagg: the target instead of the test's")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    if args.what == "secagg":
-        secagg(args.runs or 3000, rng, args.only, args.epsilon)
-    elif args.what == "mod":
+    if args.what == "mod":
         mod(args.runs or 20000, rng)
     elif args.what == "app-audit":
         app_audit(args.runs or 20000, rng)

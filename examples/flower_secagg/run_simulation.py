@@ -45,25 +45,33 @@ RUN_CONFIG = {"algorithm": "sdp-prox-sgd", "mechanism": "discrete-gaussian", "ro
 def simulate(drop: tuple[int, int] | None = None, **run_config) -> dict:
     """One run on the simulation engine (``run_config`` over :data:`RUN_CONFIG`); ``drop``: (silo,
     round) at which that silo drops out."""
+    return simulate_runs([run_config], drop)[0]
+
+
+def simulate_runs(run_configs: list[dict], drop: tuple[int, int] | None = None) -> list[dict]:
+    """Several runs, one after the other in one session of the simulation engine (each
+    ``run_config`` over :data:`RUN_CONFIG`; ``drop`` applies to each), one result per run."""
     from flwr.simulation import run_simulation
 
     from silodp.integrations import secagg
 
-    unknown = set(run_config) - set(RUN_CONFIG)
-    if unknown:
-        raise ValueError(f"run_config: unknown keys {sorted(unknown)}")
-    cfg = {**RUN_CONFIG, **run_config}
     xs, ys, xt, yt = wbcd_silos()
-    dep = secagg.deployment(cfg.pop("algorithm"), xs, ys, **cfg)
+    deps = []
+    for run_config in run_configs:
+        unknown = set(run_config) - set(RUN_CONFIG)
+        if unknown:
+            raise ValueError(f"run_config: unknown keys {sorted(unknown)}")
+        cfg = {**RUN_CONFIG, **run_config}
+        deps.append(secagg.deployment(cfg.pop("algorithm"), xs, ys, **cfg))
     out: list[dict] = []
-    run_simulation(server_app=secagg.make_server_app(dep, out.append), client_app=secagg.make_client_app(dep, drop),
+    run_simulation(server_app=secagg.make_server_app(deps, out.append), client_app=secagg.make_client_app(deps, drop),
                    num_supernodes=len(xs), backend_config={"client_resources": {"num_cpus": 1}})
-    if not out:
-        raise RuntimeError("the simulation ended without a result (see Flower's log)")
-    res = out[0]
+    if len(out) != len(deps):
+        raise RuntimeError(f"the simulation ended with {len(out)} of {len(deps)} results (see Flower's log)")
     majority = float(min(yt.mean(), 1 - yt.mean()))
-    return {"epsilon": res["epsilon"], "bits": dep.bits, "summed": res["summed"], "test_error": secagg.error_rate(res["w"], xt, yt),
-            "majority_error": majority}
+    return [{"epsilon": res["epsilon"], "bits": dep.bits, "summed": res["summed"],
+             "test_error": secagg.error_rate(res["w"], xt, yt), "majority_error": majority}
+            for res, dep in zip(out, deps)]
 
 
 if __name__ == "__main__":

@@ -57,6 +57,10 @@ ORDERS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 8.0, 10.
           16.0, 20.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0)
 #: The first pass's orders; the second adds the orders of :data:`ORDERS` around the best of them.
 COARSE = (1.25, 2.0, 3.0, 5.0, 8.0, 14.0, 32.0, 128.0, 512.0, 4096.0)
+#: The coarse orders the first pass starts from (indices into :data:`COARSE`: 3, 5, 8); it then
+#: walks toward the smaller epsilon until an order certifies more than the best (module
+#: :func:`certificate`), skipping the orders far from the best (the high ones are the costliest).
+START = (2, 3, 4)
 #: Standard deviations of the noise window W (its outside mass, 2 exp(-WINDOW_SDS^2 / 2) per
 #: coordinate, about 4e-22, is charged to delta).
 WINDOW_SDS = 10.0
@@ -150,9 +154,11 @@ def log_correlations(c: np.ndarray, n: int, shifts: int, a: float) -> np.ndarray
 
 
 def _gram(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """u^T v as a sum of small products (each below OpenBLAS's threading threshold: threads
-    contending for a loaded machine's cores cost more than the product)."""
-    k = max(1, min(len(u), 200_000 // (u.shape[1] * v.shape[1])))
+    """u^T v as a sum of small products, each below OpenBLAS's threading thresholds (about 2.6e5
+    multiply-adds for a matrix product, 1e4 for a dot product: a one-shift chunk is a dot product
+    of the whole window), as threads contending for a loaded machine's cores, spinning after the
+    call, cost more than the product."""
+    k = max(1, min(len(u), 8192, 200_000 // (u.shape[1] * v.shape[1])))
     rows = -(-len(u) // k) * k
     if rows != len(u):
         u = np.concatenate([u, np.zeros((rows - len(u), u.shape[1]))])
@@ -242,13 +248,14 @@ def _multiplicity_moments(g: int, trials: int, dimension: int, l2: float, multip
     return out + SLACK * np.abs(out)
 
 
-def group_moments(group: pvec_protocol.PvecGroup, tail: float, orders: tuple[float, ...] = ORDERS
-                  ) -> tuple[np.ndarray, float, bool]:
+def group_moments(group: pvec_protocol.PvecGroup, tail: float, orders: tuple[float, ...] = ORDERS,
+                  cap_orders: int | None = None) -> tuple[np.ndarray, float, bool]:
     """(log-moments of the group's ``uses`` invocations at ``orders``, the mass charged to delta,
-    whether its noise was capped at :func:`trials_cap`)."""
+    whether its noise was capped at :func:`trials_cap` of ``cap_orders`` orders, default
+    ``len(orders)``)."""
     K, q = group.batch_size, 1.0 / group.dataset_size
     kmax = max(1, min(K, _binomial.isf(tail, K, q))) if group.with_replacement else 1
-    cap = trials_cap(kmax * group.g, len(orders))
+    cap = trials_cap(kmax * group.g, cap_orders or len(orders))
     m = min(group.messages * group.b, cap)
     _, outside = shift_moments(m, kmax * group.g, orders)
     charged = group.dimension * outside
@@ -265,15 +272,16 @@ def group_moments(group: pvec_protocol.PvecGroup, tail: float, orders: tuple[flo
     return group.uses * step, group.uses * charged, group.messages * group.b > cap
 
 
-def _epsilons(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float, orders: tuple[float, ...]) -> tuple[np.ndarray, bool]:
+def _epsilons(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float, orders: tuple[float, ...],
+              cap_orders: int | None = None) -> tuple[np.ndarray, bool]:
     """(the converted epsilon at each order, module docstring, +inf where the charged mass
-    reaches delta; whether a group's noise was capped)."""
+    reaches delta; whether a group's noise was capped; ``cap_orders``: :func:`group_moments`)."""
     uses = sum(g.uses for g in groups if g.with_replacement)
     tail = max(math.exp(pld_lib.LOG_TAIL_MASS), 1e-3 * delta / uses) if uses else 0.0
     total, charged, capped = np.zeros(len(orders)), 0.0, False
     for grp in groups:
         if grp.uses:
-            m, c, cap = group_moments(grp, tail, orders)
+            m, c, cap = group_moments(grp, tail, orders, cap_orders)
             total, charged, capped = total + m, charged + c, capped or cap
     if charged >= delta:
         return np.full(len(orders), np.inf), capped
@@ -301,12 +309,28 @@ class Certificate(NamedTuple):
 @functools.lru_cache(maxsize=512)
 def certificate(groups: tuple[pvec_protocol.PvecGroup, ...], delta: float) -> Certificate:
     """The l2-aware certificate of the whole transcript at ``delta`` (epsilon +inf when a group
-    has no l2 bound or the charged mass reaches ``delta``): the minimum over the :data:`COARSE`
-    orders, then over the :data:`ORDERS` between the best one's neighbours (every order bounds)."""
+    has no l2 bound or the charged mass reaches ``delta``): the minimum over :data:`COARSE` orders
+    (from :data:`START`, then one or two more orders at a time on the side of the best until the
+    best has an evaluated neighbour above it on each side: epsilon(a) falls then rises; all of
+    them where none is finite), then over the :data:`ORDERS` between the best one's neighbours.
+    Every order bounds, so the minimum over any of them is a certificate; each group is capped
+    as if all :data:`COARSE` were summed."""
     floor = max(0.0, float(np.min(_convert(np.zeros(len(ORDERS)), ORDERS, delta))))
     if not groups or any(g.l2 is None for g in groups):
         return Certificate(math.inf, False, floor)
-    coarse, capped = _epsilons(groups, delta, COARSE)
+    coarse, capped = np.full(len(COARSE), np.nan), False
+    todo = list(START)
+    while todo:
+        more, cap = _epsilons(groups, delta, tuple(COARSE[i] for i in todo), len(COARSE))
+        coarse[todo], capped = more, capped or cap
+        done = np.flatnonzero(~np.isnan(coarse))
+        if not np.isfinite(coarse[done]).any():
+            todo = [i for i in range(len(COARSE)) if np.isnan(coarse[i])]
+            continue
+        best = int(done[np.argmin(coarse[done])])
+        todo = ([best - 1] if best == done[0] and best > 0 else
+                list(range(best + 1, min(best + 3, len(COARSE)))) if best == done[-1] else [])
+    coarse = np.where(np.isnan(coarse), np.inf, coarse)
     best = int(np.argmin(coarse))
     lo, hi = COARSE[max(best - 1, 0)], COARSE[min(best + 1, len(COARSE) - 1)]
     fine = tuple(a for a in ORDERS if lo < a < hi and a not in COARSE)

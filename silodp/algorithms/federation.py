@@ -7,6 +7,7 @@ is reproducible bit for bit from its seed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -80,11 +81,10 @@ class Federation:
         return int(self.counts.min())
 
     def with_availability(self, silos_per_round: int | None, availability: str = "fixed") -> "Federation":
-        return Federation(self.x, self.y, self.counts, silos_per_round, availability, self.reconstruction_threshold)
+        return dataclasses.replace(self, silos_per_round=silos_per_round, availability=availability)
 
     def to(self, dtype: torch.dtype) -> "Federation":
-        return Federation(self.x.to(dtype), self.y.to(dtype), self.counts, self.silos_per_round, self.availability,
-                          self.reconstruction_threshold)
+        return dataclasses.replace(self, x=self.x.to(dtype), y=self.y.to(dtype))
 
     def sample_available(self, generator: torch.Generator) -> torch.Tensor:
         """Boolean ``[N]`` mask of this round's available silos."""

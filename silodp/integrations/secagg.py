@@ -343,27 +343,41 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
     return DistributedDeployment(epsilon=acc.certified_epsilon(p, delta), bits=bits, params=p, **common)
 
 
-def make_client_app(dep: Deployment, drop: tuple[int, int] | None = None):
-    """The silos' ClientApp (legacy NumPyClient behind ``secaggplus_mod``). ``drop``: (silo,
-    round) at which that silo fails (a dropout, for tests). Each silo's batch seed is drawn here,
-    once (the server never sees it); its noise is fresh secret randomness per message."""
+def _runs(deps) -> tuple:
+    """``deps`` as a tuple of Deployments (one, or several run one after the other)."""
+    out = (deps,) if isinstance(deps, Deployment) else tuple(deps)
+    if not out or not all(isinstance(d, Deployment) for d in out):
+        raise ValueError(f"deps: need a Deployment or a non-empty sequence of them, got {deps!r}")
+    if len({len(d.xs) for d in out}) != 1:
+        raise ValueError("deps: every run needs the same silos")
+    return out
+
+
+def make_client_app(deps, drop: tuple[int, int] | None = None):
+    """The silos' ClientApp (legacy NumPyClient behind ``secaggplus_mod``) for one Deployment or
+    a sequence of them trained one after the other in the same session (the server's fit config
+    names the run). ``drop``: (silo, round) at which that silo fails in every run (a dropout, for
+    tests). Each silo's batch seed is drawn here, once per run (the server never sees it); its
+    noise is fresh secret randomness per message."""
     import secrets
 
     import torch
     from flwr.client import ClientApp, NumPyClient
     from flwr.client.mod import secaggplus_mod
 
-    seeds = [secrets.randbits(63) for _ in dep.xs]
+    runs = _runs(deps)
+    seeds = [[secrets.randbits(63) for _ in dep.xs] for dep in runs]
 
     class Silo(NumPyClient):
         def __init__(self, pid: int) -> None:
             self.pid = pid
 
         def fit(self, parameters, config):
-            r = int(config["round"])
+            r, k = int(config["round"]), int(config.get("run", 0))
             if drop is not None and (self.pid, r) == drop:
                 raise RuntimeError(f"silo {self.pid} drops out in round {r}")
-            terms = dep.terms(parameters, self.pid, r, seeds[self.pid])
+            dep = runs[k]
+            terms = dep.terms(parameters, self.pid, r, seeds[k][self.pid])
             gen = torch.Generator().manual_seed(secrets.randbits(63))  # secret: the server must not know it
             return [to_flower(dep.message(terms, r, gen), dep.bits)], 1, {}
 
@@ -373,16 +387,35 @@ def make_client_app(dep: Deployment, drop: tuple[int, int] | None = None):
     return ClientApp(client_fn=client_fn, mods=[secaggplus_mod])
 
 
-def make_server_app(dep: Deployment, sink):
+def make_server_app(deps, sink):
     """The ServerApp: SecAgg+ sums the silos' residues; the strategy decodes the sum and steps.
-    ``sink`` receives {"w", "epsilon", "summed"} when the run ends."""
-    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    ``deps``: one Deployment or several, trained one after the other (each its own SecAgg+
+    workflow and model); ``sink`` receives {"w", "epsilon", "summed"} when each run ends."""
     from flwr.server import LegacyContext, ServerApp, ServerConfig
-    from flwr.server.strategy import FedAvg
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
-    m = len(dep.xs)
-    state = {"w": np.zeros(dep.dimension), "second": np.zeros(dep.dimension), "summed": []}
+    runs = _runs(deps)
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context) -> None:
+        for k, dep in enumerate(runs):
+            m = len(dep.xs)
+            state = {"w": np.zeros(dep.dimension), "second": np.zeros(dep.dimension), "summed": []}
+            legacy = LegacyContext(context, config=ServerConfig(num_rounds=dep.flower_rounds),
+                                   strategy=_strategy(dep, state, k))
+            workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(
+                num_shares=m, reconstruction_threshold=dep.threshold, **workflow_settings(dep.bits, m)))
+            workflow(grid, legacy)
+            sink({"w": state["w"].copy(), "epsilon": dep.epsilon, "summed": list(state["summed"])})
+
+    return app
+
+
+def _strategy(dep: Deployment, state: dict, run: int):
+    """FedAvg whose aggregation decodes SecAgg+'s sum and steps ``state`` (run ``run``'s model)."""
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvg
 
     class Decode(FedAvg):
         def aggregate_fit(self, server_round, results, failures):
@@ -394,20 +427,10 @@ def make_server_app(dep: Deployment, sink):
             state["summed"].append(n)
             return ndarrays_to_parameters([state["w"], state["second"]]), {}
 
-    strategy = Decode(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=dep.threshold,
-                      min_available_clients=m, initial_parameters=ndarrays_to_parameters([state["w"], state["second"]]),
-                      on_fit_config_fn=lambda r: {"round": r})
-    app = ServerApp()
-
-    @app.main()
-    def main(grid, context) -> None:
-        legacy = LegacyContext(context, config=ServerConfig(num_rounds=dep.flower_rounds), strategy=strategy)
-        workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares=m, reconstruction_threshold=dep.threshold,
-                                                                   **workflow_settings(dep.bits, m)))
-        workflow(grid, legacy)
-        sink({"w": state["w"].copy(), "epsilon": dep.epsilon, "summed": list(state["summed"])})
-
-    return app
+    return Decode(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=dep.threshold,
+                  min_available_clients=len(dep.xs),
+                  initial_parameters=ndarrays_to_parameters([state["w"], state["second"]]),
+                  on_fit_config_fn=lambda r: {"round": r, "run": run})
 
 
 def error_rate(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:

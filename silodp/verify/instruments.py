@@ -18,6 +18,8 @@ each instrument overrides only the channel's narrow hooks (``_expand``, ``_scale
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from silodp.algorithms import grads as _grads
@@ -116,7 +118,8 @@ class TrialContext(Context):
     def _declaration(self, algo, problem, federation, sigmas, shuffle):
         """One run's declaration (the first trial's silos): every stacked run must stay within it."""
         n = self.silos
-        one = Federation(federation.x[:n], federation.y[:n], federation.counts[:n], self.per_round)
+        one = dataclasses.replace(federation, x=federation.x[:n], y=federation.y[:n], counts=federation.counts[:n],
+                                  silos_per_round=self.per_round)
         return algo.run_declaration(problem, one, sigmas, shuffle)
 
     def _expand(self, w: torch.Tensor | None) -> torch.Tensor | None:

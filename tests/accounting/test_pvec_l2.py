@@ -46,10 +46,12 @@ def dense_shift_moments(trials, shifts, orders=pvec_l2.ORDERS):
     return out, outside
 
 
-@pytest.mark.parametrize("trials,shifts", [(30, 40), (400, 20), (5000, 30), (2000, 64), (100000, 40), (20000, 120)])
+@pytest.mark.parametrize("trials,shifts", [(30, 40), (400, 20), (5000, 30), (2000, 64), (100000, 40), (20000, 120),
+                                           (1_000_000, 64)])
 def test_blocked_products_bound_the_dense_sums_from_above_and_closely(trials, shifts):
     """Every order (1.1 to 4096: the matrix products, their chunk splitting and the log-space
-    path) gives at least the dense log-sum-exp and at most 1e-9 more, +inf at the same places."""
+    path) gives at least the dense log-sum-exp and at most 1e-9 more, +inf at the same places
+    (10^6 trials: a one-shift chunk over 10,001 window points, summed as two dot products)."""
     new, outside = pvec_l2.shift_moments.__wrapped__(trials, shifts)
     ref, ref_outside = dense_shift_moments(trials, shifts)
     assert outside == ref_outside
@@ -77,6 +79,22 @@ def test_certificates_are_at_least_the_dense_ones(groups, delta, monkeypatch):
     old = pvec_l2.certificate.__wrapped__(groups, delta)
     assert math.isfinite(old.epsilon) and new.capped == old.capped
     assert old.epsilon <= new.epsilon <= old.epsilon * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("groups", battery())
+@pytest.mark.parametrize("delta", [1e-5, 1e-12])
+def test_coarse_search_skips_only_orders_that_do_not_win(groups, delta):
+    """The coarse pass starts from the middle orders and walks toward the smaller epsilon until it
+    rises: the certificate is never above the minimum over every coarse order (the skipped ones
+    would not have won) and is the epsilon of one of the orders (each order bounds; here
+    recomputed over all of ORDERS)."""
+    cert = pvec_l2.certificate.__wrapped__(groups, delta)
+    every_coarse, _ = pvec_l2._epsilons(groups, delta, pvec_l2.COARSE)
+    every, _ = pvec_l2._epsilons(groups, delta, pvec_l2.ORDERS, len(pvec_l2.COARSE))
+    assert math.isfinite(cert.epsilon)
+    # (1e-12: the ulps by which the same order differs when batched with other orders)
+    assert float(np.min(every)) * (1 - 1e-12) <= cert.epsilon <= float(np.min(every_coarse)) * (1 + 1e-12)
+    assert np.min(np.abs(every - cert.epsilon)) <= 1e-12 * cert.epsilon
 
 
 def test_reflection_gives_the_same_moments_both_ways():

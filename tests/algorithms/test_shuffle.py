@@ -254,3 +254,28 @@ def test_secure_aggregation_threshold_is_the_declared_floor():
         ReleaseLedger(decl).record(sent)
     with pytest.raises(ValueError, match="reconstruction_threshold"):
         dataclasses.replace(fed.with_availability(3), reconstruction_threshold=4)
+
+
+def test_rebuilt_federations_keep_the_declared_threshold():
+    """Every copy of a federation with changed data (the audits' canary worlds, the Flower
+    audit's canaried silos, a stacked run's one-run declaration, dtype and availability copies)
+    keeps its availability and reconstruction threshold: a positional rebuild dropped it (fail
+    closed, all silos summed, but the declaration lost)."""
+    import dataclasses
+    import types
+
+    from silodp.verify.audit.canaries import free_coordinate_federation, gradient_canary, median_canary
+    from silodp.verify.audit.flower_audit import canaried_federation
+    from silodp.verify.instruments import TrialContext
+
+    fed = dataclasses.replace(free_coordinate_federation(num_silos=3, n=21), reconstruction_threshold=2)
+    seen = []
+    stub = types.SimpleNamespace(silos=3, per_round=3)
+    algo = types.SimpleNamespace(run_declaration=lambda problem, one, sigmas, shuffle: seen.append(one))
+    TrialContext._declaration(stub, algo, None, fed, {}, None)
+    copies = [*gradient_canary(fed), *gradient_canary(fed, homogeneous=False), *median_canary(fed),
+              canaried_federation(fed, 4, np.ones(4, bool)), fed.to(torch.float32), fed.with_availability(3), *seen]
+    assert len(copies) == 10
+    for copy in copies:
+        assert (copy.reconstruction_threshold, copy.availability, copy.silos_per_round) == (2, "fixed", 3)
+    assert not torch.equal(copies[0].y, fed.y) and copies[-4].x.shape[-1] == fed.x.shape[-1] + 4

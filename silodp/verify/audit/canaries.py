@@ -26,6 +26,8 @@ Special canaries for particular mechanisms:
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from silodp.algorithms.federation import Federation
@@ -64,7 +66,7 @@ def _replace(fed: Federation, silo: int, record: int, x: torch.Tensor, y: float)
     xs, ys = fed.x.clone(), fed.y.clone()
     xs[silo, record] = x
     ys[silo, record] = y
-    return Federation(xs, ys, fed.counts, fed.silos_per_round, fed.availability)
+    return dataclasses.replace(fed, x=xs, y=ys)
 
 
 def gradient_canary(fed: Federation, silo: int = 0, record: int = 0, homogeneous: bool = True,
@@ -88,7 +90,7 @@ def gradient_canary(fed: Federation, silo: int = 0, record: int = 0, homogeneous
         n = int(fed.counts[silo])
         xs[silo, :n] = x
         ys[silo, :n] = -label
-        fed = Federation(xs, ys, fed.counts, fed.silos_per_round, fed.availability)
+        fed = dataclasses.replace(fed, x=xs, y=ys)
     return _replace(fed, silo, record, x, -label), _replace(fed, silo, record, x, label)
 
 
@@ -110,7 +112,7 @@ def median_canary(fed: Federation, silo: int = 0, record: int = 0, small: float 
     half = len(others) // 2
     ys[silo, others[:half]] = small
     ys[silo, others[half:]] = large
-    base = Federation(fed.x, ys, fed.counts, fed.silos_per_round, fed.availability)
+    base = dataclasses.replace(fed, y=ys)
     x = torch.zeros(fed.x.shape[2:], dtype=fed.x.dtype)
     x.view(-1)[-1] = scale
     return _replace(base, silo, record, x, small / scale), _replace(base, silo, record, x, label)

@@ -71,7 +71,8 @@ def inclusion(canaries: int, seed: int) -> np.ndarray:
 def canaried_federation(fed, canaries: int, included: np.ndarray, silo: int = 0, value: float = CANARY_VALUE,
                         keep_records: bool = True):
     """``fed`` with ``canaries`` zero features appended and canary records appended to ``silo``
-    (in place of its records where ``keep_records`` is false: a silo of canaries)."""
+    (in place of its records where ``keep_records`` is false: a silo of canaries); ``fed``'s
+    availability and reconstruction threshold are kept."""
     from silodp.algorithms.federation import Federation
 
     xs, ys = [], []
@@ -86,7 +87,8 @@ def canaried_federation(fed, canaries: int, included: np.ndarray, silo: int = 0,
             y = torch.cat([y, torch.as_tensor(included, dtype=y.dtype)])
         xs.append(x)
         ys.append(y)
-    return Federation.from_silos(xs, ys)
+    return Federation.from_silos(xs, ys, silos_per_round=fed.silos_per_round, availability=fed.availability,
+                                 reconstruction_threshold=fed.reconstruction_threshold)
 
 
 def dataset_name(base: str, canaries: int, seed: int) -> str:
