@@ -194,3 +194,25 @@ def test_the_mutation_table_shows_every_utility_mutation_caught():
     verdicts = {line.split(" | ")[0].strip("| "): line.rstrip(" |").split(" | ")[-1]
                 for line in body.splitlines() if line.startswith("| ") and not line.startswith("| mutation")}
     assert verdicts == {"correct": "all pass", **{m: "yes" for m in MUTATIONS}}
+
+
+def test_a_marker_the_parser_cannot_read_fails_the_check(quick_attrs):
+    """Fail closed: a stamp that is not a well-formed block (a typo in the marker, a missing end
+    marker) is a problem, not a block that is silently never checked."""
+    good = _block(**quick_attrs)
+    for bad in (good.replace(" kind=", "  kind="), good.replace("<!-- /silodp:table -->", ""),
+                good.replace("name=s", "Name=s"), good + "\n<!-- /silodp:table -->"):
+        problems = stamp.check_text("intro\n" + bad + "\noutro\n")
+        assert any("malformed" in p for p in problems), bad
+    # prose that quotes a marker inside a line is not a marker
+    assert stamp.check_text("see `<!-- silodp:table name=x -->` markers\n" + good) == []
+
+
+def test_a_registered_table_missing_from_its_doc_fails_the_check(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    doc = docs / "accounting.md"
+    doc.write_text("no tables here\n")
+    count, problems = stamp.check_files([doc], tmp_path)
+    expected = {t.name for t in [*doctables.TABLES.values(), *doctables.RECORDED.values()] if t.doc == "docs/accounting.md"}
+    assert count == 0 and expected and all(any(repr(n) in p and "missing" in p for p in problems) for n in expected)

@@ -408,10 +408,7 @@ class LossPmf:
         # S_k over the small masses: rfft(small) - sum(small), componentwise error (masses >= 0)
         small_vec = np.zeros(size, dtype=self.masses.dtype)
         np.add.at(small_vec, (self.offset + small) % size, self.masses[small])
-        m_small = float(np.sum(small_vec))
-        small_spec = np.fft.rfft(small_vec) - m_small
-        small_err = (_fft_error(size, m_small * (1.0 + size * u), u)
-                     + (math.log2(max(len(small), 2)) + 4.0) * u * m_small)
+        small_spec, small_err = _small_spectrum(small_vec, len(small))
         two_pi = 2 * np.longdouble("3.141592653589793238462643383279502884") if ld is np.longdouble else 2 * math.pi
         scale = ld(two_pi) / ld(size)
         log2n = math.log2(n_masses + 1) + 2.0
@@ -497,6 +494,19 @@ class LossPmf:
         tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (first, last) else 0.0
         inf = min(1.0, -math.expm1(count * math.log1p(-self.infinity_mass)) + tails)
         return LossPmf(self.interval, lo, masses, inf, inherited + fresh).truncate(log_mass_truncation_bound)
+
+
+def _small_spectrum(small_vec: np.ndarray, terms: int) -> tuple[np.ndarray, float]:
+    """S_k = sum_j m_j (e^{-i theta_jk} - 1) of the ``terms`` nonnegative masses on the circle
+    ``small_vec``, as rfft(small_vec) - sum(small_vec), and a bound on each coefficient's error: the
+    FFT's componentwise one plus the sum's and the subtraction's, (log2(terms) + 4) u sum, all in the
+    precision of ``small_vec`` (the sum is kept in it: rounding it to float64 in an extended pass
+    would add an uncharged 2^-53 of it)."""
+    size, u = len(small_vec), _unit(small_vec)
+    total = np.sum(small_vec)
+    m_small = float(total) * (1.0 + 2.0 * _U)  # rounded up: it only scales the bound
+    err = _fft_error(size, m_small * (1.0 + size * u), u) + (math.log2(max(terms, 2)) + 4.0) * u * m_small
+    return np.fft.rfft(small_vec) - total, err
 
 
 def _power_error(spectrum: np.ndarray, count: int, e: float, u: float) -> np.ndarray:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 _ATTR = r"[a-z_]+=[^\s>]+"
 BLOCK = re.compile(r"<!-- silodp:table((?: " + _ATTR + r")+) -->\n(.*?)<!-- /silodp:table -->", re.S)
+#: a line that opens or closes a stamped block: each must belong to a :data:`BLOCK` match
+_MARKER = re.compile(r"^<!-- /?silodp:table", re.M)
 #: attributes that select the grid (the rest describe the rendering or record provenance)
 GRID_KEYS = ("preset", "quick", "calibration")
 
@@ -176,6 +178,14 @@ def check_text(text: str, root: str | Path = ".", where: str = "", full: bool = 
     from silodp.accounting.version import ACCOUNTING_VERSION
 
     problems, hashes = [], {}
+    parsed = set()
+    for m in BLOCK.finditer(text):
+        parsed.update((m.start(), m.end() - len("<!-- /silodp:table -->")))
+    for m in _MARKER.finditer(text):  # fail closed: a marker no block parses is never checked otherwise
+        if m.start() not in parsed:
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append(f"{where}line {line}: malformed stamp marker (need '<!-- silodp:table key=value ... -->', "
+                            "a newline, the table, '<!-- /silodp:table -->')")
     for attrs, body in blocks(text):
         label = f"{where}table {attrs.get('name', '?')!r}"
         if attrs.get("kind") == "generated":
@@ -204,10 +214,19 @@ def check_text(text: str, root: str | Path = ".", where: str = "", full: bool = 
 
 
 def check_files(paths, root: str | Path = ".", full: bool = False) -> tuple[int, list[str]]:
-    """(number of stamped blocks, problems) over ``paths``."""
+    """(number of stamped blocks, problems) over ``paths``; a generated or recorded table whose doc
+    (relative to ``root``) is one of ``paths`` must be there exactly once."""
+    from .doctables import RECORDED, TABLES
+
     count, problems = 0, []
     for path in paths:
         text = Path(path).read_text()
-        count += len(blocks(text))
+        found = blocks(text)
+        count += len(found)
         problems += check_text(text, root, f"{path}: ", full)
+        names = [a.get("name") for a, _ in found]
+        for t in [*TABLES.values(), *RECORDED.values()]:
+            if (Path(root) / t.doc).resolve() == Path(path).resolve() and names.count(t.name) != 1:
+                problems.append(f"{path}: table {t.name!r} is missing or repeated ({names.count(t.name)} blocks; "
+                                f"need one)")
     return count, problems

@@ -93,3 +93,21 @@ def test_delta_1e_12_where_the_float64_charge_bound_the_certificate():
     acc.compose(dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(1e-4, dpe.GaussianDpEvent(1.0)), 100))
     assert lower <= ours <= 1.003 * lower
     assert ours <= 1.01 * acc.get_epsilon(1e-12)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).eps >= np.finfo(float).eps, reason="no extended precision here")
+def test_small_masses_spectrum_bound_holds_in_extended_precision():
+    """_direct_powers' S_k = rfft(m) - sum(m) of the small masses, in the extended pass: exact S_k
+    (mpmath, 40 digits) within the charged bound at every k. The masses are float64 values whose
+    sum needs more than 53 bits: rounding the sum to float64 (as before) left S_0 off by 3.1e-20,
+    8 times the bound (4.0e-21: about 22 u, u = 2^-64). Deterministic."""
+    mpmath.mp.dps = 40
+    masses = [1e-3, 1e-3 * (2.0 ** -51 + 2.0 ** -58), 3e-4 * 2.0 ** -40, 0.0, 7e-4]
+    vec = np.array(masses, dtype=np.longdouble)
+    spec, err = pld._small_spectrum(vec, 4)
+    n = len(masses)
+    for k, got in enumerate(spec):
+        exact = mpmath.fsum(mpmath.mpf(m) * (mpmath.expjpi(-2 * mpmath.mpf(j * k) / n) - 1) for j, m in enumerate(masses))
+        re, im = got.real.as_integer_ratio(), got.imag.as_integer_ratio()
+        got_mp = mpmath.mpc(mpmath.mpf(re[0]) / re[1], mpmath.mpf(im[0]) / im[1])
+        assert abs(got_mp - exact) <= err, (k, float(abs(got_mp - exact)), err)
