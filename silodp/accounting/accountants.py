@@ -523,7 +523,7 @@ class PldAccountant(Accountant):
         total = None if steps * 32.0 * np.finfo(float).eps > self.DIRECT_SHARE * delta else self._pld()
         if total is not None and total.roundoff <= self.DIRECT_SHARE * delta:
             return total
-        extended_here = np.finfo(pld_lib.EXTENDED).eps < np.finfo(float).eps
+        extended_here = pld_lib.HAS_EXTENDED
 
         def small(p: pld_lib.PrivacyLossDistribution) -> bool:
             return extended_here and len(self._blocks) * sum(len(d.masses) for d in p._directions()) <= self.EXTENDED_POINTS

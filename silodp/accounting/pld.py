@@ -85,6 +85,11 @@ _FFT_STAGE_UNITS = 16.0
 #: The extended precision the accountant falls back to when float64's charge is too large a
 #: share of delta (x86's 80-bit long double: u = 2^-64; numpy's FFT computes in it).
 EXTENDED = np.longdouble
+#: Whether :data:`EXTENDED` is a format whose every operation rounds once at u = eps / 2, as the
+#: charges assume: x87's 80-bit (53 + 11 mantissa bits: nmant 63) or IEEE binary128 (nmant 112).
+#: A long double that is float64, or IBM's double-double (ppc64le, nmant 105, no such u), is not:
+#: there only the float64 passes run.
+HAS_EXTENDED = np.finfo(EXTENDED).nmant in (63, 112)
 
 
 def _unit(values) -> float:
@@ -391,7 +396,7 @@ class LossPmf:
         if needed > budget and rest[budget] > 0.5 * rest[0]:
             return  # the spectrum's error is spread over more coefficients than the budget reaches
         order = order[:min(budget, needed)]
-        ld = np.longdouble if np.finfo(np.longdouble).eps < np.finfo(float).eps else np.float64
+        ld = EXTENDED if HAS_EXTENDED else np.float64
         uu = float(np.finfo(ld).eps) / 2.0
         # skip coefficients the direct bound cannot improve: it is about T uu (40 + log2 N) sum m|theta|
         # |X|^T with sum m|theta| <= 2 pi k sum m|p| / size (a cheap estimate; the bound is recomputed)

@@ -83,7 +83,7 @@ def test_delta_1e_12_where_the_float64_charge_bound_the_certificate():
     delta; the second pass in extended precision takes it to ~2e-16. The certificate is then within
     0.3% of a rigorous lower bound (the count test, 0.06736) and within 1% of dp-accounting's PLD at
     the same grid (0.06737, which charges no round-off). Deterministic."""
-    if np.finfo(pld.EXTENDED).eps >= np.finfo(float).eps:
+    if not pld.HAS_EXTENDED:
         pytest.skip("no extended precision on this platform")
     event = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(1e-4, ev.GaussianDpEvent(1.0)), 100)
     ours = epsilon(event, 1e-12, "pld", ev.ADD_OR_REMOVE_ONE)
@@ -95,7 +95,7 @@ def test_delta_1e_12_where_the_float64_charge_bound_the_certificate():
     assert ours <= 1.01 * acc.get_epsilon(1e-12)
 
 
-@pytest.mark.skipif(np.finfo(np.longdouble).eps >= np.finfo(float).eps, reason="no extended precision here")
+@pytest.mark.skipif(not pld.HAS_EXTENDED, reason="no extended precision here")
 def test_small_masses_spectrum_bound_holds_in_extended_precision():
     """_direct_powers' S_k = rfft(m) - sum(m) of the small masses, in the extended pass: exact S_k
     (mpmath, 40 digits) within the charged bound at every k. The masses are float64 values whose
