@@ -22,11 +22,14 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
   replace-one, Poisson- and without-replacement-subsampled Gaussians are charged as the
   add/remove Poisson-subsampled Gaussian at sensitivity 2C, which dominates both (BBG18
   advanced joint convexity), and Poisson ones also by the replace-one pair itself
-  (:mod:`silodp.accounting.rdp_replace`, 2-4x tighter in epsilon); with-replacement sampling by the labelled-multiplicity bound.
+  (:mod:`silodp.accounting.rdp_replace`, 2-4x tighter in epsilon); with-replacement sampling by the
+  labelled-multiplicity bound (the record's multiplicity charged as released).
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
-  discretization. Poisson under replace-one uses the exact replace-one pair; with-replacement
-  sampling the labelled-multiplicity bound; tested against dp-accounting's PLD library. The only
+  discretization. Poisson under replace-one uses the exact replace-one pair; sampling without
+  replacement the symmetric pair of :func:`silodp.accounting.pld.from_without_replacement_gaussian`
+  (either orientation per step); with-replacement sampling the multiplicity-hiding bound of
+  :mod:`silodp.accounting.with_replacement`; tested against dp-accounting's PLD library. The only
   accountant of :class:`~silodp.accounting.events.LabelledMixtureDpEvent` (DP-SCAFFOLD's
   sampling patterns): its PLD is exactly the weighted sum of the components'.
 * ``gdp`` -- un-subsampled Gaussian steps only, any mix of noise multipliers: *exact*. Gaussian
@@ -467,15 +470,17 @@ class PldAccountant(Accountant):
         elif block.kind == Mechanism.TRUNCATED_POISSON:
             one = pld_lib.from_truncated_subsampled_gaussian(z, block.q, block.dataset_size, block.sample_size,
                                                              self.neighbouring, disc, bound)
-        elif block.sampling == Sampling.WITH_REPLACEMENT:  # labelled-multiplicity bound
-            one = pld_lib.from_with_replacement_gaussian(z, block.sample_size, block.dataset_size, disc, bound)
+        elif block.sampling == Sampling.WITH_REPLACEMENT:  # multiplicity hidden (the module's theorem)
+            from silodp.accounting import with_replacement
+
+            one = with_replacement.gaussian_pld(z, block.sample_size, block.dataset_size, disc, bound)
         elif block.sampling == Sampling.POISSON and block.subsampled:
             # under replace-one: the exact replace-one pair (contributions in the ball of radius C)
             one = pld_lib.from_gaussian_mechanism(z, block.q, self.neighbouring, disc, bound)
         elif block.subsampled:
-            # without replacement (replace-one only): dominated by the add/remove Poisson pair at
-            # shift 2C, i.e. multiplier z / 2 relative to that shift (BBG18)
-            one = pld_lib.from_gaussian_mechanism(z / 2.0, block.q, ev.ADD_OR_REMOVE_ONE, disc, bound)
+            # without replacement (replace-one only): the symmetric pair with the "remove" curve of
+            # the Poisson pair at shift 2C in both directions (BBG18 Thm 2; see the function)
+            one = pld_lib.from_without_replacement_gaussian(z, block.q, disc, bound)
         else:
             one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
         return one.astype(dtype).self_compose(block.count, direct_work)
@@ -648,8 +653,8 @@ class AdvancedAccountant(Accountant):
 
     @classmethod
     def competes(cls, event: ev.DpEvent) -> bool:
-        """With-replacement sampling: BBG18's amplification can beat the labelled-multiplicity
-        bound of the tight accountants when a record is rarely drawn."""
+        """With-replacement sampling: BBG18's amplification can beat rdp's labelled-multiplicity
+        bound, and pld where its grid is coarse against a tiny epsilon (a rarely drawn record)."""
         return any(b.sampling == Sampling.WITH_REPLACEMENT for b in flatten(event))
 
     def _epsilon(self, delta: float) -> float:

@@ -246,8 +246,8 @@ def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelatio
     ``tight`` one that supports it (``pld`` and ``rdp``: ``pld`` is tighter but refuses deltas
     below its floating-point charge, and the smaller of two certificates is one), or else the
     first ``fallback`` (``advanced``); a ``fallback`` also joins where it ``competes`` (``advanced``
-    for with-replacement sampling: its BBG18 amplification can beat the labelled-multiplicity
-    bound of pld/rdp when a record is rarely drawn)."""
+    for with-replacement sampling: its BBG18 amplification can beat rdp's labelled-multiplicity
+    bound, and pld's on a coarse grid, when a record is rarely drawn)."""
     neighbouring = neighbouring_arg(neighbouring)
     pool = _candidates()
     names = [cls for cls in pool if cls(neighbouring).supports(event)]

@@ -815,40 +815,83 @@ def from_gaussian_mechanism(
     return PrivacyLossDistribution(remove, add, bound)
 
 
-def from_with_replacement_gaussian(
+def _convex_minorant(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The greatest convex minorant of the points (x_i, y_i), x increasing, at every x_i (the lower
+    hull, Andrew's monotone chain): every convex function below all the points is below it."""
+    hull: list[int] = []
+    for i in range(len(x)):
+        while len(hull) >= 2 and ((y[hull[-1]] - y[hull[-2]]) * (x[i] - x[hull[-2]])
+                                  >= (y[i] - y[hull[-2]]) * (x[hull[-1]] - x[hull[-2]])):
+            hull.pop()
+        hull.append(i)
+    return np.interp(x, x[hull], y[hull])
+
+
+def symmetric_loss_pmf(curve, top: float, interval: float, stride: int = 1) -> LossPmf:
+    """The pessimistic PLD of a *symmetric* pair dominating every pair (P, Q) with
+    H_e(P || Q) <= ``curve``(ln e) and H_e(Q || P) <= ``curve``(ln e) for all e >= 1.
+
+    Any such pair's curve delta(eps) = H_{e^eps}(P || Q) is convex in e^eps, at most ``curve`` for
+    eps >= 0 and, for eps < 0, at most 1 - e^eps + e^eps curve(-eps) (as
+    H_e(P || Q) = 1 - e + e H_{1/e}(Q || P)). Those values at the nodes j * stride * interval,
+    |j stride| <= top / interval, are replaced by their greatest convex minorant in e^eps (still
+    above every such curve at the nodes, and convex), interpolated linearly in e^eps to every grid
+    point (a convex curve below the nodes' values stays below the chords) and connected as in
+    :func:`connect_the_dots` (every mass >= 0; the value at the last point charged to +inf). The
+    pair it describes is symmetric, so it dominates in both directions whatever the orientation of
+    each step in a composition: the domination Zhu, Dong & Wang 2022 (Thm 10) compose. ``curve``
+    need not be convex (an upper bound is enough); it must be vectorized. ``stride`` > 1 evaluates
+    it on every stride-th grid point only (chords over stride * interval cost second order)."""
+    stride = max(1, int(stride))
+    last = stride * math.ceil(check_positive("top", top) / (interval * stride))
+    if 2 * last > MAX_POINTS:
+        raise ValueError(f"top: the losses span {2 * last:.3g} grid points at value_discretization_interval="
+                         f"{interval:g}; use a coarser grid or 'rdp'")
+    eps = np.arange(0, last + 1, stride) * interval
+    up = np.minimum(np.asarray(curve(eps), dtype=float), 1.0)
+    down = -np.expm1(-eps[:0:-1]) + np.exp(-eps[:0:-1]) * up[:0:-1]  # the nodes below 0, increasing
+    nodes = np.exp(np.concatenate([-eps[:0:-1], eps]))
+    values = np.concatenate([down, up])
+    if np.any(np.diff(np.diff(values) / np.diff(nodes)) < 0):
+        values = _convex_minorant(nodes, values)
+    grid = np.exp(np.arange(-last, last + 1) * interval)
+    delta = np.interp(grid, nodes, values) if stride > 1 else values
+    return connect_the_dots(lambda e: delta[np.rint(e / interval).astype(int) + last], -last, last, interval)
+
+
+def from_without_replacement_gaussian(
     noise_multiplier: float,
-    sample_size: int,
-    dataset_size: int,
+    sampling_prob: float,
     value_discretization_interval: float = 1e-4,
     log_mass_truncation_bound: float = LOG_TAIL_MASS,
 ) -> PrivacyLossDistribution:
-    """PLD of the labelled-multiplicity bound for a Gaussian sum over ``sample_size`` draws *with
-    replacement* from ``dataset_size`` records (replace-one; ``noise_multiplier`` = sigma / C).
+    """PLD of a Gaussian sum over a uniformly random subset of m = q n of n records, replace-one
+    (``noise_multiplier`` = sigma / C, ``sampling_prob`` = q).
 
-    The changed record is drawn K ~ Bin(m, 1/n) times and the release given K is a Gaussian shift
-    of at most 2KC (multiplier z / (2K) relative to it). Releasing K too only adds leakage, and makes the step the labelled mixture
-    sum_k P[K = k] PLD(Gaussian at z / k) (k = 0: loss 0). Multiplicities beyond the binomial's
-    1 - e^bound quantile, and any whose Gaussian is too sharp for the grid, are charged as
-    infinite loss.
-    """
-    from silodp.accounting import _binomial
-
+    The batch holds the changed record w.p. q; then it displaces nothing else, so with R the law
+    without it and A, B the laws with it in D, D', the pair is ((1 - q) R + q A, (1 - q) R + q B),
+    each of A, B, R within one 2C swap of the others. Advanced joint convexity (Balle, Barthe &
+    Gaboardi 2018, Thm 2) then bounds *both* H_e(P || Q) and H_e(Q || P), e >= 1, by
+    q H_{1 + (e - 1) / q}(N(2C) || N(0)), the "remove" curve of the Poisson pair at shift 2C (the
+    larger of its two directions, taken anyway). Which direction a step attains depends on the other
+    records (all equal to the changed record's value in D', or in D), and that can change from step
+    to step, so the two directions cannot be composed apart as under add/remove (where the
+    orientation is fixed by which dataset holds the record): the step is charged as the symmetric
+    pair with that curve in both directions (:func:`symmetric_loss_pmf`)."""
     z = check_positive("noise_multiplier", noise_multiplier)
+    q = float(sampling_prob)
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"sampling_prob: must lie in (0, 1], got {sampling_prob}")
     h = check_positive("value_discretization_interval", value_discretization_interval)
-    m, n = int(sample_size), int(dataset_size)
-    if m < 1 or n < 1:
-        raise ValueError(f"sample_size and dataset_size must be >= 1, got {m}, {n}")
-    kmax = min(m, _binomial.isf(math.exp(log_mass_truncation_bound), m, 1.0 / n))
-    parts = [(float(_binomial.pmf(0, m, 1.0 / n)), identity(h, log_mass_truncation_bound))]
-    charged = _binomial.sf(kmax, m, 1.0 / n)
-    for k in range(1, kmax + 1):
-        try:
-            part = from_gaussian_mechanism(z / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE, h, log_mass_truncation_bound)
-        except ValueError:  # too sharp for this grid: multiplicities k, k+1, ... as infinite loss
-            charged = _binomial.sf(k - 1, m, 1.0 / n)
-            break
-        parts.append((float(_binomial.pmf(k, m, 1.0 / n)), part))
-    return mixture(parts + [(charged, non_private(h, log_mass_truncation_bound))])
+    if q == 1.0:
+        return from_gaussian_mechanism(z, 1.0, ev.REPLACE_ONE, h, log_mass_truncation_bound)
+    remove, add = GaussianPair(q, 0.0, z / 2.0), GaussianPair(0.0, q, z / 2.0)
+    top = max(abs(v) for pair in (remove, add) for v in pair.loss_range(log_mass_truncation_bound))
+    if top > MAX_LOSS:
+        raise ValueError(f"noise_multiplier: privacy losses reach {top:.3g}; the noise is too small for the "
+                         "pld accountant (epsilon is huge); use 'rdp'")
+    pmf = symmetric_loss_pmf(lambda e: np.maximum(remove.delta(e), add.delta(e)), top, h)
+    return PrivacyLossDistribution(pmf, None, log_mass_truncation_bound)
 
 
 def from_truncated_subsampled_gaussian(

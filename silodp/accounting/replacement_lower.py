@@ -1,9 +1,8 @@
 """A rigorous *lower* bound for Gaussian sums over batches drawn with replacement.
 
-The certificate for sampling with replacement (:func:`silodp.accounting.pld.from_with_replacement_gaussian`)
-charges the changed record's multiplicity K ~ Bin(m, 1/n) as released (a labelled mixture). How
-much that costs is bounded from below here by one concrete neighbouring pair, so a user sees the
-gap between what is certified and what any certificate must allow.
+The certificate for sampling with replacement (:mod:`silodp.accounting.with_replacement`) is
+bounded from below here by one concrete neighbouring pair, so a user sees the gap between what is
+certified and what any certificate must allow.
 
 The pair (replace-one, contributions in the ball of radius C; one coordinate, the others are pure
 noise): the changed record contributes +C in D and -C in D', every other record contributes -C.

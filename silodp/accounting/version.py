@@ -5,7 +5,29 @@ Anything that caches a noise calibration or a certified epsilon (the results sto
 by an older (possibly buggy) accounting layer is never reused: it is recalibrated. Bump the number
 in the same commit as any change to an accountant, a mechanism's event, a release declaration or
 a calibration rule that can move a certificate.
+
+A certificate used by few results is versioned on its own in :data:`CERTIFICATE_VERSIONS` (bump
+it instead when only that certificate moved): a stamped table's version (:func:`version`) names
+the ones its numbers depend on, so a change to one stales exactly the tables that use it.
 """
+
+from __future__ import annotations
+
+from typing import Iterable
 
 #: Bump on any change that can move a certified epsilon or a calibrated noise scale.
 ACCOUNTING_VERSION = 1
+#: Per-certificate versions. 2 (2026-12-02): sampling without replacement under replace-one is
+#: charged as the symmetric pair (either orientation per step; it was each direction apart, which
+#: undercharged by up to 16%), and with replacement by the multiplicity-hiding bound.
+CERTIFICATE_VERSIONS = {"with-replacement": 2, "without-replacement": 2}
+
+
+def version(certificates: Iterable[str] = ()) -> str:
+    """The version of results that use ``certificates`` (keys of :data:`CERTIFICATE_VERSIONS`):
+    ``"1"`` for none, else e.g. ``"1+without-replacement.2"``."""
+    names = sorted(set(certificates))
+    unknown = [n for n in names if n not in CERTIFICATE_VERSIONS]
+    if unknown:
+        raise ValueError(f"certificates: unknown {unknown}; known: {sorted(CERTIFICATE_VERSIONS)}")
+    return "+".join([str(ACCOUNTING_VERSION)] + [f"{n}.{CERTIFICATE_VERSIONS[n]}" for n in names])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from typing import Callable
@@ -41,6 +42,8 @@ class DocTable:
     render: Callable[..., str]
     config: dict = field(default_factory=dict)
     cheap: bool = True
+    #: separately versioned certificates its numbers use (:data:`silodp.accounting.version.CERTIFICATE_VERSIONS`)
+    certificates: tuple = ()
 
     @property
     def command(self) -> str:
@@ -281,6 +284,29 @@ def audit_papers() -> str:
     return "\n".join(lines)
 
 
+#: (n records, batch m, z = sigma / C, steps, delta): issue 23's case, the paper's regime, rare records
+WITH_REPLACEMENT_CASES = ((40, 8, 6.0, 25, 1e-6),) + tuple((1000, 100, 4.0, t, 1e-5) for t in (10, 100, 1000)) + \
+    tuple((100_000, 10, 2.0, t, 1e-5) for t in (10, 100, 1000))
+
+
+def with_replacement_gap(cases=WITH_REPLACEMENT_CASES) -> str:
+    """silodp's default with-replacement certificate (rounded up) against the rigorous lower bound
+    of :mod:`silodp.accounting.replacement_lower` (rounded down), and their ratio."""
+    from silodp.accounting import GaussianDpEvent, SampledWithReplacementDpEvent, SelfComposedDpEvent, tightest_epsilon
+    from silodp.accounting import events as ev
+    from silodp.accounting import replacement_lower
+
+    lines = ["| n | m | z | T | delta | certified | by | lower bound | ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    for n, m, z, steps, delta in cases:
+        event = SelfComposedDpEvent(SampledWithReplacementDpEvent(n, m, GaussianDpEvent(z)), steps)
+        upper, name = tightest_epsilon(event, delta, ev.REPLACE_ONE)
+        lower = replacement_lower.lower_bound_epsilon(z, m, n, steps, delta)
+        ratio = f"{math.ceil(upper / lower * 100) / 100:.2f}x" if lower > 0 else "-"
+        lines.append(f"| {n} | {m} | {z:g} | {steps} | {delta:g} | {_up(upper, 4)} | {name} | "
+                     f"{math.floor(lower * 1e4) / 1e4:.4f} | {ratio} |")
+    return "\n".join(lines)
+
+
 TABLES = {t.name: t for t in (
     DocTable("accounting_units", "docs/accounting.md", accounting_units,
              {"q": 0.01, "steps": 1000, "delta": 1e-5, "noise_multiplier": 1.0}),
@@ -292,7 +318,10 @@ TABLES = {t.name: t for t in (
     DocTable("audit_papers", "docs/audit.md", audit_papers, cheap=False),
     DocTable("accounting_shuffle_example", "docs/accounting.md", shuffle_example,
              {"eps0": 2.0, "n": 1000000, "delta": 1e-12}, cheap=False),
-    DocTable("scaffold_sigma_g", "docs/scaffold.md", scaffold_sigma_g, {"rows": SCAFFOLD_ROWS}, cheap=False),
+    DocTable("scaffold_sigma_g", "docs/scaffold.md", scaffold_sigma_g, {"rows": SCAFFOLD_ROWS}, cheap=False,
+             certificates=("without-replacement",)),
+    DocTable("with_replacement_gap", "docs/accounting.md", with_replacement_gap, {"cases": WITH_REPLACEMENT_CASES},
+             cheap=False, certificates=("with-replacement",)),
     DocTable("distributed_mechanisms", "docs/shuffle.md", distributed_mechanisms,
              {"dimension": 1024, "clip": 1.0, "silos": 10, "rounds": 50, "epsilon": 3.0, "delta": 1e-5,
               "bits": tuple(range(8, 25, 2))}, cheap=False),

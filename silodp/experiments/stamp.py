@@ -40,21 +40,44 @@ _MARKER = re.compile(r"^<!-- /?silodp:table", re.M)
 GRID_KEYS = ("preset", "quick", "calibration")
 
 
+#: Algorithms whose records are subsampled without replacement (Noble et al.'s local steps).
+_WITHOUT_REPLACEMENT = ("dp-scaffold", "dp-fedavg")
+
+
+def grid_version(spec) -> str:
+    """The accounting version of a grid's certificates (:func:`silodp.accounting.version.version`):
+    with replacement where a run draws so, without replacement for DP-SCAFFOLD / DP-FedAvg."""
+    from silodp.accounting.version import version
+
+    configs = spec.expand()
+    used = {"with-replacement"} if any(c.replacement for c in configs) else set()
+    if any(c.algorithm.startswith(_WITHOUT_REPLACEMENT) for c in configs):
+        used.add("without-replacement")
+    return version(used)
+
+
 def grid_hash(spec) -> str:
     """First 16 hex digits of SHA-256 over the grid's sorted run config hashes and the accounting
-    version: what determines every number a table of that grid shows."""
-    from silodp.accounting.version import ACCOUNTING_VERSION
-
-    payload = {"configs": sorted(c.config_hash for c in spec.expand()), "accounting": ACCOUNTING_VERSION}
+    version of its certificates: what determines every number a table of that grid shows."""
+    accounting = grid_version(spec)
+    accounting = int(accounting) if accounting.isdigit() else accounting  # "1" hashes as before
+    payload = {"configs": sorted(c.config_hash for c in spec.expand()), "accounting": accounting}
     return hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def table_version(table) -> str:
+    """The accounting version of a generated or recorded table (its declared ``certificates``)."""
+    from silodp.accounting.version import version
+
+    return version(getattr(table, "certificates", ()))
 
 
 def generated_hash(table) -> str:
     """First 16 hex digits of SHA-256 over a :class:`.doctables.DocTable`'s (or ``Recorded``'s)
     name, command, config and the accounting version: what determines its numbers."""
-    from silodp.accounting.version import ACCOUNTING_VERSION
-
-    payload = {"name": table.name, "command": table.command, "config": table.config, "accounting": ACCOUNTING_VERSION}
+    accounting = table_version(table)
+    accounting = int(accounting) if accounting.isdigit() else accounting  # "1" hashes as before
+    payload = {"name": table.name, "command": table.command, "config": table.config, "accounting": accounting}
     return hashlib.sha256(json.dumps(payload, separators=(",", ":"), default=repr).encode()).hexdigest()[:16]
 
 
@@ -63,11 +86,10 @@ def recorded_attrs(name: str, machine: str | None = None, date: str | None = Non
     needs the ``machine`` it ran on and the ``date`` (ISO, default today)."""
     import datetime
 
-    from silodp.accounting.version import ACCOUNTING_VERSION
     from .doctables import recorded
 
     t = recorded(name)
-    attrs = {"name": name, "kind": "recorded", "hash": generated_hash(t), "accounting": str(ACCOUNTING_VERSION)}
+    attrs = {"name": name, "kind": "recorded", "hash": generated_hash(t), "accounting": table_version(t)}
     if t.measured:
         if not machine:
             raise ValueError(f"--machine: the measured table {name!r} needs the machine it was measured on")
@@ -97,11 +119,10 @@ def check_recorded(attrs: dict, label: str) -> list[str]:
 
 def generated_block(name: str) -> str:
     """The stamped block of the generated table ``name``, rebuilt now."""
-    from silodp.accounting.version import ACCOUNTING_VERSION
     from .doctables import table
 
     t = table(name)
-    attrs = {"name": name, "kind": "generated", "hash": generated_hash(t), "accounting": str(ACCOUNTING_VERSION)}
+    attrs = {"name": name, "kind": "generated", "hash": generated_hash(t), "accounting": table_version(t)}
     return render_block(attrs, t.body())
 
 
@@ -138,11 +159,9 @@ def resolve(attrs: dict, root: str | Path = "."):
 
 def stamp_attrs(name: str, preset: str, kind: str, commit: str, spec, **extra) -> dict:
     """The attributes of a block, in marker order."""
-    from silodp.accounting.version import ACCOUNTING_VERSION
-
     attrs = {"name": name, "preset": preset, "kind": kind}
     attrs.update({k: str(v) for k, v in extra.items() if v not in (None, False, "")})
-    attrs.update(commit=commit, hash=grid_hash(spec), accounting=str(ACCOUNTING_VERSION))
+    attrs.update(commit=commit, hash=grid_hash(spec), accounting=grid_version(spec))
     for key, value in attrs.items():
         if not value or re.search(r"[\s>]", value):
             raise ValueError(f"{key}: a stamp value must be non-empty without spaces, got {value!r}")
@@ -175,8 +194,6 @@ def check_text(text: str, root: str | Path = ".", where: str = "", full: bool = 
     """One line per stale or malformed block of ``text``: its stamp no longer matches the hash
     (grid or accounting version) the current code computes for its preset, or a generated table
     differs from what its command prints now (:func:`check_generated`; ``full``: every one rebuilt)."""
-    from silodp.accounting.version import ACCOUNTING_VERSION
-
     problems, hashes = [], {}
     parsed = set()
     for m in BLOCK.finditer(text):
@@ -198,18 +215,20 @@ def check_text(text: str, root: str | Path = ".", where: str = "", full: bool = 
         if missing:
             problems.append(f"{label}: stamp lacks {', '.join(missing)}")
             continue
-        if attrs["accounting"] != str(ACCOUNTING_VERSION):
-            problems.append(f"{label}: made under accounting version {attrs['accounting']}, now {ACCOUNTING_VERSION}")
-            continue
         key = tuple(attrs.get(k) for k in GRID_KEYS)
         if key not in hashes:
             try:
-                hashes[key] = grid_hash(resolve(attrs, root))
+                spec = resolve(attrs, root)
+                hashes[key] = (grid_hash(spec), grid_version(spec))
             except (ValueError, KeyError) as exc:
-                hashes[key] = f"error: {exc}"
-        if hashes[key] != attrs["hash"]:
+                hashes[key] = (f"error: {exc}", None)
+        if hashes[key][1] is not None and attrs["accounting"] != hashes[key][1]:
+            problems.append(f"{label}: made under accounting version {attrs['accounting']}, now {hashes[key][1]} "
+                            "(regenerate: silodp reproduce + silodp report --into)")
+            continue
+        if hashes[key][0] != attrs["hash"]:
             problems.append(f"{label}: stamp hash {attrs['hash']} but preset {attrs['preset']} now hashes to "
-                            f"{hashes[key]} (regenerate: silodp reproduce + silodp report --into)")
+                            f"{hashes[key][0]} (regenerate: silodp reproduce + silodp report --into)")
     return problems
 
 

@@ -76,8 +76,9 @@ def trees(draw, depth=2):
 
 
 def _reference(event, relation):
-    """dp-accounting's event; sampling without replacement (which it lacks) as silodp's documented
-    dominating pair: the add/remove Poisson-subsampled Gaussian at q = m/n and shift 2C (z / 2)."""
+    """dp-accounting's event; sampling without replacement (which it lacks) as the add/remove
+    Poisson-subsampled Gaussian at q = m/n and shift 2C (z / 2), whose larger direction is the
+    curve of silodp's symmetric charge."""
     if isinstance(event, ev.SampledWithoutReplacementDpEvent):
         q = event.sample_size / event.source_dataset_size
         return dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(event.event.noise_multiplier / 2)), True
@@ -95,8 +96,9 @@ def _reference(event, relation):
 def test_pld_equals_dp_accounting_on_random_trees_under_both_relations(tree, replace_one):
     """The same event, the same number: silodp's pld against dp-accounting's PLDAccountant on the
     converted event (same connect-the-dots discretization 1e-3, so equal to 1e-3 relative plus
-    a few grid steps). Trees with sampling without replacement only exist under replace-one,
-    and there the reference composes the dominating add/remove pair."""
+    a few grid steps). Trees with sampling without replacement only exist under replace-one;
+    there the reference composes the add/remove pair direction by direction, which silodp's
+    symmetric charge must not undercut."""
     from dp_accounting.pld import pld_privacy_accountant
 
     relation = ev.REPLACE_ONE if replace_one else ev.ADD_OR_REMOVE_ONE
@@ -111,12 +113,17 @@ def test_pld_equals_dp_accounting_on_random_trees_under_both_relations(tree, rep
         theirs_acc = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation[relation.name], 1e-3)
         theirs_acc.compose(reference)
     theirs = theirs_acc.get_epsilon(1e-5)
-    assert ours == pytest.approx(theirs, rel=2e-3, abs=1e-2)
+    if wor:  # silodp charges each without-replacement step as the symmetric pair (either orientation
+        # per step), at least the direction-by-direction reference; the symmetric pair's own test is
+        # tests/accounting/test_without_replacement.py (measured here: at most +16%)
+        assert theirs * (1 - 2e-3) - 1e-2 <= ours <= theirs * 1.25 + 1e-2
+    else:
+        assert ours == pytest.approx(theirs, rel=2e-3, abs=1e-2)
 
 
 def _mixed_reference(tree):
     """dp-accounting's PLD of ``tree`` under replace-one with every without-replacement step
-    replaced by its dominating add/remove pair (composed as a PLD, direction by direction)."""
+    replaced by the add/remove pair (composed as a PLD, direction by direction)."""
     from dp_accounting.pld import privacy_loss_distribution as dpl
 
     def pld_of(event, count=1):

@@ -13,7 +13,6 @@ from scipy import stats
 
 from silodp.accounting import (
     ACCOUNTANTS,
-    ADD_OR_REMOVE_ONE,
     REPLACE_ONE,
     GaussianDpEvent,
     LabelledMixtureDpEvent,
@@ -57,17 +56,27 @@ def test_batch_size_and_noise_std():
 
 
 def test_server_worst_case_matches_dp_accounting_pld_and_rdp():
-    """K T subsampled Gaussian steps: silodp's epsilon equals dp-accounting's PLD computed directly
-    (add/remove pair at shift 2C, q = m/n) within 0.5%, and dp-accounting's RDP bounds it above."""
+    """K T Gaussian steps on batches drawn without replacement: silodp's epsilon equals the
+    symmetric pair whose curve is dp-accounting's Poisson PLD at shift 2C, q = m/n (the larger of its
+    two directions, to 1e-9 at every grid point), composed, within 0.5%; it is at least
+    dp-accounting's direction-by-direction composition (what was charged before, within 20% of it
+    here), and dp-accounting's RDP of the Poisson pair stays within 1.3x of it."""
+    import numpy as np
+
     sigma = 2.0
     ours = certified_epsilon(CFG, sigma, DELTA)
     q = CFG.batch_size / CFG.records_per_user
     direct = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-4)
-    direct = direct.self_compose(CFG.steps).get_epsilon_for_delta(DELTA)
-    assert ours == pytest.approx(direct, rel=5e-3)
+    curve = lambda eps: np.array([direct.get_delta_for_epsilon(float(e)) for e in eps]) * (1 + 1e-9)  # noqa: E731
+    from silodp.accounting import pld as ours_pld
+
+    sym = ours_pld.PrivacyLossDistribution(ours_pld.symmetric_loss_pmf(curve, 12.0, 1e-3, stride=8), None)
+    assert ours == pytest.approx(sym.self_compose(CFG.steps).get_epsilon_for_delta(DELTA), rel=5e-3)
+    apart = direct.self_compose(CFG.steps).get_epsilon_for_delta(DELTA)
+    assert apart * (1 - 5e-3) <= ours <= 1.2 * apart
     acc = rdp.RdpAccountant()
     acc.compose(dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), CFG.steps))
-    assert ours <= acc.get_epsilon(DELTA) <= 1.3 * ours
+    assert ours / 1.3 <= acc.get_epsilon(DELTA) <= 1.3 * ours
 
 
 def test_calibration_is_certified_and_tight():
@@ -96,7 +105,9 @@ def test_expected_participation_is_the_binomial_average():
     cfg = ScaffoldConfig(num_users=1, records_per_user=10, rounds=6, local_steps=2, user_sampling=0.3, data_sampling=0.5)
     sigma, eps = 1.2, 1.0
     ours = delta(mixture_event(cfg, sigma, "server"), eps, "pld", REPLACE_ONE, value_discretization_interval=1e-4)
-    step = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=0.5, value_discretization_interval=1e-4)
+    from silodp.accounting import pld as ours_pld  # the step: the symmetric without-replacement pair
+
+    step = ours_pld.from_without_replacement_gaussian(2 * sigma, 0.5, value_discretization_interval=1e-4)
     brute = sum(stats.binom.pmf(j, cfg.rounds, cfg.user_sampling) * step.self_compose(cfg.local_steps * j).get_delta_for_epsilon(eps)
                 for j in range(1, cfg.rounds + 1))
     assert ours == pytest.approx(brute, rel=2e-2)
@@ -222,7 +233,7 @@ def test_mixture_event_certifies_what_the_direct_pld_mixture_did():
     sigma, disc, q = 0.9, 1e-3, cfg.batch_size / cfg.records_per_user
 
     def steps(z, count):
-        return ours.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, disc).self_compose(count)
+        return ours.from_without_replacement_gaussian(2 * z, q, disc).self_compose(count)
 
     parts = [(cfg.user_sampling * w, steps(sigma * math.sqrt(size), cfg.local_steps))
              for size, w in sorted(aggregation_groups(cfg).items())]

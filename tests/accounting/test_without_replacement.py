@@ -1,0 +1,95 @@
+"""Sampling without replacement, replace-one: the symmetric charge of
+:func:`silodp.accounting.pld.from_without_replacement_gaussian` against dp-accounting's Poisson pair
+and the exact output distributions of concrete neighbouring datasets.
+
+A step's worst orientation depends on the other records: all equal to the changed record's value
+in D' gives the "remove" pair ((1 - q) N(0) + q N(2C), N(0)); all equal to its value in D gives
+the mirror image, whose *reverse* hockey-stick is that same remove curve. Composing the two
+directions apart (as under add/remove) would charge the second kind of step by the smaller "add"
+curve; the symmetric pair charges both by the larger one.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from silodp.accounting import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent, get_accountant, pld
+from silodp.accounting import events as ev
+
+N, M, C, Z = 5, 2, 1.0, 1.2  # 5 records, batches of 2, sigma = Z C
+Q = M / N
+
+
+def _instance(others: float, e: float) -> tuple[float, float]:
+    """(H_e(P || Q), H_e(Q || P)) exactly (a 1-D grid integral of the mixtures over every m-subset):
+    record 0 is +C in D and -C in D', the other records all contribute ``others``."""
+    x = np.linspace(-M * C - 12 * Z, M * C + 12 * Z, 40001)
+    p, q = np.zeros_like(x), np.zeros_like(x)
+    subsets = list(itertools.combinations(range(N), M))
+    for s in subsets:
+        rest = sum(others for i in s if i != 0)
+        p += norm.pdf(x, rest + (C if 0 in s else 0.0), Z * C) / len(subsets)
+        q += norm.pdf(x, rest + (-C if 0 in s else 0.0), Z * C) / len(subsets)
+    return (float(np.trapezoid(np.maximum(p - e * q, 0), x)), float(np.trapezoid(np.maximum(q - e * p, 0), x)))
+
+
+@pytest.fixture(scope="module")
+def step():
+    return pld.from_without_replacement_gaussian(Z, Q, value_discretization_interval=1e-4)
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.3, 1.0])
+def test_both_orientations_are_attained_and_charged(step, eps):
+    """Others = -C attains the remove curve forwards, others = +C attains it backwards (to 1e-6,
+    the grid integral's accuracy); the symmetric charge covers both; the old "add" direction, which
+    charged the second kind of step, is below it."""
+    e = math.exp(eps)
+    remove = float(pld.GaussianPair(Q, 0.0, Z / 2).delta(np.array([eps]))[0])
+    add = float(pld.GaussianPair(0.0, Q, Z / 2).delta(np.array([eps]))[0])
+    forward, _ = _instance(-C, e)
+    _, backward = _instance(C, e)
+    assert forward == pytest.approx(remove, abs=1e-6) and backward == pytest.approx(remove, abs=1e-6)
+    charged = step.get_delta_for_epsilon(eps)
+    assert remove <= charged <= remove + 1e-3 * abs(math.expm1(eps)) + 1e-9
+    assert add < remove - 1e-4
+
+
+@pytest.mark.parametrize("others", [-1.0, -0.3, 0.0, 0.6])
+def test_every_configuration_is_below_the_charge_both_ways(step, others):
+    for eps in (0.1, 0.5, 1.5):
+        assert max(_instance(others * C, math.exp(eps))) <= step.get_delta_for_epsilon(eps) + 1e-7
+
+
+def test_the_symmetric_charge_is_at_least_every_mix_of_orientations():
+    """T steps, k of them oriented one way and T - k the other: the composed symmetric pair is
+    above each (composed here with the Poisson pair's two directions as two forward PLDs)."""
+    z, q, steps = 1.0, 0.02, 200
+    poisson = pld.from_gaussian_mechanism(z / 2, q, ev.ADD_OR_REMOVE_ONE, 1e-4)
+    fwd = pld.PrivacyLossDistribution(poisson.remove, None)
+    bwd = pld.PrivacyLossDistribution(poisson.add, None)
+    charged = pld.from_without_replacement_gaussian(z, q).self_compose(steps).get_epsilon_for_delta(1e-5)
+    mixes = [fwd.self_compose(k).compose(bwd.self_compose(steps - k)) for k in (1, 100, 199)]
+    mixes += [fwd.self_compose(steps), bwd.self_compose(steps)]
+    assert all(charged >= m.get_epsilon_for_delta(1e-5) for m in mixes)
+
+
+def test_the_accountant_charges_the_symmetric_pair():
+    event = SelfComposedDpEvent(SampledWithoutReplacementDpEvent(1000, 20, GaussianDpEvent(1.0)), 200)
+    got = get_accountant("pld", ev.REPLACE_ONE).compose(event).get_epsilon(1e-5)
+    want = pld.from_without_replacement_gaussian(1.0, 0.02).self_compose(200).get_epsilon_for_delta(1e-5)
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_the_minorant_repairs_a_non_convex_upper_bound():
+    """An upper bound that is not convex in e^eps (a bump) still gives a valid PLD (masses >= 0)
+    whose curve lies above every convex curve below the bound (here the true Gaussian one)."""
+    pair = pld.GaussianPair(1.0, 0.0, 1.0)
+    bumped = lambda e: pair.delta(e) + 0.01 * np.exp(-((e - 1.0) / 0.05) ** 2)  # noqa: E731
+    pmf = pld.symmetric_loss_pmf(bumped, 8.0, 1e-3)
+    assert np.all(pmf.masses >= 0)
+    for eps in (0.2, 1.0, 2.0):
+        assert pmf.delta(eps) >= float(pair.delta(np.array([eps]))[0]) - 1e-12
+        assert pmf.delta(eps) <= float(bumped(np.array([eps]))[0]) + 1e-9
