@@ -122,7 +122,8 @@ def test_changed_accounting_version_is_stale(quick_attrs, monkeypatch):
     [problem] = stamp.check_text(_block(**quick_attrs))
     assert "accounting version" in problem
     # a stamp made under the bumped version but with the old hash is stale too (the hash covers it)
-    [problem] = stamp.check_text(_block(**{**quick_attrs, "accounting": str(version.ACCOUNTING_VERSION)}))
+    bumped = stamp.grid_version(stamp.resolve(quick_attrs))
+    [problem] = stamp.check_text(_block(**{**quick_attrs, "accounting": bumped}))
     assert "now hashes to" in problem
 
 

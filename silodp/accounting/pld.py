@@ -264,6 +264,24 @@ class LossPmf:
         keep = l > epsilon
         return float(min(1.0, self.charged_infinity + np.sum(m[keep] * -np.expm1(epsilon - l[keep]))))
 
+    def deltas(self, epsilons: np.ndarray) -> np.ndarray:
+        """:meth:`delta` at every value of ``epsilons`` at once: at the grid points by the recursion
+        delta_{j-1} = e^-h delta_j + (1 - e^-h) sum_{i >= j} masses_i (every term >= 0, no
+        cancellation at small delta), exactly linear in e^eps in between."""
+        from scipy.signal import lfilter
+
+        m = np.asarray(self.masses, dtype=float)
+        decay = math.exp(-self.interval)
+        suffix = np.cumsum(m[::-1])[::-1] + self.charged_infinity  # sum_{i >= j} masses_i + inf
+        # reversed: r_0 = delta at the last point (the infinite mass), r_t = decay r_{t-1} + (1 - decay) suffix
+        rev, _ = lfilter([1.0 - decay], [1.0, -decay], suffix[:0:-1], zi=[decay * self.charged_infinity])
+        at_grid = np.concatenate([rev[::-1], [self.charged_infinity]])
+        eps = np.asarray(epsilons, dtype=float)
+        below = -np.expm1(eps - self.losses[0]) + np.exp(eps - self.losses[0]) * at_grid[0]  # all mass above
+        inside = np.interp(np.exp(eps - self.losses[0]), np.exp(self.losses - self.losses[0]), at_grid)
+        out = np.where(eps < self.losses[0], below, np.where(eps >= self.losses[-1], self.charged_infinity, inside))
+        return np.minimum(1.0, out)
+
     def epsilon(self, delta: float) -> float:
         """Smallest eps >= 0 with delta(eps) <= ``delta`` (exact for this discrete PLD)."""
         if self.charged_infinity > delta:
@@ -857,6 +875,34 @@ def symmetric_loss_pmf(curve, top: float, interval: float, stride: int = 1) -> L
     grid = np.exp(np.arange(-last, last + 1) * interval)
     delta = np.interp(grid, nodes, values) if stride > 1 else values
     return connect_the_dots(lambda e: delta[np.rint(e / interval).astype(int) + last], -last, last, interval)
+
+
+def amplified_mixture(weights, components, interval: float, tail: float = 0.0,
+                      stride: int = 16) -> PrivacyLossDistribution:
+    """One step of a mechanism run on a batch that holds the changed record k ~ ``weights`` times
+    (``weights[0]`` for none, then k = 1, 2, ...; multiplicities of total mass ``tail`` beyond them
+    released as infinite loss), where ``components[k - 1]`` dominates a batch with k copies against
+    one without them *and* against one with k copies of the replacement, both directions (e.g. the
+    k-message change of a group). Balle, Barthe & Gaboardi 2018 Thm 10 as a PLD: with
+    gamma = 1 - w_0 (the weights conditioned on k <= kmax), advanced joint convexity and joint
+    convexity give, both directions, H_e <= sum_{k >= 1} w_k H_alpha(component k),
+    alpha = 1 + (e - 1) / gamma: amplified in epsilon, unlike the labelled mixture over k; charged as
+    a symmetric pair (:func:`symmetric_loss_pmf`, either orientation per step)."""
+    w = np.asarray(weights, dtype=float) / (1.0 - tail)
+    gamma = float(1.0 - w[0])
+    pmfs = [p.remove if p.add is None else None for p in components]
+    if any(p is None for p in pmfs):
+        raise ValueError("components: each must be symmetric (add is None)")
+    if gamma <= 0.0:
+        return identity(interval)
+    top = max(float(p.losses[-1]) for p in pmfs) + interval
+
+    def curve(eps):
+        inner = np.log1p(np.expm1(eps) / gamma)
+        out = sum(wk * p.deltas(inner) for wk, p in zip(w[1:], pmfs))
+        return (1.0 - tail) * out + tail
+
+    return PrivacyLossDistribution(symmetric_loss_pmf(curve, top, interval, stride), None)
 
 
 def from_without_replacement_gaussian(

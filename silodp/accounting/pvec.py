@@ -25,8 +25,9 @@ are charged as infinite loss.
 Composition: the coordinates are independent given the messages (independent rounding and noise
 per coordinate), so one invocation is the d-fold product (FFT convolutions by repeated squaring,
 :func:`power`; Zhu, Dong & Wang 2022 Thm 10 keeps the domination); invocations compose adaptively; a with-replacement
-multiplicity is the labelled mixture over k ~ Bin(K, 1/n) of the k-message PLDs (releasing k only
-adds information), the tail beyond the 1 - 1e-15 quantile charged as non-private.
+multiplicity k ~ Bin(K, 1/n) is not released: the step is BBG18 Thm 10's amplified mixture of the
+k-message PLDs (:func:`silodp.accounting.pld.amplified_mixture`, a symmetric pair), the tail beyond
+the 1 - 1e-15 quantile charged as non-private.
 
 The protocol's parameters (levels, the rotation's range, the noise window, the groups) are in
 :mod:`silodp.accounting.pvec_protocol`; the l2-aware certificate in :mod:`silodp.accounting.pvec_l2`.
@@ -110,9 +111,10 @@ def invocation_pld(g: int, b: int, messages: int, dimension: int, multiplicity: 
 
 def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.LOG_TAIL_MASS)
               ) -> pld_lib.PrivacyLossDistribution:
-    """The PLD of a group's ``uses`` invocations; with replacement each is the labelled mixture
-    over the record's multiplicity k, the multiplicities beyond the (1 - ``tail``) quantile and
-    the mixture's upper tail of mass <= ``tail`` charged as infinite loss (pessimistic)."""
+    """The PLD of a group's ``uses`` invocations; with replacement each is the amplified mixture
+    over the record's multiplicity k (:func:`silodp.accounting.pld.amplified_mixture`), the
+    multiplicities beyond the (1 - ``tail``) quantile and the step's upper tail of mass <= ``tail``
+    charged as infinite loss (pessimistic)."""
     def inv(k: int) -> pld_lib.PrivacyLossDistribution:
         return invocation_pld(group.g, group.b, group.messages, group.dimension, k, interval)
 
@@ -121,13 +123,11 @@ def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.
     else:
         K, q = group.batch_size, 1.0 / group.dataset_size
         kmax = max(1, min(K, _binomial.isf(tail, K, q)))
-        parts = [(float(_binomial.pmf(0, K, q)), pld_lib.identity(interval))]
-        parts += [(float(_binomial.pmf(k, K, q)), inv(k)) for k in range(1, kmax + 1)]
-        charged = max(0.0, 1.0 - sum(w for w, _ in parts))
-        mixed = pld_lib.mixture(parts + [(charged, pld_lib.non_private(interval))])
+        weights = [float(_binomial.pmf(k, K, q)) for k in range(kmax + 1)]
+        charged = max(0.0, 1.0 - sum(weights))
+        step = pld_lib.amplified_mixture(weights, [inv(k) for k in range(1, kmax + 1)], interval, charged)
         # the rare large multiplicities stretch the loss range: their upper tail (mass <= tail) to +inf
-        step = pld_lib.PrivacyLossDistribution(mixed.remove.truncate(math.log(tail)), None,
-                                               mixed.log_mass_truncation_bound)
+        step = pld_lib.PrivacyLossDistribution(step.remove.truncate(math.log(tail)), None, step.log_mass_truncation_bound)
     return power(step, group.uses)
 
 

@@ -89,23 +89,33 @@ def test_composition_over_invocations_against_brute_force():
         assert ref <= dist.get_delta_for_epsilon(eps) <= ref * (1 + 2e-3) + 1e-12
 
 
-def test_with_replacement_multiplicity_is_the_labelled_mixture():
+def test_with_replacement_multiplicity_is_amplified_and_hidden():
     """Batch K = 3 drawn with replacement from n = 3: the record's multiplicity k ~ Bin(3, 1/3)
-    moves k g levels. The certificate equals the labelled mixture sum_k P[k] delta_k (exact) and
-    is above the unlabelled mixture (what the analyzer really sees)."""
+    moves k g levels. The certificate equals BBG18 Thm 10's amplified mixture
+    sum_{k >= 1} P[k] delta_k(log(1 + (e^eps - 1) / gamma)), gamma = P[k >= 1] (exact), is below
+    the labelled mixture sum_k P[k] delta_k(eps) it replaced, and above what the analyzer really
+    sees in both orientations (the others at level 0, the replacement's level; or all at g, the
+    record's), both directions."""
     m, g, K, n = 16, 2, 3, 3
     grp = pvec.PvecGroup(uses=1, g=g, b=1, messages=m, dimension=1, with_replacement=True, batch_size=K,
                          dataset_size=n)
     dist = pvec.group_pld(grp, H)
     w = binom.pmf(np.arange(K + 1), K, 1 / n)
+    gamma = 1 - w[0]
     x = np.arange(0, m + K * g + 1)
     Q = binom.pmf(x, m, 0.5)
     P = sum(w[k] * binom.pmf(x - k * g, m, 0.5) for k in range(K + 1))
+    P2 = binom.pmf(x - K * g, m, 0.5)  # every other record at g: D's batch always sums to K g
+    Q2 = sum(w[k] * binom.pmf(x - (K - k) * g, m, 0.5) for k in range(K + 1))
     for eps in (0.0, 0.3, 1.0, 2.0):
+        inner = math.log1p(math.expm1(eps) / gamma)
+        amplified = sum(w[k] * worst_coordinate_delta(inner, m, k * g) for k in range(1, K + 1))
         labelled = sum(w[k] * worst_coordinate_delta(eps, m, k * g) for k in range(1, K + 1))
         got = dist.get_delta_for_epsilon(eps)
-        assert got == pytest.approx(labelled, rel=2e-3, abs=1e-12)
-        assert got >= max(exact_delta(eps, P, Q), exact_delta(eps, Q, P)) - 1e-12
+        assert got == pytest.approx(amplified, rel=2e-3, abs=1e-12)
+        assert got <= labelled * (1 + 2e-3) + 1e-12
+        exact = max(exact_delta(eps, P, Q), exact_delta(eps, Q, P), exact_delta(eps, P2, Q2), exact_delta(eps, Q2, P2))
+        assert got >= exact - 1e-12
 
 
 def test_with_replacement_beats_the_group_privacy_bound():

@@ -28,6 +28,7 @@ from silodp.accounting import (
     pld,
     with_replacement,
 )
+from silodp.accounting import events as ev
 from silodp.accounting import tightest_epsilon
 
 M, N, C, SIGMA = 6, 20, 1.0, 1.5
@@ -148,3 +149,16 @@ def test_add_remove_is_refused():
     event = SampledWithReplacementDpEvent(N, M, GaussianDpEvent(Z_EVENT))
     for name in ("pld", "rdp"):
         assert "REPLACE_ONE" in get_accountant(name, ADD_OR_REMOVE_ONE).unsupported_reason(event)
+
+
+def test_the_gaussian_bound_is_below_bbg18_thm_10_as_a_pld():
+    """T(alpha) <= L(alpha): the comonotone bound is at most BBG18 Thm 10's amplified mixture of the
+    k-draw Gaussians (pld.amplified_mixture, what the shuffle-DP groups use), at every eps."""
+    from scipy.stats import binom as bn
+
+    weights = bn.pmf(np.arange(M + 1), M, 1 / N)
+    parts = [pld.from_gaussian_mechanism(Z_EVENT / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE, 1e-3) for k in range(1, M + 1)]
+    bbg = pld.amplified_mixture(weights, parts, 1e-3, stride=1)
+    ours = with_replacement.gaussian_pld(Z_EVENT, M, N, value_discretization_interval=1e-3)
+    for eps in (0.0, 0.2, 0.7, 1.5):
+        assert ours.get_delta_for_epsilon(eps) <= bbg.get_delta_for_epsilon(eps) * (1 + 1e-6) + 1e-12

@@ -93,3 +93,9 @@ def test_the_minorant_repairs_a_non_convex_upper_bound():
     for eps in (0.2, 1.0, 2.0):
         assert pmf.delta(eps) >= float(pair.delta(np.array([eps]))[0]) - 1e-12
         assert pmf.delta(eps) <= float(bumped(np.array([eps]))[0]) + 1e-9
+
+
+def test_vectorized_deltas_equal_the_scalar_delta():
+    pmf = pld.from_gaussian_mechanism(1.0, 0.05, ev.ADD_OR_REMOVE_ONE, 1e-3).remove
+    eps = np.array([0.0, 5e-4, 0.3, 1.2345, 2.5, 5.0])
+    assert np.allclose(pmf.deltas(eps), [pmf.delta(e) for e in eps], rtol=1e-12, atol=1e-300)
