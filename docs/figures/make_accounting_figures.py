@@ -27,6 +27,7 @@ from silodp.accounting import (  # noqa: E402
     epsilon,
 )
 from silodp.accounting import replacement_lower  # noqa: E402
+from silodp.accounting.events import REPLACE_ONE  # noqa: E402
 
 HERE = Path(__file__).parent
 PANELS = ((1000, 100, 4.0), (100_000, 10, 2.0))  # (n, batch m, noise multiplier z = sigma / C)
@@ -44,7 +45,8 @@ def main() -> None:
     fig = Figure(figsize=(10, 3.8))
     for ax, (n, m, z) in zip(fig.subplots(1, 2), PANELS):
         for name, sampling, label in CURVES:
-            eps = [epsilon(SelfComposedDpEvent(sampling(n, m, GaussianDpEvent(z)), t), 1e-5, name) for t in STEPS]
+            eps = [epsilon(SelfComposedDpEvent(sampling(n, m, GaussianDpEvent(z)), t), 1e-5, name, REPLACE_ONE)
+                   for t in STEPS]
             print(json.dumps({"n": n, "m": m, "z": z, "curve": label, "steps": STEPS, "epsilon": eps}))
             ax.plot(STEPS, eps, marker="o", ms=3, label=label, ls="--" if "reference" in label else "-")
         lower = [replacement_lower.lower_bound_epsilon(z, m, n, t, 1e-5) for t in STEPS]

@@ -43,6 +43,11 @@ in x, so {L > eps} = {x > x*(eps)} with x* the root of a quadratic in e^{x/s^2} 
 * Poisson-subsampled Gaussian, replace-one, contributions in the ball of radius C: the changed
   record's contribution moves from -C to +C, a = b = q, s = z (symmetric).
 
+Pairs known only through an upper bound on their curve in both directions (sampling without
+replacement, whose orientation can change from step to step; BBG18 Thm 10's amplified mixtures;
+:mod:`silodp.accounting.with_replacement`) are charged as the symmetric pair of
+:func:`symmetric_loss_pmf`: the bound's greatest convex minorant, connected the same way.
+
 Only numpy and scipy.special are imported (the CLI answers in a fraction of a second); tested
 against dp-accounting's PLD library and the analytic Gaussian curve (Balle & Wang 2018).
 """

@@ -27,9 +27,9 @@ component), and |mu_k - nu_k| = k |a - b| <= 2kC: at most L(alpha) in units of s
 H_alpha(A || R) = E[(sum_k pi_k Y_k - alpha)_+] over X ~ R, Y_k = exp(<mu_k - mu_0, X - mu_0> / sigma^2
 - r_k^2 / 2), r_k = |mu_k - mu_0| / sigma <= k d (a walk of k steps a - w_j, each of norm
 <= 2C). Each Y_k is lognormal with mean 1 and log-variance r_k^2; a sum with any dependence is below
-the comonotonic sum of the same marginals in convex order (Kaas, Dhaene & Goovaerts 2000), whose
-stop-loss is the minimum over retentions sum_k pi_k d_k = alpha of sum_k pi_k E(Y_k - d_k)_+
-(Dhaene et al. 2002, Thm 6), each term increasing in r_k (exp(B_t - t / 2) is a martingale, so the
+the comonotonic sum of the same marginals in convex order (Kaas, Dhaene & Goovaerts 2000; Dhaene,
+Denuit, Goovaerts, Kaas & Vyncke 2002), whose stop-loss is the minimum over retentions
+sum_k pi_k d_k = alpha of sum_k pi_k E(Y_k - d_k)_+ (ibid.), each term increasing in r_k (exp(B_t - t / 2) is a martingale, so the
 lognormals increase in convex order with r_k). Hence H_alpha(A || R) <= T(alpha), the collinear
 walk r_k = k d. The reverse direction is the same argument with a and b exchanged
 (|nu_k - nu_0| <= 2kC, and the Gaussian pairs in L are symmetric). QED.

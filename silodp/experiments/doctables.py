@@ -341,6 +341,8 @@ class Recorded:
     command: str
     measured: bool = False
     config: dict = field(default_factory=dict)
+    #: separately versioned certificates its numbers use (as :attr:`DocTable.certificates`)
+    certificates: tuple = ()
 
 
 RECORDED = {t.name: t for t in (
@@ -350,7 +352,9 @@ RECORDED = {t.name: t for t in (
              measured=True),
     Recorded("accounting_sweep", "docs/accounting.md", "python benchmarks/bench_accounting.py --sweep", measured=True),
     Recorded("cli_latency", "docs/accounting.md", "python benchmarks/bench_cli.py", measured=True),
-    Recorded("audit_algorithms", "docs/audit.md", "python benchmarks/bench_audit.py"),
+    Recorded("audit_algorithms", "docs/audit.md",
+             "silodp audit --algorithm NAME --epsilon 2 --trials 100000 --json (each row's algorithm)",
+             certificates=("with-replacement", "without-replacement")),
     Recorded("audit_mutations", "docs/audit.md", "python benchmarks/bench_audit.py --detection 50"),
     Recorded("audit_sdp", "docs/audit.md", "silodp audit --algorithm sdp-prox-sgd|sdp-prox-svrg|sdp-pl-svrg|sdp-spider"),
     Recorded("audit_speed", "docs/audit.md", "python benchmarks/bench_audit.py", measured=True),
