@@ -27,6 +27,8 @@ STYLES: dict[str, tuple[str, str, str | None]] = {
     "dp-scaffold-warm": ("DP-SCAFFOLD-warm", "C4", "^"),
     "dp-fedavg": ("DP-FedAvg", "C0", "s"),
     "dp-fedsgd": ("DP-FedSGD", "C2", "v"),
+    "scaffold": ("SCAFFOLD (non-private)", "C3", None),
+    "fedavg": ("FedAvg (non-private)", "C0", None),
 }
 
 

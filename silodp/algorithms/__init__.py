@@ -16,17 +16,17 @@ from .prox import REGULARIZERS, L1, Box, ElasticNet, GroupLasso, L2Ball, L2Squar
 from .proxsgd import IsrlProxSGD, SdpProxSGD
 from .registry import ALGORITHMS, get_algorithm, register_algorithm
 from .result import RunResult
-from .scaffold import DpFedAvg, DpFedSGD, DpScaffold, DpScaffoldWarm
+from .scaffold import DpFedAvg, DpFedSGD, DpScaffold, DpScaffoldWarm, FedAvg, Scaffold
 from .shuffle import BinomialParams, pvec_fast, pvec_messages, pvec_variance
 from .spider import IsrlFedSpider, IsrlSpider, SdpSpider
 from .svrg import IsrlPLSVRG, IsrlProxSVRG, SdpPLSVRG, SdpProxSVRG
 
 __all__ = [
     "ALGORITHMS", "BatchSampler", "BinomialParams", "Box", "Context", "DpFedAvg", "DpFedSGD", "DpScaffold",
-    "DpScaffoldWarm", "ElasticNet", "FederatedAlgorithm",
+    "DpScaffoldWarm", "ElasticNet", "FedAvg", "FederatedAlgorithm",
     "FederatedData", "Federation", "GroupLasso", "IsrlFedAvgM", "IsrlFedSpider", "IsrlLocalSGD", "IsrlMBSGD",
     "IsrlPLSVRG", "IsrlProxSGD", "IsrlProxSVRG", "IsrlSpider", "L1", "L2Ball", "L2Squared", "LocalSGD",
-    "MBSGD", "Model", "Problem", "REGULARIZERS", "RunResult", "SdpPLSVRG", "SdpProxSGD", "SdpProxSVRG",
+    "MBSGD", "Model", "Problem", "REGULARIZERS", "RunResult", "Scaffold", "SdpPLSVRG", "SdpProxSGD", "SdpProxSVRG",
     "SdpSpider", "Zero", "clip_rows", "clipped_grad_sum", "get_algorithm", "lenet", "linear_model", "mlp",
     "mnist", "per_sample_grads", "pvec_fast", "register_algorithm", "pvec_messages", "pvec_variance", "synthetic", "wbcd",
 ]

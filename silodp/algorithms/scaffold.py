@@ -167,9 +167,12 @@ class DpScaffold(LocalUpdates):
                      accountant: str | None = None) -> dict:
         """sigma_g toward the server and toward a third party
         (:func:`silodp.accounting.scaffold.noise_report`); accountant ``pld`` only (the third-party
-        guarantee is a sampling-pattern mixture)."""
+        guarantee is a sampling-pattern mixture). A non-private twin (SCAFFOLD, FedAvg) certifies
+        nothing: the generic report of a noiseless algorithm (no sigma_g, epsilon ``inf``)."""
         from silodp.accounting.scaffold import noise_report
 
+        if not cls.private:
+            return super().noise_report(cfg, epsilon, delta, method, accountant)
         if accountant not in (None, "pld"):
             raise ValueError(f"accountant: {cls.name}'s guarantees are accounted by pld only, got {accountant!r}")
         report = noise_report(epsilon, delta, num_users=cfg.num_users, records_per_user=cfg.records_per_user,
@@ -319,3 +322,24 @@ class DpFedSGD(DpFedAvg):
 
     name = "dp-fedsgd"
     Config = DpFedSgdConfig
+
+
+@register_algorithm
+class Scaffold(DpScaffold):
+    """SCAFFOLD without privacy (Karimireddy et al. 2020, Alg. 1, control variates option II):
+    DP-SCAFFOLD's loop with no noise, the noiseless reference of Noble et al. (2022, Fig. 1).
+    Every local step still takes a fresh uniform subset of m records, and clips each per-record
+    gradient when the problem sets ``clip``; nothing is certified (epsilon ``inf``)."""
+
+    name = "scaffold"
+    private = False
+
+
+@register_algorithm
+class FedAvg(DpFedAvg):
+    """FedAvg without privacy: DP-FedAvg's loop with no noise (fresh uniform subsets, the prox at
+    the server), the noiseless reference of Noble et al. (2022, Fig. 1); epsilon ``inf``. It
+    differs from ``local-sgd`` in its batches (a fresh subset of ceil(s n) records per step)."""
+
+    name = "fedavg"
+    private = False

@@ -205,6 +205,47 @@ def rates_mutations(path: str) -> str:
     return f"`{json.dumps(stored['suite'])}`\n\n{markdown(stored['runs'], stored.get('quick'))}"
 
 
+def _fixed(setup: dict) -> str:
+    """The parameters a prescribed-setting experiment holds fixed (all but the one it varies)."""
+    shown = {"eps": "eps", "n": "n", "M": "M", "N": "N", "d": "d", "kappa": "kappa"}
+    return ", ".join(f"{label} = {setup[k]:g}" for k, label in shown.items()
+                     if k != setup["vary"] and setup.get(k) is not None)
+
+
+def _where(points: list[dict], vary: str, ok) -> str:
+    """"all" when ``ok`` holds at every point, else the values of ``vary`` where it fails."""
+    bad = [f"{p['value']:g}" for p in points if not ok(p)]
+    return "yes, all" if not bad else f"no at {vary} = {', '.join(bad)}; yes at the others" if len(bad) < len(
+        points) else "no, none"
+
+
+def rates_prescribed(path: str) -> str:
+    """docs/rates.md, "At the theorems' prescriptions": every experiment of ``path`` (relative to
+    the repository; written by ``python docs/figures/rates_figures.py --prescribed``): the grid,
+    the fitted slope and its 95% interval, the theorem's exponent and dominant term at the centre,
+    whether each point improves on w0, the explicit bound (and its hypotheses) per point, and the
+    largest certified epsilon of the noise used over its target (rounded up)."""
+    from pathlib import Path
+
+    stored = json.loads((Path(__file__).resolve().parents[2] / path).read_text())
+    lines = ["| experiment | grid | trials | slope [95% CI] | theory (dominant term) | improves on w0 "
+             "| explicit bound | certified eps / target (max) |", "|" + "---|" * 8]
+    for r in stored.values():
+        setup, points = r["setup"], r["points"]
+        vary = setup["vary"]
+        explicit = f"`{r['explicit_bound']}` " + ("holds" if r["explicit_bound_holds"] else "**fails**")
+        explicit += (f" (by {min(p['explicit_bound'] / p['mean'] for p in points):.0f}"
+                     f"-{max(p['explicit_bound'] / p['mean'] for p in points):.0f}x)" if r["explicit_bound_holds"] else "")
+        explicit += "; its hypotheses " + ("hold" if r["explicit_conditions_hold"] else "**fail** somewhere")
+        ratio = max(p["certified_epsilon"] / p["eps"] for p in points)
+        lo, hi = r["slope_ci"]
+        lines.append(f"| {r['theorem']} `{r['algorithm']}`, {setup['noise']} noise; {_fixed(setup)} "
+                     f"| {vary} = {', '.join(f'{v:g}' for v in setup['values'])} | {setup['trials']} "
+                     f"| **{r['slope']:+.2f} [{lo:+.2f}, {hi:+.2f}]** | {r['theory_exponent']:+.2f} ({r['dominant_term']}) "
+                     f"| {_where(points, vary, lambda p: p['improves_on_start'])} | {explicit} | {_up(ratio, 5)} |")
+    return "\n".join(lines)
+
+
 #: docs/accounting.md, "What the papers' formulas really certify": (algorithm, formula, TranscriptConfig
 #: fields) at MNIST-sized silos, batches without replacement (each record once per epoch; SPIDER
 #: at the full batch, Thm F.1's setting)
@@ -326,6 +367,7 @@ TABLES = {t.name: t for t in (
              {"dimension": 1024, "clip": 1.0, "silos": 10, "rounds": 50, "epsilon": 3.0, "delta": 1e-5,
               "bits": tuple(range(8, 25, 2))}, cheap=False),
     DocTable("rates_mutations", "docs/rates.md", rates_mutations, {"path": "docs/figures/rates_mutations.json"}),
+    DocTable("rates_prescribed", "docs/rates.md", rates_prescribed, {"path": "docs/figures/rates_prescribed.json"}),
 )}
 
 

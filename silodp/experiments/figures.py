@@ -92,7 +92,7 @@ def error_vs_epsilon(rows: list[dict], calibrations: tuple[str, ...] | None = No
     return fig
 
 
-SCAFFOLD_NAMES = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg")
+SCAFFOLD_NAMES = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "scaffold", "fedavg")
 
 
 def scaffold_headline(rows: list[dict]):
@@ -130,19 +130,26 @@ def scaffold_headline(rows: list[dict]):
 
 def _scaffold_fixed(rows: list[dict]) -> str:
     """What the headline holds fixed (every figure states its epsilon and fixed parameters): the
-    target epsilon, users x records, dimension, K T and the sampling rates, each once if constant."""
-    dp = [r for r in rows if r["algorithm"].startswith("dp-")]
+    target epsilon (or "no noise"), users x records (MNIST: users and label similarity),
+    dimension, K T and the sampling rates, each once if constant."""
+    dp = [r for r in rows if r["algorithm"] in SCAFFOLD_NAMES]
 
-    def values(get) -> str:
-        return "/".join(f"{v:g}" for v in sorted({get(r) for r in dp}))
+    def values(get, among=dp) -> str:
+        return "/".join(f"{v:g}" for v in sorted({get(r) for r in among}))
 
     def hp(r: dict) -> dict:
         return dict(r["hyperparameters"].get("params", ()))
 
-    return (f"target \u03b5 = {values(lambda r: r['epsilon'])}, "
-            f"M = {values(lambda r: r['data']['num_users'])} users x "
-            f"{values(lambda r: r['data']['samples_per_user'])} records, "
-            f"d = {values(lambda r: r['data']['dim'])}, "
+    private = [r for r in dp if r["epsilon"] is not None]
+    eps = f"target \u03b5 = {values(lambda r: r['epsilon'], private)}" if private else "no noise"
+    if all(r["dataset"] == "mnist_label_skew" for r in dp):
+        data = (f"MNIST, M = {values(lambda r: r['data'].get('num_users', 20))} users, "
+                f"similarity {values(lambda r: r['data'].get('similarity', 0.1))}")
+    else:
+        data = (f"M = {values(lambda r: r['data']['num_users'])} users x "
+                f"{values(lambda r: r['data']['samples_per_user'])} records, "
+                f"d = {values(lambda r: r['data']['dim'])}")
+    return (f"{eps}, {data}, "
             f"K T = {values(lambda r: r['rounds'] * r['hyperparameters']['local_steps'])}, "
             f"data sampling {values(lambda r: hp(r)['data_sampling'])}, "
             f"user sampling {values(lambda r: hp(r)['user_sampling'])}")

@@ -210,7 +210,7 @@ def _tight_vs_paper(rows) -> dict:
 def _scaffold_vs_fedavg(rows, calibration) -> dict:
     wins, total = 0, 0
     for _, eps, sc, fa in _pairs(rows, "dp-scaffold", "dp-fedavg", calibration):
-        if not sc.get("data", {}).get("iid"):
+        if scaffold_heterogeneous(sc):
             total += 1
             wins += sc["mean_test_error"] < fa["mean_test_error"]
     return {
@@ -222,18 +222,33 @@ def _scaffold_vs_fedavg(rows, calibration) -> dict:
 
 
 def scaffold_setting(row: dict) -> str:
-    """The label of a ``scaffold-synthetic`` row's dataset: ``Synthetic(alpha,beta)`` or ``iid``."""
+    """The label of a DP-SCAFFOLD row's dataset: ``Synthetic(alpha,beta)`` or ``iid`` (FedProx's
+    synthetic data), ``MNIST, similarity S`` (SCAFFOLD's label-skew partition of MNIST)."""
     data = row.get("data") or {}
+    if row.get("dataset") == "mnist_label_skew":
+        return f"MNIST, similarity {data.get('similarity', 0.1):g}"
     return "iid" if data.get("iid") else f"Synthetic({data.get('alpha', 0):g},{data.get('beta', 0):g})"
+
+
+def scaffold_heterogeneous(row: dict) -> bool:
+    """Whether a DP-SCAFFOLD row's users differ: not FedProx's i.i.d. variant, and on MNIST a
+    label-skew similarity below 1 (similarity 1 deals every digit i.i.d.)."""
+    data = row.get("data") or {}
+    if row.get("dataset") == "mnist_label_skew":
+        return data.get("similarity", 0.1) < 1
+    return not data.get("iid")
 
 
 def scaffold_gaps(rows: list[dict], calibration: str = "tight") -> list[dict]:
     """The DP-SCAFFOLD headline (Noble et al. 2022, Fig 1) from summary rows of the
     ``scaffold-synthetic`` grid: per dataset setting and number K of local steps, each algorithm's
-    mean and std test accuracy over trials, and ``gap`` = DP-SCAFFOLD minus DP-FedAvg accuracy."""
+    mean and std test accuracy over trials, and ``gap`` = DP-SCAFFOLD minus DP-FedAvg accuracy
+    (noiseless rows: SCAFFOLD minus FedAvg)."""
+    from .tables import SCAFFOLD_PAIRS, SCAFFOLD_TITLES
+
     cells = collections.defaultdict(dict)
     for r in rows:
-        if r["calibration"] == calibration and r["algorithm"].startswith("dp-"):
+        if r["algorithm"] in SCAFFOLD_TITLES and (r["calibration"] == calibration or r["epsilon"] is None):
             key = (scaffold_setting(r), r["hyperparameters"].get("local_steps"))
             cells[key][r["algorithm"]] = (1.0 - r["mean_test_error"], r["std_test_error"])
     out = []
@@ -241,8 +256,10 @@ def scaffold_gaps(rows: list[dict], calibration: str = "tight") -> list[dict]:
         entry = {"setting": setting, "local_steps": k}
         for name, (acc, std) in sorted(algs.items()):
             entry[name], entry[f"{name}_std"] = acc, std
-        if "dp-scaffold" in algs and "dp-fedavg" in algs:
-            entry["gap"] = entry["dp-scaffold"] - entry["dp-fedavg"]
+        for a, b in SCAFFOLD_PAIRS:
+            if a in algs and b in algs:
+                entry["gap"] = entry[a] - entry[b]
+                break
         out.append(entry)
     return out
 

@@ -225,9 +225,11 @@ def _sort_key(cfg: RunConfig):
 
 def _plan(pending: list[RunConfig]):
     """Calibration request (or an immediate outcome) of every pending run, prepared once per
-    group of runs that differ only in step size and clip."""
+    group of runs that differ only in step size and clip, in the sweep's run order (one trial's
+    data after another: a grid's trials are its innermost loop, and cycling through more trials
+    than the loader's cache holds would reload every dataset for every group)."""
     requests, outcomes, groups = {}, {}, collections.defaultdict(list)
-    for cfg in pending:
+    for cfg in sorted(pending, key=_sort_key):
         groups[dataclasses.replace(cfg, step_size=1.0, clip=1.0)].append(cfg)
     for key_cfg, members in groups.items():
         try:

@@ -5,8 +5,8 @@ of docs/ (:mod:`.stamp`), written by ``silodp report``.
 calibration (test error mean ± standard deviation over trials at the validation-selected
 hyperparameters; the best tight-accounting mean of a row in bold; a paper-calibration cell also
 shows the epsilon its noise really certifies), then the non-private baselines.
-``scaffold``: Noble et al.'s headline, test accuracy of DP-SCAFFOLD and DP-FedAvg per setting
-and K, with the gap and its 95% confidence interval (Student t over the per-trial gaps: both
+``scaffold``: Noble et al.'s headline, test accuracy of DP-SCAFFOLD and DP-FedAvg (or of their
+noiseless twins SCAFFOLD and FedAvg) per setting and K, with the gap and its 95% confidence interval (Student t over the per-trial gaps: both
 algorithms run on the same data and seeds in each trial, so the gaps are paired).
 ``claims``: each claim :func:`.report.check_claims` can test on the rows, its verdict and the
 scalar measurements behind it.
@@ -79,24 +79,37 @@ def _t95(n: int) -> float:
     return float(t.ppf(0.975, n - 1))
 
 
+#: the ``scaffold`` table's columns in order, with their titles: the private algorithms and their
+#: noiseless twins (a grid of the twins has no epsilon: its rows are the ``none`` calibration)
+SCAFFOLD_TITLES = {"dp-scaffold": "DP-SCAFFOLD", "dp-scaffold-warm": "DP-SCAFFOLD-warm", "dp-fedavg": "DP-FedAvg",
+                   "scaffold": "SCAFFOLD (no noise)", "fedavg": "FedAvg (no noise)"}
+#: the pairs whose gap the table shows (the first pair present in the rows)
+SCAFFOLD_PAIRS = (("dp-scaffold", "dp-fedavg"), ("scaffold", "fedavg"))
+
+
 def scaffold_table(rows: list[dict], calibration: str = "tight") -> str:
     """The ``scaffold`` table: accuracy (1 - test error) per setting and K, gap = DP-SCAFFOLD
-    minus DP-FedAvg with its paired 95% confidence interval; a DP-SCAFFOLD-warm column when the
-    rows hold its runs."""
+    minus DP-FedAvg (or, on a noiseless grid, SCAFFOLD minus FedAvg) with its paired 95%
+    confidence interval; a column for every algorithm of :data:`SCAFFOLD_TITLES` the rows hold
+    (DP-SCAFFOLD and DP-FedAvg always, unless the rows are noiseless)."""
     from .report import scaffold_setting
 
-    names = ["dp-scaffold", "dp-scaffold-warm", "dp-fedavg"]
-    if not any(r["algorithm"] == "dp-scaffold-warm" for r in rows):
-        names.remove("dp-scaffold-warm")
+    rows = [r for r in rows if r["algorithm"] in SCAFFOLD_TITLES
+            and (r["calibration"] == calibration or r["epsilon"] is None)]
+    present = {r["algorithm"] for r in rows}
+    if present and present <= {"scaffold", "fedavg"}:
+        pair = SCAFFOLD_PAIRS[1]
+    else:
+        pair = SCAFFOLD_PAIRS[0]
+        present |= set(pair)
+    names = [n for n in SCAFFOLD_TITLES if n in present]
     cells = collections.defaultdict(dict)
     for r in rows:
-        if r["calibration"] == calibration and r["algorithm"] in names:
-            cells[(scaffold_setting(r), r["hyperparameters"].get("local_steps"), r["rounds"])][r["algorithm"]] = r
-    titles = {"dp-scaffold": "DP-SCAFFOLD", "dp-scaffold-warm": "DP-SCAFFOLD-warm", "dp-fedavg": "DP-FedAvg"}
-    head = ["setting", "K", "T", *(titles[n] for n in names), "gap [95% CI]", "trials"]
+        cells[(scaffold_setting(r), r["hyperparameters"].get("local_steps"), r["rounds"])][r["algorithm"]] = r
+    head = ["setting", "K", "T", *(SCAFFOLD_TITLES[n] for n in names), "gap [95% CI]", "trials"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (setting, k, t), algs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        sc, fa = algs.get("dp-scaffold"), algs.get("dp-fedavg")
+        sc, fa = algs.get(pair[0]), algs.get(pair[1])
         acc = [f"{1 - algs[n]['mean_test_error']:.3f} ± {algs[n]['std_test_error']:.3f}" if n in algs else "-"
                for n in names]
         gap, n = "-", 0

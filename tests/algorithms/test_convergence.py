@@ -47,7 +47,7 @@ def test_converges_to_scipy_optimum(name, small_data, composite_problem, optimum
     n = fed.min_size
     # full-batch minibatches without replacement make every gradient exact
     kw = dict(rounds=150, batch_size=n, step_size=1.0, replacement=False, metrics_every=0, **zero_noise(cls))
-    if name in ("local-sgd", "isrl-local-sgd", "dp-fedavg", "isrl-fedavgm"):  # FedAvg with K > 1 drifts
+    if name in ("local-sgd", "isrl-local-sgd", "dp-fedavg", "fedavg", "isrl-fedavgm"):  # FedAvg with K > 1 drifts
         kw["local_steps"] = 1
     if name == "isrl-fedavgm":  # heavy-ball momentum contracts slower per round: more rounds
         kw["rounds"] = 400

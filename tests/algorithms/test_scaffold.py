@@ -230,3 +230,48 @@ def test_privacy_event_is_the_accounting_layers(small):
     for name in ("pld", "rdp"):  # the declared releases (grad + warm) are the server's worst-case event
         # rel 1e-7: the two event trees compose the same blocks in another order (float round-off only)
         assert epsilon(ours, 1e-5, name, REPLACE_ONE) == pytest.approx(epsilon(theirs, 1e-5, name, REPLACE_ONE), rel=1e-7)
+
+
+@pytest.mark.parametrize("name,twin", [("scaffold", DpScaffold), ("fedavg", DpFedAvg)])
+def test_noiseless_twins_run_the_zero_noise_loop_and_certify_nothing(small, name, twin):
+    """SCAFFOLD and FedAvg (the noiseless reference of Noble et al. Fig. 1) are DP-SCAFFOLD and
+    DP-FedAvg with zero noise, bit for bit, and no part of the privacy layer treats them as
+    private: no epsilon in the run, the calibration, the noise report, the grid or the sweep."""
+    from silodp.algorithms.privacy import calibrate_algorithm
+    from silodp.experiments import execute as ex
+    from silodp.experiments.grid import AlgorithmGrid, GridSpec, is_private
+
+    data, problem = small
+    cls = ALGORITHMS[name]
+    kw = dict(rounds=4, local_steps=3, user_sampling=0.6, data_sampling=0.3, step_size=0.2, metrics_every=0)
+    res = cls(**kw).run(problem, data.train, seed=5)
+    torch.testing.assert_close(res.w_last, twin(**kw, sigmas={"sigma": 0.0}).run(problem, data.train, seed=5).w_last,
+                               rtol=0, atol=0)
+    assert not cls.private and not is_private(name) and twin.private
+    assert res.epsilon == math.inf and res.delta is None and res.details == {} and res.sigmas == {"sigma": 0.0}
+    assert cls(**kw).run_declaration(problem, data.train, {"sigma": 0.0}, None) is None
+    cfg = cls(**kw).transcript_config(problem, data.train)
+    cal = calibrate_algorithm(cls, cfg, 1.0, 1e-5)
+    assert cal.epsilon == math.inf and cal.sigmas == {} and cal.accountant == "none"
+    report = cls.noise_report(cfg, 1.0, 1e-5)  # the private twin's report has sigma_g and epsilon_server
+    assert report["tight_certified_epsilon"] == math.inf and report["tight_sigmas"] == {}
+    assert not {"sigma_g", "sigma_g_server", "epsilon_server"} & set(report) and "sigma_g_server" in twin.noise_report(
+        twin(**kw).transcript_config(problem, data.train), 1.0, 1e-5)
+    grid = GridSpec("np", "fedprox_synthetic", (AlgorithmGrid(name, (0.2,), local_steps=(3,),
+                                                              params={"data_sampling": 0.3}),), (1.0, 10.0),
+                    ((None, 4),), trials=1, data=({"num_users": 4, "samples_per_user": 30, "dim": 3},),
+                    model="linear")
+    [run] = grid.expand()  # once, whatever the epsilons
+    assert run.epsilon is None and run.calibration == "none" and ex.calibration_request(run) is None
+    record = ex.execute(run)
+    assert record["certified_epsilon"] is None and record["delta"] is None and record["sigmas"] == {"sigma": 0.0}
+
+
+def test_noise_cli_gives_the_noiseless_twins_no_epsilon(capsys):
+    import json
+
+    from silodp.cli import main
+
+    assert main(["noise", "--algorithm", "scaffold", "--epsilon", "1", "--delta", "1e-5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tight_certified_epsilon"] is None and out["accountant"] == "none" and "sigma_g_server" not in out

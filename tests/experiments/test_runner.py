@@ -252,3 +252,21 @@ def test_killed_sweep_resumes(tmp_path):
 
         runner.run_grid(load_grid(grid).expand(), clean, workers=1)
         assert _results(clean) == _results(resumed)
+
+
+def test_planning_loads_each_trials_data_once(monkeypatch):
+    """The calibration plan prepares the runs one trial after another: with more trials than the
+    loader's cache holds (8), a grid whose trials are its innermost loop is still loaded once per
+    trial, not once per group of runs."""
+    from silodp.experiments import datasets
+
+    loads = []
+    real = datasets.load
+    monkeypatch.setattr(datasets, "load", lambda name, seed, *a, **k: loads.append(seed) or real(name, seed, *a, **k))
+    datasets.load_cached.cache_clear()
+    spec = GridSpec("tiny", "wbcd", (AlgorithmGrid("isrl-mb-sgd", (0.5,)), AlgorithmGrid("isrl-local-sgd", (0.5,))),
+                    (2.0,), ((2, 2),), trials=10)
+    requests, outcomes = runner._plan(list(spec.expand()))
+    datasets.load_cached.cache_clear()
+    assert len(requests) == 20 and not outcomes
+    assert sorted(loads) == list(range(10))  # unsorted, trial-innermost order: 20 loads

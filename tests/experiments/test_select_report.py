@@ -176,3 +176,30 @@ def test_claims_table_lists_testable_claims_with_their_measurements():
     assert "| ISRL-DP MB-SGD never outperformed ISRL-DP SPIDER for any value of epsilon" in text
     assert "| **not reproduced** | points 1; spider worse by more than 2 standard errors 1 |" in text
     assert "DP-SCAFFOLD" not in text  # no rows to test it: left out
+
+
+def test_scaffold_table_of_noiseless_twins_and_of_mnist():
+    """A grid of SCAFFOLD and FedAvg (no epsilon, calibration ``none``) gets their columns and
+    their gap; MNIST label-skew rows are labelled by similarity, and similarity 1 is not
+    heterogeneous for the DP-SCAFFOLD claim."""
+    from silodp.experiments.report import scaffold_gaps, scaffold_heterogeneous
+    from silodp.experiments.tables import scaffold_table
+
+    def row(alg, errors, eps=None, **extra):
+        import statistics
+        return {**_row(alg, eps, statistics.fmean(errors), statistics.stdev(errors), trials=len(errors),
+                       calibration="none" if eps is None else "tight"),
+                "hyperparameters": {"local_steps": 5}, "rounds": 100, "test_errors": errors, **extra}
+
+    syn = {"dataset": "fedprox_synthetic", "data": {"alpha": 5.0, "beta": 5.0}}
+    text = scaffold_table([row("scaffold", [0.1, 0.2, 0.3], **syn), row("fedavg", [0.2, 0.4, 0.6], **syn)])
+    assert "| setting | K | T | SCAFFOLD (no noise) | FedAvg (no noise) | gap [95% CI] | trials |" in text
+    assert "| Synthetic(5,5) | 5 | 100 | 0.800 ± 0.100 | 0.600 ± 0.200 | +0.200 [" in text and "DP-" not in text
+    [gap] = scaffold_gaps([row("scaffold", [0.1, 0.2, 0.3], **syn), row("fedavg", [0.2, 0.4, 0.6], **syn)])
+    assert gap["gap"] == pytest.approx(0.2)
+    mnist = {"dataset": "mnist_label_skew", "data": {"num_users": 20, "similarity": 0.1}}
+    text = scaffold_table([row("dp-scaffold", [0.1, 0.2], 4.0, **mnist), row("dp-fedavg", [0.3, 0.3], 4.0, **mnist)])
+    assert "| MNIST, similarity 0.1 | 5 | 100 | 0.850 ± 0.071 | 0.700 ± 0.000 | +0.150 [" in text
+    assert scaffold_heterogeneous(row("dp-scaffold", [0.1, 0.2], **mnist))
+    assert not scaffold_heterogeneous(row("dp-scaffold", [0.1, 0.2], dataset="mnist_label_skew",
+                                          data={"similarity": 1.0}))
