@@ -142,7 +142,7 @@ def _scaffold_fixed(rows: list[dict]) -> str:
 
     private = [r for r in dp if r["epsilon"] is not None]
     eps = f"target \u03b5 = {values(lambda r: r['epsilon'], private)}" if private else "no noise"
-    if all(r["dataset"] == "mnist_label_skew" for r in dp):
+    if all(r.get("dataset") == "mnist_label_skew" for r in dp):
         data = (f"MNIST, M = {values(lambda r: r['data'].get('num_users', 20))} users, "
                 f"similarity {values(lambda r: r['data'].get('similarity', 0.1))}")
     else:

@@ -239,13 +239,19 @@ def scaffold_heterogeneous(row: dict) -> bool:
     return not data.get("iid")
 
 
+#: the ``scaffold`` table's columns in order, with their titles: the private algorithms and their
+#: noiseless twins (a grid of the twins has no epsilon: its rows are the ``none`` calibration)
+SCAFFOLD_TITLES = {"dp-scaffold": "DP-SCAFFOLD", "dp-scaffold-warm": "DP-SCAFFOLD-warm", "dp-fedavg": "DP-FedAvg",
+                   "scaffold": "SCAFFOLD (no noise)", "fedavg": "FedAvg (no noise)"}
+#: the pairs whose gap the table shows (the first pair present in the rows)
+SCAFFOLD_PAIRS = (("dp-scaffold", "dp-fedavg"), ("scaffold", "fedavg"))
+
+
 def scaffold_gaps(rows: list[dict], calibration: str = "tight") -> list[dict]:
     """The DP-SCAFFOLD headline (Noble et al. 2022, Fig 1) from summary rows of the
     ``scaffold-synthetic`` grid: per dataset setting and number K of local steps, each algorithm's
     mean and std test accuracy over trials, and ``gap`` = DP-SCAFFOLD minus DP-FedAvg accuracy
     (noiseless rows: SCAFFOLD minus FedAvg)."""
-    from .tables import SCAFFOLD_PAIRS, SCAFFOLD_TITLES
-
     cells = collections.defaultdict(dict)
     for r in rows:
         if r["algorithm"] in SCAFFOLD_TITLES and (r["calibration"] == calibration or r["epsilon"] is None):

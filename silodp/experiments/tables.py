@@ -79,20 +79,14 @@ def _t95(n: int) -> float:
     return float(t.ppf(0.975, n - 1))
 
 
-#: the ``scaffold`` table's columns in order, with their titles: the private algorithms and their
-#: noiseless twins (a grid of the twins has no epsilon: its rows are the ``none`` calibration)
-SCAFFOLD_TITLES = {"dp-scaffold": "DP-SCAFFOLD", "dp-scaffold-warm": "DP-SCAFFOLD-warm", "dp-fedavg": "DP-FedAvg",
-                   "scaffold": "SCAFFOLD (no noise)", "fedavg": "FedAvg (no noise)"}
-#: the pairs whose gap the table shows (the first pair present in the rows)
-SCAFFOLD_PAIRS = (("dp-scaffold", "dp-fedavg"), ("scaffold", "fedavg"))
 
 
 def scaffold_table(rows: list[dict], calibration: str = "tight") -> str:
     """The ``scaffold`` table: accuracy (1 - test error) per setting and K, gap = DP-SCAFFOLD
     minus DP-FedAvg (or, on a noiseless grid, SCAFFOLD minus FedAvg) with its paired 95%
-    confidence interval; a column for every algorithm of :data:`SCAFFOLD_TITLES` the rows hold
+    confidence interval; a column for every algorithm of :data:`.report.SCAFFOLD_TITLES` the rows hold
     (DP-SCAFFOLD and DP-FedAvg always, unless the rows are noiseless)."""
-    from .report import scaffold_setting
+    from .report import SCAFFOLD_PAIRS, SCAFFOLD_TITLES, scaffold_setting
 
     rows = [r for r in rows if r["algorithm"] in SCAFFOLD_TITLES
             and (r["calibration"] == calibration or r["epsilon"] is None)]

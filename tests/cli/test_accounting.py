@@ -172,6 +172,8 @@ def test_noise_of_a_shuffle_algorithm_by_the_registered_pvec_pld(capsys):
             "--rounds", "3", "--n", "200", "--batch-size", "20", "--json")
     code, out, err = run(capsys, *argv, "--accountant", "pvec-pld")
     data = json.loads(out)
-    assert code == 0 and data["accountant"] == "pvec-pld" and 0.99 <= data["epsilon"] <= 1.0
+    # tight up to the integer trials b: 29 here (the with-replacement group amplified; it was 168
+    # under the labelled mixture), so one trial less moves epsilon by a few percent
+    assert code == 0 and data["accountant"] == "pvec-pld" and 0.95 <= data["epsilon"] <= 1.0
     code, _, err = run(capsys, *argv, "--accountant", "rdp")  # refused, naming only those that certify P_vec
     assert code == 2 and "['pvec', 'pvec-pld'], not 'rdp'" in err
