@@ -67,6 +67,8 @@ _NEWTON = 40
 _STRIDE = 16
 #: Up to this many grid points per side the curve is evaluated at every one.
 _FINE_POINTS = 50_000
+#: Below this P[K >= 1] every draw is charged as releasing the record (delta += P[K >= 1]).
+_RARE = 1e-12
 #: Relative raise of the computed curve (the log-space tails' round-off, a few ulps each).
 _SLACK = 1e-9
 
@@ -149,6 +151,9 @@ def gaussian_pld(noise_multiplier: float, sample_size: int, dataset_size: int,
     if m < 1 or n < 1:
         raise ValueError(f"sample_size and dataset_size must be >= 1, got {m}, {n}")
     bound = float(log_mass_truncation_bound)
+    drawn = -math.expm1(m * math.log1p(-1.0 / n))  # P[K >= 1], without cancellation
+    if drawn < _RARE:  # too rare for the profile's arithmetic: a draw is charged as no privacy at all
+        return pld.mixture([(1.0 - drawn, pld.identity(h, bound)), (drawn, pld.non_private(h, bound))])
     kmax = max(1, min(m, _binomial.isf(math.exp(bound), m, 1.0 / n)))
     tail = float(_binomial.sf(kmax, m, 1.0 / n))  # released: infinite loss
     weights = np.array([float(_binomial.pmf(k, m, 1.0 / n)) for k in range(kmax + 1)]) / (1.0 - tail)

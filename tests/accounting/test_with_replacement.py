@@ -162,3 +162,9 @@ def test_the_gaussian_bound_is_below_bbg18_thm_10_as_a_pld():
     ours = with_replacement.gaussian_pld(Z_EVENT, M, N, value_discretization_interval=1e-3)
     for eps in (0.0, 0.2, 0.7, 1.5):
         assert ours.get_delta_for_epsilon(eps) <= bbg.get_delta_for_epsilon(eps) * (1 + 1e-6) + 1e-12
+
+
+def test_a_record_too_rare_to_draw_is_charged_as_released():
+    """P[K >= 1] = 1e-13 (n 1e13, one draw): every draw charged as infinite loss, delta >= 1e-13."""
+    one = with_replacement.gaussian_pld(1.0, 1, 10 ** 13)
+    assert 1e-13 * (1 - 1e-9) <= one.get_delta_for_epsilon(50.0) <= 1.1e-13
