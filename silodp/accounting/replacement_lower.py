@@ -33,17 +33,12 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from silodp.accounting import _binomial
+from silodp.accounting._numerics import logsumexp_rows
 from silodp.accounting import pld
 from silodp._validation import check_delta, check_positive
 
 #: Bisection steps of the threshold (the bracket of width ~100 shrinks to ~1e-12).
 _BISECTIONS = 48
-
-
-def _lse(terms: np.ndarray) -> np.ndarray:
-    """log sum exp over the last axis."""
-    top = np.max(terms, axis=-1, keepdims=True)
-    return (top + np.log(np.sum(np.exp(terms - top), axis=-1, keepdims=True)))[..., 0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +65,7 @@ class CollinearPair:
 
     def loss(self, x: np.ndarray) -> np.ndarray:
         """Privacy loss log(dP/dQ)(x), increasing in x."""
-        return _lse(self._terms(np.asarray(x, dtype=float)))
+        return logsumexp_rows(self._terms(np.asarray(x, dtype=float)))
 
     def loss_range(self, log_mass_truncation_bound: float) -> tuple[float, float]:
         """The losses at the ends of an x range outside which P has mass below e^bound per side."""
@@ -98,7 +93,7 @@ class CollinearPair:
         k = np.arange(len(self.weights))
         logw = np.log(np.maximum(np.asarray(self.weights, dtype=float), 1e-300))
         with np.errstate(divide="ignore", invalid="ignore"):
-            log_p = _lse(logw + log_ndtr((k * self.shift - x[:, None]) / self.s))
+            log_p = logsumexp_rows(logw + log_ndtr((k * self.shift - x[:, None]) / self.s))
         return np.where(np.isposinf(x), 0.0, np.exp(log_p))
 
 

@@ -58,6 +58,7 @@ import numpy as np
 from scipy.special import log_ndtr
 
 from silodp.accounting import _binomial
+from silodp.accounting._numerics import logsumexp_rows
 from silodp.accounting import pld
 from silodp._validation import check_positive
 
@@ -71,11 +72,6 @@ _FINE_POINTS = 50_000
 _RARE = 1e-12
 #: Relative raise of the computed curve (the log-space tails' round-off, a few ulps each).
 _SLACK = 1e-9
-
-
-def _lse(terms: np.ndarray) -> np.ndarray:
-    top = np.max(terms, axis=-1, keepdims=True)
-    return (top + np.log(np.sum(np.exp(terms - top), axis=-1, keepdims=True)))[..., 0]
 
 
 class Profile:
@@ -93,7 +89,7 @@ class Profile:
     def _loss(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """log sum_k pi_k N(k d)/N(0) at x, and its derivative."""
         terms = self.log_pi + self.means * x[:, None] - 0.5 * self.means ** 2
-        value = _lse(terms)
+        value = logsumexp_rows(terms)
         return value, np.sum(np.exp(terms - value[:, None]) * self.means, axis=1)
 
     def _threshold(self, log_alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +116,7 @@ class Profile:
         """An upper bound on T(alpha) (the module docstring's bracket)."""
         log_alpha = np.log(alpha)
         lo, hi = self._threshold(log_alpha)
-        log_p = _lse(self.log_pi + log_ndtr(self.means - lo[:, None]))
+        log_p = logsumexp_rows(self.log_pi + log_ndtr(self.means - lo[:, None]))
         log_q = log_ndtr(-hi)
         return np.maximum(np.exp(log_p) * -np.expm1(np.minimum(log_alpha + log_q - log_p, 0.0)), 0.0)
 
