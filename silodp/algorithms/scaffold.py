@@ -181,6 +181,11 @@ class DpScaffold(LocalUpdates):
                               accountant="pld")
         return {**report, "algorithm": cls.name}
 
+    @staticmethod
+    def sampling(cfg) -> BatchSampling:
+        """Every local step draws a fresh uniform subset of m records (Noble et al. Alg 1)."""
+        return BatchSampling.SUBSET
+
     @classmethod
     def declare_gaussian(cls, cfg: ScaffoldConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         """What one user releases toward the server in the worst case (sampled every round):
@@ -189,9 +194,9 @@ class DpScaffold(LocalUpdates):
         :func:`silodp.accounting.scaffold.server_event`."""
         m, n = cfg.batch_size, cfg.records_per_user
         z = sigmas["sigma"] / (cfg.clip / m)
-        out = [GaussianRelease("grad", cfg.local_steps * cfg.rounds, z, BatchSampling.SUBSET, m, n)]
+        out = [GaussianRelease("grad", cfg.local_steps * cfg.rounds, z, cls.sampling(cfg), m, n)]
         if cfg.warm_steps:
-            out.append(GaussianRelease("warm", cfg.warm_steps, z, BatchSampling.SUBSET, m, n))
+            out.append(GaussianRelease("warm", cfg.warm_steps, z, cls.sampling(cfg), m, n))
         return out
 
     def _validate(self, problem, federation) -> None:

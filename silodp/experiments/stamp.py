@@ -40,28 +40,34 @@ _MARKER = re.compile(r"^<!-- /?silodp:table", re.M)
 GRID_KEYS = ("preset", "quick", "calibration")
 
 
-#: Algorithms whose records are subsampled without replacement (Noble et al.'s local steps).
-_WITHOUT_REPLACEMENT = ("dp-scaffold", "dp-fedavg")
-
-
 def grid_version(spec) -> str:
     """The accounting version of a grid's certificates (:func:`silodp.accounting.version.version`):
-    with replacement where a run draws so, without replacement for DP-SCAFFOLD / DP-FedAvg."""
-    from silodp.accounting.version import version
+    those of the batch sampling each private run's algorithm declares (``sampling``)."""
+    from types import SimpleNamespace
 
-    configs = spec.expand()
-    used = {"with-replacement"} if any(c.replacement for c in configs) else set()
-    if any(c.algorithm.startswith(_WITHOUT_REPLACEMENT) for c in configs):
-        used.add("without-replacement")
-    return version(used)
+    from silodp.accounting.releases import BatchSampling
+    from silodp.accounting.version import version
+    from silodp.algorithms import ALGORITHMS
+
+    certificate = {BatchSampling.WITH_REPLACEMENT: "with-replacement", BatchSampling.SUBSET: "without-replacement"}
+    used = set()
+    for c in spec.expand():
+        cls = ALGORITHMS[c.algorithm]
+        if cls.private:
+            used.add(certificate.get(cls.sampling(SimpleNamespace(replacement=c.replacement))))
+    return version(used - {None})
+
+
+def _hashed(version: str):
+    """A version as hashed: the plain core version as the integer it was before certificates had
+    versions of their own (so those stamps keep their hashes)."""
+    return int(version) if version.isdigit() else version
 
 
 def grid_hash(spec) -> str:
     """First 16 hex digits of SHA-256 over the grid's sorted run config hashes and the accounting
     version of its certificates: what determines every number a table of that grid shows."""
-    accounting = grid_version(spec)
-    accounting = int(accounting) if accounting.isdigit() else accounting  # "1" hashes as before
-    payload = {"configs": sorted(c.config_hash for c in spec.expand()), "accounting": accounting}
+    payload = {"configs": sorted(c.config_hash for c in spec.expand()), "accounting": _hashed(grid_version(spec))}
     return hashlib.sha256(json.dumps(payload, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
@@ -75,9 +81,8 @@ def table_version(table) -> str:
 def generated_hash(table) -> str:
     """First 16 hex digits of SHA-256 over a :class:`.doctables.DocTable`'s (or ``Recorded``'s)
     name, command, config and the accounting version: what determines its numbers."""
-    accounting = table_version(table)
-    accounting = int(accounting) if accounting.isdigit() else accounting  # "1" hashes as before
-    payload = {"name": table.name, "command": table.command, "config": table.config, "accounting": accounting}
+    payload = {"name": table.name, "command": table.command, "config": table.config,
+               "accounting": _hashed(table_version(table))}
     return hashlib.sha256(json.dumps(payload, separators=(",", ":"), default=repr).encode()).hexdigest()[:16]
 
 
