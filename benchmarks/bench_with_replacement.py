@@ -5,7 +5,9 @@ measured in the same run), on the cases of docs/accounting.md's gap table, with 
 
     python benchmarks/bench_with_replacement.py
 
-Target: every certificate under ``TARGET_CPU_S`` CPU seconds (issue 23: evaluation under 0.5 s).
+Target: every certificate under ``TARGET_S`` seconds of wall time (issue 23: evaluation under
+0.5 s). CPU seconds are printed too; they exceed wall time where the FFT composition runs on both
+cores, and wall time exceeds them on a loaded machine.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from silodp.accounting import _binomial, pld, with_replacement
 from silodp.accounting import events as ev
 from silodp.experiments.doctables import WITH_REPLACEMENT_CASES
 
-TARGET_CPU_S = 0.5
+TARGET_S = 0.5
 
 
 def labelled(z: float, m: int, n: int) -> pld.PrivacyLossDistribution:
@@ -31,23 +33,25 @@ def labelled(z: float, m: int, n: int) -> pld.PrivacyLossDistribution:
     return pld.mixture(parts + [(float(_binomial.sf(kmax, m, 1.0 / n)), pld.non_private())])
 
 
-def timed(build, steps: int, delta: float) -> tuple[float, float]:
-    start = time.process_time()
+def timed(build, steps: int, delta: float) -> tuple[float, float, float]:
+    """(epsilon, CPU seconds, wall seconds) of one certificate."""
+    cpu, wall = time.process_time(), time.perf_counter()
     eps = build().self_compose(steps).get_epsilon_for_delta(delta)
-    return eps, time.process_time() - start
+    return eps, time.process_time() - cpu, time.perf_counter() - wall
 
 
 def main() -> None:
     rows = []
     for n, m, z, steps, delta in WITH_REPLACEMENT_CASES:
-        eps, cpu = timed(lambda: with_replacement.gaussian_pld(z, m, n), steps, delta)
-        old, old_cpu = timed(lambda: labelled(z, m, n), steps, delta)
+        eps, cpu, wall = timed(lambda: with_replacement.gaussian_pld(z, m, n), steps, delta)
+        old, old_cpu, old_wall = timed(lambda: labelled(z, m, n), steps, delta)
         rows.append({"n": n, "m": m, "z": z, "steps": steps, "delta": delta, "epsilon": eps, "cpu_s": cpu,
-                     "labelled_epsilon": old, "labelled_cpu_s": old_cpu, "within_target": cpu <= TARGET_CPU_S})
+                     "wall_s": wall, "labelled_epsilon": old, "labelled_cpu_s": old_cpu, "labelled_wall_s": old_wall,
+                     "within_target": wall <= TARGET_S})
         print(json.dumps(rows[-1]), flush=True)
-    print(json.dumps({"target_cpu_s": TARGET_CPU_S, "all_within_target": all(r["within_target"] for r in rows),
-                      "max_cpu_s": max(r["cpu_s"] for r in rows),
-                      "median_cpu_ratio_vs_labelled": sorted(r["cpu_s"] / r["labelled_cpu_s"] for r in rows)[len(rows) // 2]}))
+    print(json.dumps({"target_s": TARGET_S, "all_within_target": all(r["within_target"] for r in rows),
+                      "max_wall_s": max(r["wall_s"] for r in rows), "max_cpu_s": max(r["cpu_s"] for r in rows),
+                      "median_wall_ratio_vs_labelled": sorted(r["wall_s"] / r["labelled_wall_s"] for r in rows)[len(rows) // 2]}))
 
 
 if __name__ == "__main__":
