@@ -217,3 +217,19 @@ def test_a_registered_table_missing_from_its_doc_fails_the_check(tmp_path):
     count, problems = stamp.check_files([doc], tmp_path)
     expected = {t.name for t in [*doctables.TABLES.values(), *doctables.RECORDED.values()] if t.doc == "docs/accounting.md"}
     assert count == 0 and expected and all(any(repr(n) in p and "missing" in p for p in problems) for n in expected)
+
+
+def test_a_grid_version_names_the_certificates_its_algorithms_declare():
+    """From each private algorithm's declared sampling, not from a list of names: every member of the
+    DP-SCAFFOLD family draws fresh subsets (without replacement), the noiseless twins certify nothing."""
+    from types import SimpleNamespace
+
+    from silodp.algorithms import ALGORITHMS
+
+    specs = {name: SimpleNamespace(expand=lambda name=name: [SimpleNamespace(algorithm=name, replacement=False)])
+             for name in ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "dp-fedsgd", "scaffold", "isrl-prox-sgd")}
+    got = {name: stamp.grid_version(spec) for name, spec in specs.items()}
+    assert {got[n] for n in ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "dp-fedsgd")} == {"1+without-replacement.2"}
+    assert got["scaffold"] == got["isrl-prox-sgd"] == "1" and not ALGORITHMS["scaffold"].private
+    mbsgd = SimpleNamespace(expand=lambda: [SimpleNamespace(algorithm="isrl-mb-sgd", replacement=True)])
+    assert stamp.grid_version(mbsgd) == "1+with-replacement.2"
