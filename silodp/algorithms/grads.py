@@ -40,53 +40,116 @@ def clip_rows(g: torch.Tensor, clip: float | None) -> torch.Tensor:
     return g * clip_factors((g * g).sum(-1), clip).unsqueeze(-1)
 
 
-def _layer_terms(layer, a: torch.Tensor, g: torch.Tensor):
-    """Per-sample squared gradient norm of one layer and a closure for its clipped sum."""
-    if isinstance(layer, Linear):
-        sq = ((a * a).sum(-1) + 1.0) * (g * g).sum(-1)
+class _LayerTerms:
+    """One parametric layer's per-record gradient at one point, kept as its factors: a Linear
+    layer's input activations ``a [N, K, in]`` and output gradients ``g [N, K, out]`` (the
+    per-record weight gradient is ``g a^T``, never formed); a convolution's per-layer per-record
+    weight and bias gradients (small for LeNet)."""
 
-        def summed(c):
-            gc = g * c.unsqueeze(-1)
-            return torch.einsum("nko,nki->noi", gc, a), gc.sum(1)
+    __slots__ = ("linear", "a", "g", "gw", "gb", "sq")
 
-        return sq, summed
-    n, k = a.shape[:2]
-    ks = layer.kernel_size
-    cols = torch.nn.functional.unfold(a.reshape(n * k, *a.shape[2:]), ks)  # [nk, cin*ks*ks, P]
-    gg = g.reshape(n * k, layer.out_channels, -1)  # [nk, cout, P]
-    gw = torch.bmm(gg, cols.transpose(1, 2)).reshape(n, k, -1)  # per-layer per-sample grad
-    gb = gg.sum(-1).reshape(n, k, -1)
-    sq = (gw * gw).sum(-1) + (gb * gb).sum(-1)
+    def __init__(self, layer, a: torch.Tensor, g: torch.Tensor):
+        self.linear = isinstance(layer, Linear)
+        if self.linear:
+            self.a, self.g = a, g
+            self.sq = ((a * a).sum(-1) + 1.0) * (g * g).sum(-1)
+            return
+        n, k = a.shape[:2]
+        cols = torch.nn.functional.unfold(a.reshape(n * k, *a.shape[2:]), layer.kernel_size)  # [nk, cin*ks*ks, P]
+        gg = g.reshape(n * k, layer.out_channels, -1)  # [nk, cout, P]
+        self.gw = torch.bmm(gg, cols.transpose(1, 2)).reshape(n, k, -1)
+        self.gb = gg.sum(-1).reshape(n, k, -1)
+        self.sq = (self.gw * self.gw).sum(-1) + (self.gb * self.gb).sum(-1)
 
-    def summed(c):
-        return (gw * c.unsqueeze(-1)).sum(1), (gb * c.unsqueeze(-1)).sum(1)
+    def diff_sq(self, other: "_LayerTerms", c1: torch.Tensor, c0: torch.Tensor) -> torch.Tensor:
+        """Per-record ``||c1 G1 - c0 G0||^2`` of this layer (``G1`` its gradient, ``G0`` the same
+        layer's at another point, ``other``), without cancellation: for a Linear layer with
+        ``u = c1 g1``, ``v = c0 g0``, ``D = u a1^T - v a0^T = (u - v) a1^T + v (a1 - a0)^T`` (bias:
+        ``u - v``), so ``||D||^2 = ||u - v||^2 (||a1||^2 + 1) + ||v||^2 ||a1 - a0||^2
+        + 2 ((u - v).v) (a1.(a1 - a0))``: every term is of the difference's own size, so a small
+        difference keeps its relative precision (the expanded
+        ``c1^2||G1||^2 + c0^2||G0||^2 - 2 c1 c0 <G1, G0>`` would lose it)."""
+        if self.linear:
+            u, v = self.g * c1.unsqueeze(-1), other.g * c0.unsqueeze(-1)
+            dg, da = u - v, self.a - other.a
+            sq = ((dg * dg).sum(-1) * ((self.a * self.a).sum(-1) + 1.0) + (v * v).sum(-1) * (da * da).sum(-1)
+                  + 2.0 * (dg * v).sum(-1) * (self.a * da).sum(-1))
+            return torch.clamp(sq, min=0.0)
+        c1, c0 = c1.unsqueeze(-1), c0.unsqueeze(-1)
+        dw, db = self.gw * c1 - other.gw * c0, self.gb * c1 - other.gb * c0
+        return (dw * dw).sum(-1) + (db * db).sum(-1)
 
-    return sq, summed
+    def summed(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sum_k c[n, k] * grad_k`` of the layer's weight ``[N, ...]`` and bias ``[N, out]``."""
+        if self.linear:
+            gc = self.g * c.unsqueeze(-1)
+            return torch.bmm(gc.transpose(1, 2), self.a), gc.sum(1)
+        return (self.gw * c.unsqueeze(-1)).sum(1), (self.gb * c.unsqueeze(-1)).sum(1)
+
+    def per_record(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-record weight ``[N, K, ...]`` and bias ``[N, K, out]`` gradients scaled by ``c``."""
+        if self.linear:
+            gc = self.g * c.unsqueeze(-1)
+            return gc.unsqueeze(-1) * self.a.unsqueeze(-2), gc
+        return self.gw * c.unsqueeze(-1), self.gb * c.unsqueeze(-1)
 
 
-def _ghost(problem, w, x, y, weights, clip):
+def _layer_terms(problem, w, x, y) -> tuple[list[int], list[_LayerTerms], torch.Tensor]:
+    """One batched forward/backward at ``w [N, d]``: the parametric layers' indices, their
+    :class:`_LayerTerms` and the per-record squared gradient norm ``[N, K]`` (sum over layers)."""
     model = problem.model
     wg = w.detach().requires_grad_(True)
     out, inputs, outputs = model.forward_batched(wg, x, record=True)
     losses = _loss(problem, out, y)
     grads_out = torch.autograd.grad(losses.sum(), outputs)
-    layers = [(i, layer) for i, layer in enumerate(model.layers) if isinstance(layer, (Linear, Conv2d))]
-    terms = [_layer_terms(layer, a.detach(), g) for (i, layer), a, g in zip(layers, inputs, grads_out)]
-    sq = sum(t[0] for t in terms)
-    c = clip_factors(sq, clip) * weights
-    result = torch.zeros(w.shape[0], model.dim, dtype=w.dtype, device=w.device)
-    for (i, _), (_, summed) in zip(layers, terms):
-        gw, gb = summed(c)
-        sw, sb = model.slices[i]
-        result[:, sw] = gw.reshape(w.shape[0], -1)
+    index = [i for i, layer in enumerate(model.layers) if isinstance(layer, (Linear, Conv2d))]
+    terms = [_LayerTerms(model.layers[i], a.detach(), g.detach()) for i, a, g in zip(index, inputs, grads_out)]
+    return index, terms, sum(t.sq for t in terms)
+
+
+def _assemble(problem, n: int, like: torch.Tensor, index, parts) -> torch.Tensor:
+    """The flat ``[N, d]`` vector from each layer's (weight, bias) sums."""
+    result = torch.zeros(n, problem.model.dim, dtype=like.dtype, device=like.device)
+    for i, (gw, gb) in zip(index, parts):
+        sw, sb = problem.model.slices[i]
+        result[:, sw] = gw.reshape(n, -1)
         result[:, sb] = gb
     return result
+
+
+def _ghost(problem, w, x, y, weights, clip):
+    index, terms, sq = _layer_terms(problem, w, x, y)
+    c = clip_factors(sq, clip) * weights
+    return _assemble(problem, w.shape[0], w, index, [t.summed(c) for t in terms])
+
+
+def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
+    """Ghost clipping of differences: with ``c1, c0`` the clip factors of the gradients at ``w``
+    and ``w_old`` and ``G1, G0`` the per-record gradients, the norm of ``D = c1 G1 - c0 G0`` comes
+    per layer from the activations and output gradients at both points
+    (:meth:`_LayerTerms.diff_sq`); with ``e`` the difference's clip factor, the sum is
+    ``sum_k (weight e c1) G1 - sum_k (weight e c0) G0``: no ``[N, K, d]`` tensor is formed."""
+    index, t1, sq1 = _layer_terms(problem, w, x, y)
+    _, t0, sq0 = _layer_terms(problem, w_old, x, y)
+    c1, c0 = clip_factors(sq1, clip), clip_factors(sq0, clip)
+    if diff_clip is None:
+        e = weights
+    else:
+        sq = sum(a.diff_sq(b, c1, c0) for a, b in zip(t1, t0))
+        e = clip_factors(sq, diff_clip) * weights
+    parts = [(p1[0] - p0[0], p1[1] - p0[1]) for p1, p0 in
+             ((a.summed(e * c1), b.summed(e * c0)) for a, b in zip(t1, t0))]
+    return _assemble(problem, w.shape[0], w, index, parts)
 
 
 def _loss(problem, out, y):
     from .problems import loss_from_outputs
 
     return loss_from_outputs(problem.loss, out, y)
+
+
+def _per_silo(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return w.expand(x.shape[0], -1) if w.dim() == 1 else w
 
 
 def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
@@ -96,8 +159,7 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     ``w`` is ``[N, d]`` (one iterate per silo) or ``[d]`` (broadcast). Weights encode the batch
     average (``1/K``) and padding masks (0 for padded rows).
     """
-    if w.dim() == 1:
-        w = w.expand(x.shape[0], -1)
+    w = _per_silo(w, x)
     if method == "materialize":
         g = clip_rows(per_sample_grads(problem, w, x, y), clip)
         return torch.einsum("nk,nkd->nd", weights, g)
@@ -106,8 +168,43 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
-def clipped_per_sample(problem, w, x, y, clip):
-    """Materialized clipped per-sample gradients ``[N, K, d]`` (the shuffle path needs them)."""
-    if w.dim() == 1:
-        w = w.expand(x.shape[0], -1)
-    return clip_rows(per_sample_grads(problem, w, x, y), clip)
+def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                     weights: torch.Tensor, clip: float | None, diff_clip=None,
+                     method: str = "ghost") -> torch.Tensor:
+    """``sum_k weights[n, k] * clip_dc(clip(grad f0(w_n, x_nk)) - clip(grad f0(w_old_n, x_nk)))``
+    -> ``[N, d]``: per-record differences of clipped gradients (SVRG, SPIDER), each difference
+    clipped again to ``diff_clip`` (None: not clipped; a float or a tensor broadcasting against
+    ``[N, K]``, e.g. ``[N, 1]`` per silo). Each record's term has l2 norm at most
+    ``min(2 clip, diff_clip)``. ``"ghost"``: from each layer's activations and output gradients at
+    both points (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference."""
+    w, w_old = _per_silo(w, x), _per_silo(w_old, x)
+    if method == "materialize":
+        g = clip_rows(per_sample_grads(problem, w, x, y), clip) - clip_rows(per_sample_grads(problem, w_old, x, y), clip)
+        if diff_clip is not None:
+            g = clip_rows(g, diff_clip)
+        return torch.einsum("nk,nkd->nd", weights, g)
+    if method == "ghost":
+        return _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip).detach()
+    raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+
+
+def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
+    """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
+    message, so it needs them). ``"ghost"``: one batched forward/backward, the norms from the
+    layers' factors, each layer's per-record gradient formed once already scaled (no
+    ``vmap(grad)``); ``"materialize"``: the ``vmap`` reference."""
+    w = _per_silo(w, x)
+    if method == "materialize":
+        return clip_rows(per_sample_grads(problem, w, x, y), clip)
+    if method != "ghost":
+        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    index, terms, sq = _layer_terms(problem, w, x, y)
+    c = clip_factors(sq, clip)
+    n, k = x.shape[:2]
+    out = torch.empty(n, k, problem.model.dim, dtype=w.dtype, device=w.device)
+    for i, t in zip(index, terms):
+        gw, gb = t.per_record(c)
+        sw, sb = problem.model.slices[i]
+        out[..., sw] = gw.reshape(n, k, -1)
+        out[..., sb] = gb
+    return out.detach()
