@@ -17,7 +17,7 @@ import torch
 from torch.func import grad, vmap
 
 from .config import GRAD_METHODS
-from .models import Conv2d, Linear
+from .models import Conv2d, Linear, ReLU
 
 METHODS = GRAD_METHODS
 
@@ -52,7 +52,7 @@ class _LayerTerms:
         self.linear = isinstance(layer, Linear)
         if self.linear:
             self.a, self.g = a, g
-            self.sq = ((a * a).sum(-1) + 1.0) * (g * g).sum(-1)
+            self.sq = (_sqnorm(a) + 1.0) * _sqnorm(g)
             return
         n, k = a.shape[:2]
         cols = torch.nn.functional.unfold(a.reshape(n * k, *a.shape[2:]), layer.kernel_size)  # [nk, cin*ks*ks, P]
@@ -94,14 +94,62 @@ class _LayerTerms:
         return self.gw * c.unsqueeze(-1), self.gb * c.unsqueeze(-1)
 
 
+def _sqnorm(v: torch.Tensor) -> torch.Tensor:
+    """Squared l2 norm over the last dimension (one fused reduction, no temporary)."""
+    return torch.linalg.vector_norm(v, dim=-1).square()
+
+
+def _is_mlp(model) -> bool:
+    return all(isinstance(layer, (Linear, ReLU)) for layer in model.layers)
+
+
+def _mlp_pass(problem, w, x, y):
+    """The Linear / ReLU fast path of :func:`_layer_terms`: the forward pass keeps each Linear
+    layer's input, the backward pass is written out (``g_in = g_out W``, an outer product when
+    ``g_out`` has one column; ReLU: ``g`` where the output is positive), only the loss's own
+    derivative by autograd: the same per-record activations and output gradients without an
+    autograd graph over the model."""
+    model = problem.model
+    h, inputs, weights, relus = x, [], [], []
+    for i, layer in enumerate(model.layers):
+        if isinstance(layer, Linear):
+            W, b = model.params(w, i)
+            inputs.append(h)
+            weights.append(W)
+            h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
+        else:
+            h = torch.relu(h)
+        relus.append(h if isinstance(layer, ReLU) else None)
+    out = h.detach().requires_grad_(True)
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(_loss(problem, out, y).sum(), out)
+    grads = [None] * len(inputs)
+    j = len(inputs)
+    for i in range(len(model.layers) - 1, -1, -1):
+        if relus[i] is not None:
+            g = torch.ops.aten.threshold_backward(g, relus[i], 0)
+            continue
+        j -= 1
+        grads[j] = g
+        if j > 0:
+            W = weights[j]
+            g = g * W[:, 0].unsqueeze(1) if W.shape[1] == 1 else torch.bmm(g, W)
+    return inputs, grads
+
+
 def _layer_terms(problem, w, x, y) -> tuple[list[int], list[_LayerTerms], torch.Tensor]:
     """One batched forward/backward at ``w [N, d]``: the parametric layers' indices, their
     :class:`_LayerTerms` and the per-record squared gradient norm ``[N, K]`` (sum over layers)."""
     model = problem.model
-    wg = w.detach().requires_grad_(True)
-    out, inputs, outputs = model.forward_batched(wg, x, record=True)
-    losses = _loss(problem, out, y)
-    grads_out = torch.autograd.grad(losses.sum(), outputs)
+    w = w.detach()
+    if _is_mlp(model):
+        with torch.no_grad():
+            inputs, grads_out = _mlp_pass(problem, w, x, y)
+    else:
+        wg = w.requires_grad_(True)
+        with torch.enable_grad():
+            out, inputs, outputs = model.forward_batched(wg, x, record=True)
+            grads_out = torch.autograd.grad(_loss(problem, out, y).sum(), outputs)
     index = [i for i, layer in enumerate(model.layers) if isinstance(layer, (Linear, Conv2d))]
     terms = [_LayerTerms(model.layers[i], a.detach(), g.detach()) for i, a, g in zip(index, inputs, grads_out)]
     return index, terms, sum(t.sq for t in terms)
@@ -117,10 +165,29 @@ def _assemble(problem, n: int, like: torch.Tensor, index, parts) -> torch.Tensor
     return result
 
 
+#: bytes of per-record intermediates one chunk of silos may hold (silos are processed in chunks
+#: so that a chunk's activations and output gradients stay in the last-level cache; any size
+#: gives the same sums: the per-silo cost no longer grows with N)
+CHUNK_BYTES = 16 << 20
+
+
+def _chunks(problem, x: torch.Tensor):
+    """Slices of silos whose per-record intermediates fit :data:`CHUNK_BYTES`."""
+    n, k = x.shape[:2]
+    widths = sum(layer.in_features + 2 * layer.out_features for layer in problem.model.layers
+                 if isinstance(layer, Linear)) or 1
+    per_silo = 2 * k * widths * x.element_size()
+    size = n if not _is_mlp(problem.model) else max(1, min(n, CHUNK_BYTES // per_silo))
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
 def _ghost(problem, w, x, y, weights, clip):
-    index, terms, sq = _layer_terms(problem, w, x, y)
-    c = clip_factors(sq, clip) * weights
-    return _assemble(problem, w.shape[0], w, index, [t.summed(c) for t in terms])
+    parts = []
+    for sl in _chunks(problem, x):
+        index, terms, sq = _layer_terms(problem, w[sl], x[sl], y[sl])
+        c = clip_factors(sq, clip) * weights[sl]
+        parts.append(_assemble(problem, c.shape[0], w, index, [t.summed(c) for t in terms]))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
@@ -129,17 +196,20 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
     per layer from the activations and output gradients at both points
     (:meth:`_LayerTerms.diff_sq`); with ``e`` the difference's clip factor, the sum is
     ``sum_k (weight e c1) G1 - sum_k (weight e c0) G0``: no ``[N, K, d]`` tensor is formed."""
-    index, t1, sq1 = _layer_terms(problem, w, x, y)
-    _, t0, sq0 = _layer_terms(problem, w_old, x, y)
-    c1, c0 = clip_factors(sq1, clip), clip_factors(sq0, clip)
-    if diff_clip is None:
-        e = weights
-    else:
-        sq = sum(a.diff_sq(b, c1, c0) for a, b in zip(t1, t0))
-        e = clip_factors(sq, diff_clip) * weights
-    parts = [(p1[0] - p0[0], p1[1] - p0[1]) for p1, p0 in
-             ((a.summed(e * c1), b.summed(e * c0)) for a, b in zip(t1, t0))]
-    return _assemble(problem, w.shape[0], w, index, parts)
+    out = []
+    for sl in _chunks(problem, x):
+        index, t1, sq1 = _layer_terms(problem, w[sl], x[sl], y[sl])
+        _, t0, sq0 = _layer_terms(problem, w_old[sl], x[sl], y[sl])
+        c1, c0 = clip_factors(sq1, clip), clip_factors(sq0, clip)
+        e = weights[sl]
+        if diff_clip is not None:
+            per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
+            dc = diff_clip[sl] if per_silo else diff_clip
+            e = clip_factors(sum(a.diff_sq(b, c1, c0) for a, b in zip(t1, t0)), dc) * e
+        parts = [(p1[0] - p0[0], p1[1] - p0[1]) for p1, p0 in
+                 ((a.summed(e * c1), b.summed(e * c0)) for a, b in zip(t1, t0))]
+        out.append(_assemble(problem, e.shape[0], w, index, parts))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def _loss(problem, out, y):

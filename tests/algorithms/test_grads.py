@@ -137,3 +137,23 @@ def test_difference_bad_method_raises():
         clipped_diff_sum(problem, torch.zeros(3), torch.zeros(3), z, torch.zeros(1, 2), torch.ones(1, 2), 1.0, None, "nope")
     with pytest.raises(ValueError, match="method"):
         clipped_per_sample(problem, torch.zeros(3), z, torch.zeros(1, 2), 1.0, "nope")
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8000, 1 << 30])
+def test_chunks_of_silos_give_the_same_sums(monkeypatch, chunk_bytes):
+    """Silos processed in chunks (one silo at a time, a few, all at once) give the same clipped
+    sums and clipped differences, per-silo difference clips included."""
+    from silodp.algorithms import grads
+
+    model = mlp(5, [7, 3])
+    gen, x, y, w, weights = _case(model, (5,), 2, seed=4, n=7, k=6)
+    w_old = w + 0.1 * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    dc = torch.linspace(0.01, 1.0, 7, dtype=torch.float64).unsqueeze(-1)
+    problem = Problem(model, "logistic", clip=0.5)
+    ref = (clipped_grad_sum(problem, w, x, y, weights, 0.5, "materialize"),
+           clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, dc, "materialize"))
+    monkeypatch.setattr(grads, "CHUNK_BYTES", chunk_bytes)
+    assert len(grads._chunks(problem, x)) == {1: 7, 8000: 4, 1 << 30: 1}[chunk_bytes]  # 3552 bytes a silo
+    got = (clipped_grad_sum(problem, w, x, y, weights, 0.5), clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, dc))
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-9)
