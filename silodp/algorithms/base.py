@@ -38,6 +38,7 @@ from . import grads as _grads
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BallsInBinsSampler, BatchSampler, SubsetSampler
 from .privacy import NoiseCalibration, TranscriptConfig
+from .release import gaussian_release
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
@@ -611,11 +612,10 @@ class Context:
         clip, problem = self._problem.clip, self._problem
         w, w_old, dc = self._expand(w), self._expand(w_old), self._scale(diff_clip)
         bound = diff_clip if diff_clip is not None else (None if clip is None else (2 * clip if w_old is not None else clip))
-        if not self._algo.shuffled and diff_clip is None:
-            out = _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method)
-            if w_old is not None:
-                out = out - _grads.clipped_grad_sum(problem, w_old, x, y, weights, clip, self._algo.grad_method)
-            return out, bound
+        if not self._algo.shuffled:
+            if w_old is None:
+                return _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method), bound
+            return _grads.clipped_diff_sum(problem, w, w_old, x, y, weights, clip, dc, self._algo.grad_method), bound
         out = _grads.clipped_per_sample(problem, w, x, y, clip)
         if w_old is not None:
             out = out - _grads.clipped_per_sample(problem, w_old, x, y, clip)
@@ -667,7 +667,9 @@ class Context:
             mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
             scale = self._scale(std) if isinstance(std, torch.Tensor) else float(std)
             noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype) * scale
-            messages = mean + noise if offset is None else mean + self._per_silo_offset(offset) + noise
+            # the primitive: offset + (term + noise) in float64, refused unless finite
+            messages = gaussian_release(mean, scale, None, None if offset is None else self._per_silo_offset(offset),
+                                        noise=noise).to(mean.dtype)
             released = replayed["messages"] if replayed is not None else messages
             agg = self._aggregate(released, a)
             self._released[id(released)] = released

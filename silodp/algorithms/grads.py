@@ -9,35 +9,35 @@ Two paths compute the same quantity ``sum_k weight[n, k] * clip(grad f0(w_n, x_n
   for a Linear layer the per-sample weight-gradient norm is ``||a|| * ||g||`` and the clipped sum
   is ``sum_k c_k g_k a_k^T``, so no ``[N, K, d]`` tensor is formed. Convolutions use the per-layer
   unfolded product (small for LeNet). Tested against the reference.
+
+Both keep the release primitive's semantics (:mod:`.release`): a record whose gradient or norm is
+not finite contributes exactly zero (its rows of activations and output gradients are masked
+before any product, never a NaN factor), and a record whose squared norm overflows is normed
+again in the log domain (:func:`.release.log_norms`), so its clip factor is exact. Differences
+(SVRG, SPIDER): :func:`clipped_diff_sum`, their norms scaled per record (never overflow). Silos
+are processed in cache-sized chunks (:data:`CHUNK_BYTES`), and Linear / ReLU models run a
+written-out backward pass (:func:`_mlp_pass`).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.func import grad, vmap
 
+from . import release as _release
 from .config import GRAD_METHODS
 from .models import Conv2d, Linear, ReLU
+from .release import clip_factors, clip_rows  # noqa: F401  (the primitive's; re-exported)
 
 METHODS = GRAD_METHODS
-
-
-def clip_factors(sq_norms: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """min(1, clip / ||g||) from squared norms (1 where ``clip`` is None)."""
-    if clip is None:
-        return torch.ones_like(sq_norms)
-    return torch.clamp(clip / torch.clamp(sq_norms.sqrt(), min=1e-30), max=1.0)
 
 
 def per_sample_grads(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Unclipped per-sample gradients ``[N, K, d]``; ``w: [N, d]``, ``x: [N, K, ...]``."""
     g = grad(problem.sample_loss)
     return vmap(vmap(g, in_dims=(None, 0, 0)), in_dims=(0, 0, 0))(w, x, y)
-
-
-def clip_rows(g: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """Scale each row (last dim) of ``g`` to l2 norm at most ``clip``."""
-    return g * clip_factors((g * g).sum(-1), clip).unsqueeze(-1)
 
 
 class _LayerTerms:
@@ -61,23 +61,50 @@ class _LayerTerms:
         self.gb = gg.sum(-1).reshape(n, k, -1)
         self.sq = (self.gw * self.gw).sum(-1) + (self.gb * self.gb).sum(-1)
 
-    def diff_sq(self, other: "_LayerTerms", c1: torch.Tensor, c0: torch.Tensor) -> torch.Tensor:
-        """Per-record ``||c1 G1 - c0 G0||^2`` of this layer (``G1`` its gradient, ``G0`` the same
-        layer's at another point, ``other``), without cancellation: for a Linear layer with
-        ``u = c1 g1``, ``v = c0 g0``, ``D = u a1^T - v a0^T = (u - v) a1^T + v (a1 - a0)^T`` (bias:
-        ``u - v``), so ``||D||^2 = ||u - v||^2 (||a1||^2 + 1) + ||v||^2 ||a1 - a0||^2
-        + 2 ((u - v).v) (a1.(a1 - a0))``: every term is of the difference's own size, so a small
-        difference keeps its relative precision (the expanded
-        ``c1^2||G1||^2 + c0^2||G0||^2 - 2 c1 c0 <G1, G0>`` would lose it)."""
+    def log_norm(self) -> torch.Tensor:
+        """Per-record ``log ||G||`` of this layer without overflow (NaN for a non-finite record):
+        for a Linear layer ``||(a, 1)|| ||g||``."""
         if self.linear:
-            u, v = self.g * c1.unsqueeze(-1), other.g * c0.unsqueeze(-1)
-            dg, da = u - v, self.a - other.a
-            sq = ((dg * dg).sum(-1) * ((self.a * self.a).sum(-1) + 1.0) + (v * v).sum(-1) * (da * da).sum(-1)
-                  + 2.0 * (dg * v).sum(-1) * (self.a * da).sum(-1))
-            return torch.clamp(sq, min=0.0)
-        c1, c0 = c1.unsqueeze(-1), c0.unsqueeze(-1)
-        dw, db = self.gw * c1 - other.gw * c0, self.gb * c1 - other.gb * c0
-        return (dw * dw).sum(-1) + (db * db).sum(-1)
+            ones = torch.ones_like(self.a[..., :1])
+            return _release.log_norms(torch.cat([self.a, ones], -1)) + _release.log_norms(self.g)
+        return _release.log_norms(torch.cat([self.gw, self.gb], -1))
+
+    def masked(self, keep: torch.Tensor | None) -> "_LayerTerms":
+        """This layer with the records ``keep`` rejects set to zero (no ``0 * inf`` products)."""
+        if keep is None:
+            return self
+        out = object.__new__(_LayerTerms)
+        out.linear, out.sq = self.linear, self.sq
+        if self.linear:
+            out.a, out.g = _release.mask_rows(self.a, keep), _release.mask_rows(self.g, keep)
+        else:
+            out.gw, out.gb = _release.mask_rows(self.gw, keep), _release.mask_rows(self.gb, keep)
+        return out
+
+    def diff_log_norm(self, other: "_LayerTerms", c1: torch.Tensor, c0: torch.Tensor) -> torch.Tensor:
+        """Per-record ``log ||c1 G1 - c0 G0||`` of this layer (``G1`` its gradient, ``G0`` the same
+        layer's at another point, ``other``; both finite), without overflow and without
+        cancellation: for a Linear layer with ``u = c1 g1``, ``v = c0 g0`` and the activations
+        ``a = (a, 1)`` with their bias entry, ``D = u a1^T - v a0^T = (u - v) a1^T + v (a1 - a0)^T``,
+        so ``||D||^2 = ||u - v||^2 ||a1||^2 + ||v||^2 ||a1 - a0||^2 + 2 ((u - v).v) (a1.(a1 - a0))``:
+        every term is of the difference's own size, so a small difference keeps its relative
+        precision (the expanded ``c1^2||G1||^2 + c0^2||G0||^2 - 2 c1 c0 <G1, G0>`` would lose it);
+        ``u, v`` are scaled by their largest entry and the activations by theirs (at least 1),
+        so no product overflows. -inf for a zero difference."""
+        if not self.linear:
+            c1, c0 = c1.unsqueeze(-1), c0.unsqueeze(-1)
+            return _release.log_norms(torch.cat([self.gw * c1 - other.gw * c0, self.gb * c1 - other.gb * c0], -1))
+        u, v = self.g * c1.unsqueeze(-1), other.g * c0.unsqueeze(-1)
+        s_g = torch.maximum(u.abs().amax(-1), v.abs().amax(-1))
+        s_a = torch.clamp(torch.maximum(self.a.abs().amax(-1), other.a.abs().amax(-1)), min=1.0)
+        s_g1 = torch.where(s_g > 0, s_g, torch.ones_like(s_g)).unsqueeze(-1)
+        u, v = u / s_g1, v / s_g1
+        a1, a0 = self.a / s_a.unsqueeze(-1), other.a / s_a.unsqueeze(-1)
+        dg, da = u - v, a1 - a0
+        sq = (_sqnorm(dg) * (_sqnorm(a1) + s_a.reciprocal().square()) + _sqnorm(v) * _sqnorm(da)
+              + 2.0 * (dg * v).sum(-1) * (a1 * da).sum(-1))
+        out = torch.log(s_g) + torch.log(s_a) + 0.5 * torch.log(torch.clamp(sq, min=0.0))
+        return torch.where(s_g > 0, out, torch.full_like(out, -math.inf))
 
     def summed(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``sum_k c[n, k] * grad_k`` of the layer's weight ``[N, ...]`` and bias ``[N, out]``."""
@@ -86,12 +113,11 @@ class _LayerTerms:
             return torch.bmm(gc.transpose(1, 2), self.a), gc.sum(1)
         return (self.gw * c.unsqueeze(-1)).sum(1), (self.gb * c.unsqueeze(-1)).sum(1)
 
-    def per_record(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The per-record weight ``[N, K, ...]`` and bias ``[N, K, out]`` gradients scaled by ``c``."""
+    def per_record(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-record weight ``[N, K, ...]`` and bias ``[N, K, out]`` gradients (unclipped)."""
         if self.linear:
-            gc = self.g * c.unsqueeze(-1)
-            return gc.unsqueeze(-1) * self.a.unsqueeze(-2), gc
-        return self.gw * c.unsqueeze(-1), self.gb * c.unsqueeze(-1)
+            return self.g.unsqueeze(-1) * self.a.unsqueeze(-2), self.g
+        return self.gw, self.gb
 
 
 def _sqnorm(v: torch.Tensor) -> torch.Tensor:
@@ -155,6 +181,24 @@ def _layer_terms(problem, w, x, y) -> tuple[list[int], list[_LayerTerms], torch.
     return index, terms, sum(t.sq for t in terms)
 
 
+def _factors(terms, sq: torch.Tensor, clip):
+    """``(clip factors, keep)`` of one point's records: :func:`.release.clip_factors` of the
+    squared norms; where one is not finite (overflow, or a non-finite record), the factor from the
+    log-domain norm, and ``keep`` (None: every record) rejects the records whose norm is NaN."""
+    c = clip_factors(sq, clip)
+    if bool(torch.isfinite(sq).all()):
+        return c, None
+    log_norm = torch.logsumexp(torch.stack([2 * t.log_norm() for t in terms]), 0) / 2
+    return torch.where(torch.isfinite(sq), c, _release.factors_from_log_norms(log_norm, clip)), ~torch.isnan(log_norm)
+
+
+def _point(problem, w, x, y, clip):
+    """One point's layer terms (non-finite records masked), clip factors (0 for those) and keep."""
+    index, terms, sq = _layer_terms(problem, w, x, y)
+    c, keep = _factors(terms, sq, clip)
+    return index, [t.masked(keep) for t in terms], c, keep
+
+
 def _assemble(problem, n: int, like: torch.Tensor, index, parts) -> torch.Tensor:
     """The flat ``[N, d]`` vector from each layer's (weight, bias) sums."""
     result = torch.zeros(n, problem.model.dim, dtype=like.dtype, device=like.device)
@@ -184,8 +228,8 @@ def _chunks(problem, x: torch.Tensor):
 def _ghost(problem, w, x, y, weights, clip):
     parts = []
     for sl in _chunks(problem, x):
-        index, terms, sq = _layer_terms(problem, w[sl], x[sl], y[sl])
-        c = clip_factors(sq, clip) * weights[sl]
+        index, terms, c, _ = _point(problem, w[sl], x[sl], y[sl], clip)
+        c = c * weights[sl]
         parts.append(_assemble(problem, c.shape[0], w, index, [t.summed(c) for t in terms]))
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -194,18 +238,22 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
     """Ghost clipping of differences: with ``c1, c0`` the clip factors of the gradients at ``w``
     and ``w_old`` and ``G1, G0`` the per-record gradients, the norm of ``D = c1 G1 - c0 G0`` comes
     per layer from the activations and output gradients at both points
-    (:meth:`_LayerTerms.diff_sq`); with ``e`` the difference's clip factor, the sum is
+    (:meth:`_LayerTerms.diff_log_norm`); with ``e`` the difference's clip factor, the sum is
     ``sum_k (weight e c1) G1 - sum_k (weight e c0) G0``: no ``[N, K, d]`` tensor is formed."""
     out = []
     for sl in _chunks(problem, x):
-        index, t1, sq1 = _layer_terms(problem, w[sl], x[sl], y[sl])
-        _, t0, sq0 = _layer_terms(problem, w_old[sl], x[sl], y[sl])
-        c1, c0 = clip_factors(sq1, clip), clip_factors(sq0, clip)
+        index, t1, c1, keep1 = _point(problem, w[sl], x[sl], y[sl], clip)
+        _, t0, c0, keep0 = _point(problem, w_old[sl], x[sl], y[sl], clip)
         e = weights[sl]
+        keep = keep1 if keep0 is None else (keep0 if keep1 is None else keep1 & keep0)
+        if keep is not None:  # a record non-finite at either point: its difference contributes zero
+            e = torch.where(keep, e, torch.zeros_like(e))
+            t1, t0 = [t.masked(keep) for t in t1], [t.masked(keep) for t in t0]
         if diff_clip is not None:
             per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
             dc = diff_clip[sl] if per_silo else diff_clip
-            e = clip_factors(sum(a.diff_sq(b, c1, c0) for a, b in zip(t1, t0)), dc) * e
+            log_norm = torch.logsumexp(torch.stack([2 * a.diff_log_norm(b, c1, c0) for a, b in zip(t1, t0)]), 0) / 2
+            e = _release.factors_from_log_norms(log_norm, dc) * e
         parts = [(p1[0] - p0[0], p1[1] - p0[1]) for p1, p0 in
                  ((a.summed(e * c1), b.summed(e * c0)) for a, b in zip(t1, t0))]
         out.append(_assemble(problem, e.shape[0], w, index, parts))
@@ -245,11 +293,14 @@ def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Ten
     -> ``[N, d]``: per-record differences of clipped gradients (SVRG, SPIDER), each difference
     clipped again to ``diff_clip`` (None: not clipped; a float or a tensor broadcasting against
     ``[N, K]``, e.g. ``[N, 1]`` per silo). Each record's term has l2 norm at most
-    ``min(2 clip, diff_clip)``. ``"ghost"``: from each layer's activations and output gradients at
-    both points (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference."""
+    ``min(2 clip, diff_clip)``; a record whose gradient is not finite at either point contributes
+    zero. ``"ghost"``: from each layer's activations and output gradients at both points
+    (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference."""
     w, w_old = _per_silo(w, x), _per_silo(w_old, x)
     if method == "materialize":
-        g = clip_rows(per_sample_grads(problem, w, x, y), clip) - clip_rows(per_sample_grads(problem, w_old, x, y), clip)
+        g1, g0 = per_sample_grads(problem, w, x, y), per_sample_grads(problem, w_old, x, y)
+        keep = torch.isfinite(g1).all(-1) & torch.isfinite(g0).all(-1)  # non-finite at either point: zero
+        g = clip_rows(_release.mask_rows(g1, keep), clip) - clip_rows(_release.mask_rows(g0, keep), clip)
         if diff_clip is not None:
             g = clip_rows(g, diff_clip)
         return torch.einsum("nk,nkd->nd", weights, g)
@@ -260,21 +311,21 @@ def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Ten
 
 def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
     """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
-    message, so it needs them). ``"ghost"``: one batched forward/backward, the norms from the
-    layers' factors, each layer's per-record gradient formed once already scaled (no
-    ``vmap(grad)``); ``"materialize"``: the ``vmap`` reference."""
+    message, so it needs them), clipped by the primitive's :func:`.release.clip_rows` (a
+    non-finite row is zero). ``"ghost"``: one batched forward/backward, each layer's per-record
+    gradient formed from its factors (no ``vmap(grad)``); ``"materialize"``: the ``vmap``
+    reference."""
     w = _per_silo(w, x)
     if method == "materialize":
         return clip_rows(per_sample_grads(problem, w, x, y), clip)
     if method != "ghost":
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
-    index, terms, sq = _layer_terms(problem, w, x, y)
-    c = clip_factors(sq, clip)
+    index, terms, _ = _layer_terms(problem, w, x, y)
     n, k = x.shape[:2]
     out = torch.empty(n, k, problem.model.dim, dtype=w.dtype, device=w.device)
     for i, t in zip(index, terms):
-        gw, gb = t.per_record(c)
+        gw, gb = t.per_record()
         sw, sb = problem.model.slices[i]
         out[..., sw] = gw.reshape(n, k, -1)
         out[..., sb] = gb
-    return out.detach()
+    return clip_rows(out, clip)
