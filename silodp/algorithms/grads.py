@@ -144,7 +144,7 @@ def _mlp_pass(problem, w, x, y):
             weights.append(W)
             h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
         else:
-            h = torch.relu(h)
+            h = torch.relu_(h) if h is not x else torch.relu(h)  # in place on this pass's own outputs only
         relus.append(h if isinstance(layer, ReLU) else None)
     out = h.detach().requires_grad_(True)
     with torch.enable_grad():
@@ -253,7 +253,8 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
             per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
             dc = diff_clip[sl] if per_silo else diff_clip
             log_norm = torch.logsumexp(torch.stack([2 * a.diff_log_norm(b, c1, c0) for a, b in zip(t1, t0)]), 0) / 2
-            e = _release.factors_from_log_norms(log_norm, dc) * e
+            factor = _release.factors_from_log_norms(log_norm, dc)  # a zero difference (-inf) keeps 1, even at dc 0
+            e = torch.where(torch.isneginf(log_norm), torch.ones_like(factor), factor) * e
         parts = [(p1[0] - p0[0], p1[1] - p0[1]) for p1, p0 in
                  ((a.summed(e * c1), b.summed(e * c0)) for a, b in zip(t1, t0))]
         out.append(_assemble(problem, e.shape[0], w, index, parts))

@@ -197,3 +197,14 @@ def test_differences_at_an_aimed_model_drop_the_non_finite_records(diff_clip):
             assert torch.equal(out, clipped_diff_sum(problem, w, w_old, x, y, kept, 1.0, diff_clip, m))
         ghost, ref = (clipped_diff_sum(problem, w, w_old, x, y, weights, 1.0, diff_clip, m) for m in METHODS)
         assert torch.allclose(ghost, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_a_zero_difference_at_a_zero_difference_clip_is_zero_not_nan():
+    """SPIDER at convergence: w == w_old makes both the difference and its clip beta ||w - w_old||
+    zero; the message is zero (the materializing path's min(1, 0 / max(0, 1e-30)) = 0), not NaN."""
+    model = mlp(5, [7, 3])
+    _, x, y, w, weights = _case(model, (5,), 2, seed=5)
+    problem = Problem(model, "logistic", clip=1.0)
+    for m in METHODS:
+        out = clipped_diff_sum(problem, w, w.clone(), x, y, weights, 1.0, 0.0, m)
+        assert torch.equal(out, torch.zeros_like(out))
