@@ -82,6 +82,17 @@ def _aimed_w0(problem) -> torch.Tensor:
     return w0
 
 
+def _sensitivity(entry) -> float:
+    """The replace-one sensitivity of one transcript entry's message of silo SILO: 2L/n for a
+    full-data gradient (n = 16 training records), else the record's multiplicity in the batch
+    times 2L/K (4L/K for a difference)."""
+    if entry["batch"] is None:
+        return 2 * CLIP / 16
+    k = entry["batch"].shape[1]
+    per = 4 * CLIP / k if entry["group"] == "diff" else 2 * CLIP / k
+    return int((entry["batch"][SILO] == RECORD).sum()) * per
+
+
 @pytest.mark.parametrize("name", GAUSSIAN_PRIVATE)
 def test_a_model_aimed_at_one_record_keeps_every_message_finite_and_within_the_sensitivity(name, neighbours):
     problem = Problem(mlp(3, [4]), "logistic", clip=CLIP)
