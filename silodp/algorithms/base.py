@@ -400,7 +400,7 @@ class FederatedAlgorithm:
         ctx = kind(self, problem, federation, int(seed), sigmas, shuffle, replay)
         ctx.callback = callback
         w0 = self.w0 if self.w0 is not None else problem.model.init(ctx._gen, dtype=federation.x.dtype)
-        w_last = self._run(ctx, w0.to(federation.x.dtype).clone())
+        w_last = self._run(ctx, w0.to(federation.x.device, federation.x.dtype).clone())
         w_priv = ctx.uniform_iterate() if self.picks_uniform and ctx.iterates else w_last
         return RunResult(self.name, w_priv.clone(), w_last.clone(), ctx.history, sigmas, epsilon, delta,
                          None if shuffle is None else {g: vars(p) for g, p in shuffle.items()},
@@ -581,11 +581,11 @@ class Context:
         if sampler.sampling is BatchSampling.BALLS_IN_BINS:  # members only, over the constant expected size
             idx, mask = sampler.next()
             x, y = self._fed.gather(idx)
-            weights = mask.to(self._fed.x.dtype) / sampler.expected_size
+            weights = mask.to(self._fed.x.device, self._fed.x.dtype) / sampler.expected_size
             return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size))
         idx = sampler.next()
         x, y = self._fed.gather(idx)
-        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype)
+        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype, device=self._fed.x.device)
         return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1]))
 
     def full(self) -> Batch:
@@ -652,7 +652,7 @@ class Context:
             raise ValueError(f"offset of group {group!r}: must be a value this channel released")
         data = term._batch
         weights, idx = data._weights, data._idx
-        a = avail.to(self._fed.x.dtype)
+        a = avail.to(self._fed.x.device, self._fed.x.dtype)
         std = self._noise_std(group, term, std)
         messages = int(((weights > 0).to(a.dtype) * a[:, None]).sum()) if self._algo.shuffled else 0
         self._record(group, data, std, term.bound, messages)
@@ -666,7 +666,7 @@ class Context:
         else:
             mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
             scale = self._scale(std) if isinstance(std, torch.Tensor) else float(std)
-            noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype) * scale
+            noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype).to(mean.device) * scale
             # the primitive: offset + (term + noise) in float64, refused unless finite
             messages = gaussian_release(mean, scale, None, None if offset is None else self._per_silo_offset(offset),
                                         noise=noise).to(mean.dtype)

@@ -28,7 +28,7 @@ from torch.func import grad, vmap
 
 from . import release as _release
 from .config import GRAD_METHODS
-from .models import Conv2d, Linear, ReLU
+from .models import Conv2d, Linear, Model, ReLU
 from .release import clip_factors, clip_rows  # noqa: F401  (the primitive's; re-exported)
 
 METHODS = GRAD_METHODS
@@ -126,7 +126,11 @@ def _sqnorm(v: torch.Tensor) -> torch.Tensor:
 
 
 def _is_mlp(model) -> bool:
-    return all(isinstance(layer, (Linear, ReLU)) for layer in model.layers)
+    """Whether the written-out pass applies: Linear and ReLU layers only, and the model's own
+    forward is :class:`.models.Model`'s (a subclass may transform its outputs, as the rates'
+    ``SigmoidLinear``: it keeps the autograd path)."""
+    own = type(model).forward_batched is Model.forward_batched and type(model).forward is Model.forward
+    return own and all(isinstance(layer, (Linear, ReLU)) for layer in model.layers)
 
 
 def _mlp_pass(problem, w, x, y):

@@ -208,3 +208,20 @@ def test_a_zero_difference_at_a_zero_difference_clip_is_zero_not_nan():
     for m in METHODS:
         out = clipped_diff_sum(problem, w, w.clone(), x, y, weights, 1.0, 0.0, m)
         assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_a_model_subclass_with_its_own_forward_keeps_the_autograd_path():
+    """The written-out Linear/ReLU pass is Model's forward only: a subclass transforming its
+    outputs (the rates' SigmoidLinear) is clipped through its own forward, equal to the reference."""
+    from silodp.algorithms import grads
+    from silodp.verify.rates.families import SigmoidLinear
+
+    model = SigmoidLinear(4)
+    assert not grads._is_mlp(model) and grads._is_mlp(linear_model(4))
+    gen, x, y, w, weights = _case(model, (4,), 2, seed=6)
+    problem = Problem(model, "squared", clip=0.3)
+    w_old = w + 0.2 * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    assert torch.allclose(clipped_grad_sum(problem, w, x, y, weights, 0.3),
+                          clipped_grad_sum(problem, w, x, y, weights, 0.3, "materialize"), atol=1e-12, rtol=1e-9)
+    assert torch.allclose(clipped_diff_sum(problem, w, w_old, x, y, weights, 0.3, 0.1),
+                          clipped_diff_sum(problem, w, w_old, x, y, weights, 0.3, 0.1, "materialize"), atol=1e-12, rtol=1e-9)
