@@ -30,6 +30,7 @@ import json
 import math
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -242,6 +243,7 @@ def main(argv=None) -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message="Full backward hook")  # Opacus' hooks on inputs without grad
     args.silos = [10, 25] if args.quick else [int(s) for s in args.silos.split(",")]
     if args.quick:
         args.reps = 1
