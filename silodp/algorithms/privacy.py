@@ -104,14 +104,17 @@ def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
 def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
             accountant: str | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
-    (cached: a run's certificate is computed once per configuration)."""
+    (cached once per (declaration, delta, accountant): the certificate is a function of what the
+    silo may release, so runs whose configurations differ only where the declaration does not,
+    e.g. the model's dimension, share one certificate)."""
     key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
-    return _certify(algorithm_class(algorithm), cfg, key, check_delta("delta", delta), accountant)
+    declaration = tuple(algorithm_class(algorithm).declaration(cfg, dict(key)))
+    return _certify(declaration, check_delta("delta", delta), accountant)
 
 
 @functools.lru_cache(maxsize=256)
-def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
-    event = releases_event(cls.declaration(cfg, dict(sigmas)))
+def _certify(declaration: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
+    event = releases_event(list(declaration))
     if accountant is not None:
         return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(delta), accountant
     try:
