@@ -77,6 +77,7 @@ def factors_from_log_norms(log_norm: torch.Tensor, clip: float | torch.Tensor | 
     else:
         c = torch.as_tensor(clip, dtype=log_norm.dtype, device=log_norm.device)
         out = torch.exp(torch.clamp(torch.log(c) - log_norm, max=0.0))
+        out = torch.where(torch.isneginf(log_norm), torch.ones_like(out), out)  # a zero row stays zero, even at C 0
     return torch.where(torch.isnan(log_norm), torch.zeros_like(out), out)
 
 

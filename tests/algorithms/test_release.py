@@ -267,3 +267,10 @@ def test_property_secagg_terms_are_finite_and_clipped(data):
     b = clipped_grads(w, x2[0].numpy(), y[0].numpy(), 1.0).sum(0)
     assert np.isfinite(a).all() and np.isfinite(b).all()
     assert np.linalg.norm(a - b) <= 2.0 * (1 + 1e-9)
+
+
+def test_a_zero_row_keeps_factor_one_even_at_a_zero_clip():
+    from silodp.algorithms.release import factors_from_log_norms
+
+    got = factors_from_log_norms(torch.tensor([-math.inf, 0.0, math.nan], dtype=torch.float64), torch.tensor(0.0))
+    assert torch.equal(got, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
