@@ -125,6 +125,21 @@ def accountant_choices(*extra: str) -> RegistryView:
     return RegistryView(ACCOUNTANTS, *extra)
 
 
+def as_silodp_event(event: Any) -> ev.DpEvent:
+    """``event`` itself, or the silodp event equal to a dp-accounting event tree
+    (:func:`silodp.accounting.events.from_dp_accounting`); a dp-accounting event that silodp cannot
+    certify soundly (no counterpart: ``MixtureOfGaussiansDpEvent``, ``RepeatAndSelectDpEvent``,
+    ``SingleEpochTreeAggregationDpEvent``, ``UnsupportedDpEvent``...) is an
+    :class:`UnsupportedEventError` naming it."""
+    if not ev.is_dp_accounting_event(event):
+        return event
+    try:
+        return ev.from_dp_accounting(event)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UnsupportedEventError(f"event: dp-accounting's {type(event).__name__} is not certified by "
+                                    f"silodp ({exc})") from None
+
+
 #: :attr:`Accountant.candidacy` values
 EXACT, TIGHT, FALLBACK = "exact", "tight", "fallback"
 
@@ -208,11 +223,19 @@ class Accountant(abc.ABC):
         return self.unsupported_reason(event) is None
 
     def compose(self, event: ev.DpEvent, count: int = 1) -> "Accountant":
-        blocks = self._flatten(event, check_count("count", count))
+        """Compose ``count`` adaptive repetitions of ``event`` (silodp's, or dp-accounting's own
+        event objects, read as the silodp events of the same name; one without a sound silodp
+        counterpart is refused naming it). Atomic: everything is translated, walked and checked
+        before anything is committed, so a refusal leaves the accountant (its steps, certificate
+        and :attr:`ledger`) exactly as it was."""
+        count = check_count("count", count)
+        event = as_silodp_event(event)
+        blocks = self._flatten(event, count)
         for block in blocks:
             self._check_block(block)
+        entry = event if count == 1 else ev.SelfComposedDpEvent(event, count)
         self._blocks.extend(blocks)
-        self._events.append(event if count == 1 else ev.SelfComposedDpEvent(event, count))
+        self._events.append(entry)
         return self
 
     def _check_block(self, block: Block) -> None:
