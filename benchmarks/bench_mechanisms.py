@@ -193,6 +193,8 @@ def allocation_grid(batches=ALLOCATION_GRID, z: float = 0.9, delta: float = 1e-6
     import PLD_accounting as pla
 
     ok = True
+    allocation.epsilon(z, 2, 1, delta)  # warm both up (lazy imports), outside the timings
+    pla.gaussian_allocation_epsilon_range(delta=delta, sigma=z, num_steps=2)
     print(f"{'batches':>7} {'silodp':>9} {'pla upper':>9} {'pla lower':>9} {'our lower':>9} {'/upper':>8} "
           f"{'cpu silodp':>10} {'cpu pla':>8} {'speedup':>8}")
     for t in batches:
