@@ -166,19 +166,18 @@ class DpScaffold(LocalUpdates):
     def noise_report(cls, cfg, epsilon: float, delta: float, method: str = "both",
                      accountant: str | None = None) -> dict:
         """sigma_g toward the server and toward a third party
-        (:func:`silodp.accounting.scaffold.noise_report`); accountant ``pld`` only (the third-party
-        guarantee is a sampling-pattern mixture). A non-private twin (SCAFFOLD, FedAvg) certifies
+        (:func:`silodp.accounting.scaffold.noise_report`), by ``accountant`` (default ``pld``): one
+        whose ``supports()`` accepts the sampling-pattern mixtures of the third-party guarantee,
+        else a ValueError naming those that do. A non-private twin (SCAFFOLD, FedAvg) certifies
         nothing: the generic report of a noiseless algorithm (no sigma_g, epsilon ``inf``)."""
         from silodp.accounting.scaffold import noise_report
 
         if not cls.private:
             return super().noise_report(cfg, epsilon, delta, method, accountant)
-        if accountant not in (None, "pld"):
-            raise ValueError(f"accountant: {cls.name}'s guarantees are accounted by pld only, got {accountant!r}")
         report = noise_report(epsilon, delta, num_users=cfg.num_users, records_per_user=cfg.records_per_user,
                               rounds=cfg.rounds, local_steps=cfg.local_steps, user_sampling=cfg.user_sampling,
                               data_sampling=cfg.data_sampling, clip=cfg.clip, warm_steps=cfg.warm_steps,
-                              accountant="pld")
+                              accountant=accountant or "pld")
         return {**report, "algorithm": cls.name}
 
     @staticmethod
