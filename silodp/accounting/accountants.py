@@ -19,10 +19,11 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 * ``rdp`` -- Renyi DP (Mironov 2017; Mironov, Talwar & Zhang 2019 for Poisson subsampling, see
   :mod:`silodp.accounting.rdp`) with the improved RDP -> (eps, delta) conversion
   (Canonne-Kamath-Steinke 2020 / Balle et al. 2020); tested against dp-accounting's. Under
-  replace-one, Poisson- and without-replacement-subsampled Gaussians are charged as the
-  add/remove Poisson-subsampled Gaussian at sensitivity 2C, which dominates both (BBG18
-  advanced joint convexity), and Poisson ones also by the replace-one pair itself
-  (:mod:`silodp.accounting.rdp_replace`, 2-4x tighter in epsilon); with-replacement sampling by the
+  replace-one, Poisson-subsampled Gaussians are charged as the add/remove Poisson-subsampled
+  Gaussian at sensitivity 2C, which dominates them, and also by the replace-one pair itself
+  (:mod:`silodp.accounting.rdp_replace`, 2-4x tighter in epsilon); without-replacement ones by
+  the RDP of the symmetric pair (:func:`silodp.accounting.rdp.without_replacement_gaussian_rdp`,
+  proved there, BBG18 advanced joint convexity); with-replacement sampling by the
   labelled-multiplicity bound (the record's multiplicity charged as released).
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
@@ -363,9 +364,12 @@ class RdpAccountant(Accountant):
 
     def _block_rdp(self, block: Block) -> np.ndarray:
         """RDP curve of one block on RDP_ORDERS. A subsampled step is charged the smaller of its
-        subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019) and the un-sampled Gaussian's
-        alpha / (2 z^2): subsampling is post-processing of the full release (data processing),
-        so both bound it, and orders where the series did not converge fall back to the latter.
+        subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019; without replacement the proven
+        symmetric pair of :func:`silodp.accounting.rdp.without_replacement_gaussian_rdp`) and the
+        un-sampled Gaussian's alpha / (2 z^2): the step's output is a mixture over batches, with the
+        same batch law under both datasets, of Gaussians at most one shift apart, and D_alpha is
+        jointly quasi-convex (van Erven & Harremoes 2014, Thm 13), so the largest batch's bounds it;
+        orders where the series did not converge fall back to the latter.
         With replacement: the labelled-multiplicity bound (:mod:`silodp.accounting.rdp`); a record
         drawn twice moves the sum by 4C, so the un-sampled Gaussian does not bound it."""
         orders = np.asarray(RDP_ORDERS)
@@ -376,7 +380,9 @@ class RdpAccountant(Accountant):
             return block.count * rdp_lib.with_replacement_gaussian_rdp(z, block.sample_size, block.dataset_size, orders)
         full = rdp_lib.gaussian_rdp(z, orders)
         if block.subsampled:
-            full = np.minimum(rdp_lib.poisson_subsampled_gaussian_rdp(block.q, z, orders), full)
+            sub = (rdp_lib.without_replacement_gaussian_rdp if block.sampling == Sampling.WITHOUT_REPLACEMENT
+                   else rdp_lib.poisson_subsampled_gaussian_rdp)
+            full = np.minimum(sub(block.q, z, orders), full)
         if block.subsampled and block.sampling == Sampling.POISSON and self.neighbouring == ev.REPLACE_ONE:
             from silodp.accounting.rdp_replace import poisson_replace_one_gaussian_rdp  # the replace-one pair
 

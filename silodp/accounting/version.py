@@ -19,7 +19,10 @@ from typing import Iterable
 ACCOUNTING_VERSION = 1
 #: Per-certificate versions. 2 (2026-12-02): sampling without replacement under replace-one is
 #: charged as the symmetric pair (either orientation per step; it was each direction apart, which
-#: undercharged by up to 16%), and with replacement by the multiplicity-hiding bound.
+#: undercharged by up to 16%), and with replacement by the multiplicity-hiding bound. (2026-12-06:
+#: ``rdp`` charges sampling without replacement by the proven symmetric pair's RDP instead of the
+#: unproven MTZ19 charge at shift 2C. The version stays: every stamped table of that certificate is
+#: DP-SCAFFOLD's, certified by ``pld`` alone, whose charge did not change.)
 CERTIFICATE_VERSIONS = {"with-replacement": 2, "without-replacement": 2}
 
 

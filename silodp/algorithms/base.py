@@ -38,6 +38,7 @@ from . import grads as _grads
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BallsInBinsSampler, BatchSampler, SubsetSampler
 from .privacy import NoiseCalibration, TranscriptConfig
+from .release import gaussian_release
 from .result import RunResult
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
@@ -667,7 +668,9 @@ class Context:
             mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
             scale = self._scale(std) if isinstance(std, torch.Tensor) else float(std)
             noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype) * scale
-            messages = mean + noise if offset is None else mean + self._per_silo_offset(offset) + noise
+            # the primitive: offset + (term + noise) in float64, refused unless finite
+            messages = gaussian_release(mean, scale, None, None if offset is None else self._per_silo_offset(offset),
+                                        noise=noise).to(mean.dtype)
             released = replayed["messages"] if replayed is not None else messages
             agg = self._aggregate(released, a)
             self._released[id(released)] = released

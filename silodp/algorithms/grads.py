@@ -16,17 +16,12 @@ from __future__ import annotations
 import torch
 from torch.func import grad, vmap
 
+from . import release as _release
 from .config import GRAD_METHODS
 from .models import Conv2d, Linear
+from .release import clip_factors, clip_rows  # noqa: F401  (the primitive's; re-exported)
 
 METHODS = GRAD_METHODS
-
-
-def clip_factors(sq_norms: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """min(1, clip / ||g||) from squared norms (1 where ``clip`` is None)."""
-    if clip is None:
-        return torch.ones_like(sq_norms)
-    return torch.clamp(clip / torch.clamp(sq_norms.sqrt(), min=1e-30), max=1.0)
 
 
 def per_sample_grads(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -35,21 +30,23 @@ def per_sample_grads(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor)
     return vmap(vmap(g, in_dims=(None, 0, 0)), in_dims=(0, 0, 0))(w, x, y)
 
 
-def clip_rows(g: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """Scale each row (last dim) of ``g`` to l2 norm at most ``clip``."""
-    return g * clip_factors((g * g).sum(-1), clip).unsqueeze(-1)
-
-
 def _layer_terms(layer, a: torch.Tensor, g: torch.Tensor):
-    """Per-sample squared gradient norm of one layer and a closure for its clipped sum."""
+    """Per-sample squared gradient norm of one layer, its overflow-safe log-norm (a closure, for the
+    records whose squared norm is not finite) and a closure for its clipped sum over the records
+    ``keep`` selects (the others' rows are masked to zero before any product: no ``0 * inf``)."""
     if isinstance(layer, Linear):
         sq = ((a * a).sum(-1) + 1.0) * (g * g).sum(-1)
 
-        def summed(c):
-            gc = g * c.unsqueeze(-1)
-            return torch.einsum("nko,nki->noi", gc, a), gc.sum(1)
+        def log_norm():  # ||a_k g_k^T||_F and the bias part: ||(a_k, 1)|| ||g_k||
+            ones = torch.ones_like(a[..., :1])
+            return _release.log_norms(torch.cat([a, ones], -1)) + _release.log_norms(g)
 
-        return sq, summed
+        def summed(c, keep=None):
+            ga, aa = (g, a) if keep is None else (_release.mask_rows(g, keep), _release.mask_rows(a, keep))
+            gc = ga * c.unsqueeze(-1)
+            return torch.einsum("nko,nki->noi", gc, aa), gc.sum(1)
+
+        return sq, log_norm, summed
     n, k = a.shape[:2]
     ks = layer.kernel_size
     cols = torch.nn.functional.unfold(a.reshape(n * k, *a.shape[2:]), ks)  # [nk, cin*ks*ks, P]
@@ -58,10 +55,14 @@ def _layer_terms(layer, a: torch.Tensor, g: torch.Tensor):
     gb = gg.sum(-1).reshape(n, k, -1)
     sq = (gw * gw).sum(-1) + (gb * gb).sum(-1)
 
-    def summed(c):
-        return (gw * c.unsqueeze(-1)).sum(1), (gb * c.unsqueeze(-1)).sum(1)
+    def log_norm():
+        return _release.log_norms(torch.cat([gw, gb], -1))
 
-    return sq, summed
+    def summed(c, keep=None):
+        gwk, gbk = (gw, gb) if keep is None else (_release.mask_rows(gw, keep), _release.mask_rows(gb, keep))
+        return (gwk * c.unsqueeze(-1)).sum(1), (gbk * c.unsqueeze(-1)).sum(1)
+
+    return sq, log_norm, summed
 
 
 def _ghost(problem, w, x, y, weights, clip):
@@ -73,10 +74,15 @@ def _ghost(problem, w, x, y, weights, clip):
     layers = [(i, layer) for i, layer in enumerate(model.layers) if isinstance(layer, (Linear, Conv2d))]
     terms = [_layer_terms(layer, a.detach(), g) for (i, layer), a, g in zip(layers, inputs, grads_out)]
     sq = sum(t[0] for t in terms)
-    c = clip_factors(sq, clip) * weights
+    c, keep = clip_factors(sq, clip), None
+    if not bool(torch.isfinite(sq).all()):  # overflowed or non-finite records: the safe norms
+        log_norm = torch.logsumexp(torch.stack([2 * t[1]() for t in terms]), 0) / 2
+        keep = ~torch.isnan(log_norm)
+        c = torch.where(torch.isfinite(sq), c, _release.factors_from_log_norms(log_norm, clip))
+    c = c * weights
     result = torch.zeros(w.shape[0], model.dim, dtype=w.dtype, device=w.device)
-    for (i, _), (_, summed) in zip(layers, terms):
-        gw, gb = summed(c)
+    for (i, _), (_, _, summed) in zip(layers, terms):
+        gw, gb = summed(c, keep)
         sw, sb = model.slices[i]
         result[:, sw] = gw.reshape(w.shape[0], -1)
         result[:, sb] = gb
@@ -100,7 +106,7 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
         w = w.expand(x.shape[0], -1)
     if method == "materialize":
         g = clip_rows(per_sample_grads(problem, w, x, y), clip)
-        return torch.einsum("nk,nkd->nd", weights, g)
+        return torch.einsum("nk,nkd->nd", weights, g)  # non-finite rows are zero: no NaN here
     if method == "ghost":
         return _ghost(problem, w, x, y, weights, clip).detach()
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")

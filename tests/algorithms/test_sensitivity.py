@@ -70,3 +70,48 @@ def test_shuffle_totals_change_only_where_the_record_is_used(name, neighbours):
         step = 2 * bound / g
         assert moved.norm() * step <= mult * (2 * bound + 2 * moved.numel() ** 0.5 * step) + 1e-9
     assert changed > 0
+
+
+def _aimed_w0(problem) -> torch.Tensor:
+    """A finite starting model aimed at the replaced record (issue 34, leak 1): hidden unit 0's
+    pre-activation is ``x_0 MAX / 4 - x_1 MAX / 4``, ``inf - inf = NaN`` for the record at (8, 8, 8)
+    only; the simulator's channel had the same hole as the Flower silo."""
+    w0 = problem.model.init(torch.Generator().manual_seed(0))
+    big = torch.finfo(torch.float64).max / 4
+    w0[0], w0[1] = big, -big  # the first layer's W[0, 0] and W[0, 1]
+    return w0
+
+
+def _sensitivity(entry) -> float:
+    """The replace-one sensitivity of one transcript entry's message of silo SILO: 2L/n for a
+    full-data gradient (n = 16 training records), else the record's multiplicity in the batch
+    times 2L/K (4L/K for a difference)."""
+    if entry["batch"] is None:
+        return 2 * CLIP / 16
+    k = entry["batch"].shape[1]
+    per = 4 * CLIP / k if entry["group"] == "diff" else 2 * CLIP / k
+    return int((entry["batch"][SILO] == RECORD).sum()) * per
+
+
+@pytest.mark.parametrize("name", GAUSSIAN_PRIVATE)
+def test_a_model_aimed_at_one_record_keeps_every_message_finite_and_within_the_sensitivity(name, neighbours):
+    problem = Problem(mlp(3, [4]), "logistic", clip=CLIP)
+    ref, other = _run_pair(name, neighbours, w0=_aimed_w0(problem))
+    assert len(ref) == len(other) > 0
+    for a, b in zip(ref, other):
+        assert torch.isfinite(a["messages"]).all() and torch.isfinite(b["messages"]).all()
+        diff = (a["messages"] - b["messages"]).norm(dim=-1)
+        assert torch.all(diff[torch.arange(3) != SILO] < 1e-12)
+        assert diff[SILO] <= _sensitivity(a) + 1e-12, (a["group"], float(diff[SILO]))
+
+
+@pytest.mark.parametrize("name", SHUFFLED)
+def test_a_model_aimed_at_one_record_keeps_pvec_totals_within_one_message(name, neighbours):
+    """P_vec messages at the aimed model: the replaced record's clipped vector is zero, never NaN,
+    so the analyzer's totals move by at most its multiplicity times g."""
+    problem = Problem(mlp(3, [4]), "logistic", clip=CLIP)
+    ref, other = _run_pair(name, neighbours, shuffle_params={"g": 64, "b": 0, "p": 0.0}, w0=_aimed_w0(problem))
+    for a, b in zip(ref, other):
+        assert torch.isfinite(a["messages"].double()).all() and torch.isfinite(a["aggregate"]).all()
+        mult = 1 if a["batch"] is None else int((a["batch"][SILO] == RECORD).sum())
+        assert (a["messages"] - b["messages"]).double().abs().max() <= mult * 64
