@@ -8,7 +8,9 @@ is reproducible bit for bit from its seed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -57,7 +59,7 @@ class Federation:
         self.weights = self.mask.to(self.x.dtype) / self.counts.unsqueeze(1).to(self.x.dtype)
 
     @classmethod
-    def from_silos(cls, xs, ys, **kwargs) -> "Federation":
+    def from_silos(cls, xs: Sequence, ys: Sequence, **kwargs: Any) -> "Federation":
         """Pad a list of per-silo arrays ``x_i: [n_i, ...]``, ``y_i: [n_i]`` into one batch."""
         if len(xs) != len(ys) or not xs:
             raise ValueError("xs: need one (non-empty) list of arrays per silo, same length as ys")

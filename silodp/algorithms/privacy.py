@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting.events import DpEvent
 from silodp.accounting.releases import pvec_event, releases_event
 
 from .config import CALIBRATIONS
@@ -95,13 +97,13 @@ class NoiseCalibration:
     details: dict = dataclasses.field(default_factory=dict)
 
 
-def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
+def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float]) -> DpEvent:
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
     return releases_event(algorithm_class(algorithm).declaration(cfg, check_noise_map("sigmas", sigmas)))
 
 
-def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
+def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
             accountant: str | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
     (cached: a run's certificate is computed once per configuration)."""
@@ -130,7 +132,7 @@ def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> t
         return min(results) if results else (math.inf, "none")
 
 
-def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
+def certify_shuffle(algorithm: Any, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
                     accountant: str | None = None, target: float | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant) of a shuffle-DP transcript run with the protocol
     parameters ``params`` (per message group (g, b, p, rotate)): the exact P_vec certificates of
@@ -170,7 +172,7 @@ def _method(method: str) -> CalibrationMethod:
         raise ValueError(f"method: must be one of {CALIBRATIONS}, got {method!r}") from None
 
 
-def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,
+def calibrate_algorithm(algorithm: Any, cfg: TranscriptConfig, epsilon: float, delta: float,
                         method: str = "tight", accountant: str | None = None) -> NoiseCalibration:
     """Noise for ``algorithm`` at a target (epsilon, delta): the paper's formula or the tight scaling."""
     cls = algorithm_class(algorithm)
@@ -250,7 +252,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
     return NoiseCalibration(cls.name, {}, certified, total, acc.name, how.value, shuffle)
 
 
-def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,
+def paper_vs_tight(algorithm: Any, cfg: TranscriptConfig, epsilon: float, delta: float,
                    accountant: str | None = None) -> dict:
     """The paper's noise, what it really certifies, and the tight noise for the same target."""
     paper = calibrate_algorithm(algorithm, cfg, epsilon, delta, "paper", accountant)

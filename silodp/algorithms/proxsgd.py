@@ -34,7 +34,7 @@ class IsrlProxSGD(FederatedAlgorithm):
     paper_formula = staticmethod(lambda cfg, eps, delta: papers.thm_e1(eps, delta, cfg.clip, cfg.batch_size))
 
     @classmethod
-    def steps(cls, cfg) -> int:
+    def steps(cls, cfg: TranscriptConfig) -> int:
         """Messages "grad" per silo over the run."""
         return cfg.rounds
 

@@ -9,7 +9,7 @@ from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.accounting.accountants import accountant_choices
 from silodp.cli import emit, refuse
 from silodp.cli.tables import columns, num, pairs
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, SCALE, Int, PathArg, Real, text
+from silodp.cli.domains import COUNT, DELTA, EPSILON, PROBABILITY, SCALE, Int, PathArg, Real, text
 
 #: flags of `noise`'s algorithm mode (the algorithms' own transcript flags are generated from
 #: their configs once --algorithm is given: silodp.cli.params), and of the generic mechanism mode

@@ -18,7 +18,7 @@ print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``
 
 from __future__ import annotations
 
-from silodp.cli.domains import DELTA, POSITIVE, SEED, Int, PathArg, Real
+from silodp.cli.domains import DELTA, SEED, Int, PathArg, Real
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
 ONE_RUN_CHOICES = ("steinke", "fdp", "clopper-pearson", "gdp")
