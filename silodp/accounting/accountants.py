@@ -520,12 +520,11 @@ class PldAccountant(Accountant):
         return self._compose(self._blocks, dtype, direct_work)
 
     def _compose(self, blocks, dtype: type, direct_work: int) -> pld_lib.PrivacyLossDistribution | None:
-        """The composition of ``blocks`` in order (None when there are none)."""
-        total = None
-        for block in blocks:
-            p = self._block_pld(block, dtype, direct_work)
-            total = p if total is None else total.compose(p)
-        return total
+        """The composition of ``blocks`` (None when there are none): identical ones grouped, the
+        rest merged in a balanced tree (:func:`silodp.accounting.pld_tree.compose_blocks`)."""
+        from silodp.accounting.pld_tree import compose_blocks
+
+        return compose_blocks(blocks, lambda block: self._block_pld(block, dtype, direct_work))
 
     #: Largest share of the requested delta the floating-point charge may take (else: refuse). The
     #: charge is spent from delta (the certificate is epsilon at delta - charge), so any share

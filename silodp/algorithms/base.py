@@ -614,11 +614,10 @@ class Context:
         clip, problem = self._problem.clip, self._problem
         w, w_old, dc = self._expand(w), self._expand(w_old), self._scale(diff_clip)
         bound = diff_clip if diff_clip is not None else (None if clip is None else (2 * clip if w_old is not None else clip))
-        if not self._algo.shuffled and diff_clip is None:
-            out = _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method)
-            if w_old is not None:
-                out = out - _grads.clipped_grad_sum(problem, w_old, x, y, weights, clip, self._algo.grad_method)
-            return out, bound
+        if not self._algo.shuffled:
+            if w_old is None:
+                return _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method), bound
+            return _grads.clipped_diff_sum(problem, w, w_old, x, y, weights, clip, dc, self._algo.grad_method), bound
         out = _grads.clipped_per_sample(problem, w, x, y, clip)
         if w_old is not None:
             out = out - _grads.clipped_per_sample(problem, w_old, x, y, clip)
