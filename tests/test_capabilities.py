@@ -29,7 +29,6 @@ KNOWN = {
     ("silodp/integrations/secagg.py", "a table of names"): "the SecAgg+ app's algorithms",
     ("silodp/integrations/secagg.py", "compares a name"): "SPIDER's period",
     ("silodp/verify/audit/audits.py", "compares a name"): "only isrl-spider can be steered",
-    ("silodp/verify/rates/trials.py", "a table of names"): "BATCH_SAFE: needs a class attribute",
     ("silodp/verify/rates/runs.py", "a table keyed by names"): "the rates' setups per theorem",
     ("silodp/verify/rates/runs.py", "compares a name"): "the rates' setups per theorem",
     ("silodp/verify/rates/theorems.py", "a table keyed by names"): "which theorem bounds which algorithm",

@@ -67,6 +67,10 @@ class FederatedAlgorithm:
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     private: ClassVar[bool] = True
     shuffled: ClassVar[bool] = False
+    #: whether ``_run`` is correct on stacked trials (a ``[T, d]`` iterate: no per-run norms or
+    #: picks; :mod:`silodp.verify.rates.trials`), stated by the class that defines ``_run`` (a
+    #: subclass overriding ``_run`` states it anew: it does not inherit the claim)
+    stacked_trials: ClassVar[bool] = False
     noise_keys: ClassVar[tuple[str, ...]] = ("sigma",)
     message_groups: ClassVar[tuple[str, ...]] = ("grad",)
     uniform_output: ClassVar[bool] = False

@@ -30,6 +30,7 @@ class IsrlProxSGD(FederatedAlgorithm):
     """
 
     name = "isrl-prox-sgd"
+    stacked_trials = True
     default_replacement = False
     paper_formula = staticmethod(lambda cfg, eps, delta: papers.thm_e1(eps, delta, cfg.clip, cfg.batch_size))
 

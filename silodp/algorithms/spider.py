@@ -84,6 +84,7 @@ class IsrlSpider(FederatedAlgorithm):
     """
 
     name = "isrl-spider"
+    stacked_trials = True
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
     uniform_output = True
@@ -195,6 +196,7 @@ class IsrlFedSpider(FederatedAlgorithm):
     """
 
     name = "isrl-fed-spider"
+    stacked_trials = True
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("diff", "grad")
     uniform_output = True

@@ -63,6 +63,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
     """
 
     name = "isrl-prox-svrg"
+    stacked_trials = True
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("full", "diff")
     uniform_output = True
