@@ -21,8 +21,6 @@ PACKAGE = pathlib.Path(silodp.__file__).parent
 REGISTRIES = {"silodp/accounting/accountants.py", "silodp/algorithms/registry.py", "silodp/_registry.py"}
 #: (file, what) of the switches not yet replaced by a capability, and why they are still there
 KNOWN = {
-    ("silodp/algorithms/scaffold.py", "parses a label"): "experiments store a calibration's label and pass it "
-    "back as the accountant (experiments/execute.py); needs the store to keep the spec",
     ("silodp/experiments/doctables.py", "parses a label"): "reads the CLI's JSON, which prints the label only",
     ("silodp/integrations/opacus.py", "a table of names"): "ACCOUNTANT_NAMES: the accountants Opacus gets by "
     "default (a choice of defaults, not a switch)",
@@ -155,3 +153,21 @@ def test_an_accountant_spec_is_validated_against_the_registry():
         AccountantSpec("pld(value_discretization_interval=0.002)")  # a label is not a name
     with pytest.raises(ValueError, match="settings: \\['conversion'\\]"):
         AccountantSpec("pld", {"conversion": "paper"})
+
+
+def test_a_stored_calibration_is_recertified_from_its_spec_not_its_label():
+    """A PLD calibration's label (``pld(value_discretization_interval=0.002)``) is not an
+    accountant name: re-certifying a stored calibration by it failed (and every sweep recalibrated);
+    the stored spec certifies it again, on the calibration's own grid."""
+    from silodp.experiments import execute as ex
+    from silodp.experiments.grid import RunConfig
+
+    cfg = RunConfig(dataset="wbcd", algorithm="isrl-mb-sgd", epsilon=2.0, calibration="tight", silos_per_round=2,
+                    rounds=5, batch_size=5, step_size=0.5, clip=1.0, trial=0, params={"replacement": True})
+    request = ex.calibration_request(cfg)
+    cal = ex.calibrate_request(request)
+    assert cal["status"] == "ok" and "(" in cal["accountant"] and cal["accountant_spec"]["name"] == "pld"
+    assert ex.recertify(request, cal) is None
+    assert ex.recertify(request, {**cal, "epsilon": 0.999 * cal["epsilon"]}) is not None  # the check still bites
+    legacy = {k: v for k, v in cal.items() if k != "accountant_spec"}  # a row stored before the spec
+    assert "cannot re-certify" in ex.recertify(request, legacy)  # refused, so recalibrated: never trusted

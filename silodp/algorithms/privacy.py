@@ -25,6 +25,7 @@ from silodp._validation import check_count, check_delta, check_noise_map, check_
 from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
 from silodp.accounting.events import DpEvent
+from silodp.accounting.spec import AccountantSpec
 from silodp.accounting.releases import pvec_event, releases_event
 
 from .config import CALIBRATIONS
@@ -95,6 +96,9 @@ class NoiseCalibration:
     shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
     #: family-specific facts (DP-SCAFFOLD: sigma_g and the guarantee toward each observer)
     details: dict = dataclasses.field(default_factory=dict)
+    #: the registered accountant and settings that certified it (None: none, or not registered);
+    #: certify again with this (:func:`certify` takes it), never by parsing ``accountant``
+    spec: AccountantSpec | None = None
 
 
 def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float]) -> DpEvent:
@@ -104,16 +108,19 @@ def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float
 
 
 def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
-            accountant: str | None = None) -> tuple[float, str]:
+            accountant: str | AccountantSpec | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
-    (cached: a run's certificate is computed once per configuration)."""
+    (cached: a run's certificate is computed once per configuration); ``accountant``: a registry
+    name, or a spec with its settings (a calibration's :attr:`NoiseCalibration.spec`)."""
     key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
     return _certify(algorithm_class(algorithm), cfg, key, check_delta("delta", delta), accountant)
 
 
 @functools.lru_cache(maxsize=256)
-def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
+def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | AccountantSpec | None) -> tuple[float, str]:
     event = releases_event(cls.declaration(cfg, dict(sigmas)))
+    if isinstance(accountant, AccountantSpec):
+        return accountant.make(REPLACE_ONE).compose(event).get_epsilon(delta), accountant.label
     if accountant is not None:
         return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(delta), accountant
     try:
@@ -185,14 +192,23 @@ def calibrate_algorithm(algorithm: Any, cfg: TranscriptConfig, epsilon: float, d
     if how == CalibrationMethod.PAPER:
         sig = cls.paper_noise(cfg, eps, dl)
         certified, acc = certify(cls, cfg, sig, dl, accountant)
-        return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value)
+        spec = AccountantSpec.of(accountant) if accountant is not None else _registered(acc)
+        return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value, spec=spec)
     ref = cls.noise_shape(cfg, eps, dl)
 
     def scaled(c: float) -> dict[str, float]:
         return {k: v * c for k, v in ref.items()}
 
     cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant, REPLACE_ONE)
-    return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
+    return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value,
+                            spec=cal.spec)
+
+
+def _registered(name: str) -> AccountantSpec | None:
+    """The spec of a registered accountant ``name`` (None: "none", no accountant)."""
+    from silodp.accounting import ACCOUNTANTS
+
+    return AccountantSpec(name) if name in ACCOUNTANTS else None
 
 
 #: The default accountant of shuffle-DP transcripts (the better of the l2-aware Renyi moments of

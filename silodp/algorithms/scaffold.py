@@ -43,6 +43,8 @@ from silodp.accounting.scaffold import PARTICIPATION, ScaffoldConfig
 from .base import Context
 from .config import AlgorithmConfig, check_in, check_unit, own_fields, param
 from .fedavg import LocalUpdates
+from silodp.accounting.spec import AccountantSpec
+
 from .privacy import NoiseCalibration, TranscriptConfig
 from .registry import register_algorithm
 
@@ -216,7 +218,8 @@ class DpScaffold(LocalUpdates):
         eps = {a: certified_epsilon(cfg, cal.sigma_g, delta, a, self.participation) for a in ("server", "third-party")}
         details = {"sigma_g": cal.sigma_g, "epsilon_server": eps["server"], "epsilon_third_party": eps["third-party"]}
         return NoiseCalibration(self.name, {"sigma": cfg.noise_std(cal.sigma_g)}, eps["server"], delta,
-                                cal.accountant, self.calibration, details=details)
+                                cal.accountant, self.calibration, details=details,
+                                spec=AccountantSpec.of(self.accountant or "pld"))
 
     def calibration_settings(self) -> dict:
         """The observer a target calibrates toward and the rounds charged toward the server."""
@@ -225,15 +228,14 @@ class DpScaffold(LocalUpdates):
     def certify_noise(self, cfg: TranscriptConfig, sigmas: dict, delta: float) -> float:
         """The guarantee toward the server of noise std ``sigmas["sigma"]`` (sigma_g = sigma over
         the std of sigma_g = 1; :func:`silodp.accounting.scaffold.certified_epsilon` with this run's
-        ``participation``, accountant pld unless chosen; a calibration's accountant description,
-        e.g. ``pld-mixture(value_discretization_interval=0.002)``, names its accountant, evaluated
-        on that accountant's own grid). Noise outside the accountant's domain (none, or tiny):
+        ``participation``, accountant pld unless chosen: a registry name or the calibration's
+        :class:`~silodp.accounting.spec.AccountantSpec`, evaluated on that accountant's own grid). Noise outside the accountant's domain (none, or tiny):
         the declaration's certificate (the worst-case server event, which dominates), ``inf`` for none."""
         from silodp.accounting.scaffold import certified_epsilon
 
         from .privacy import certify
 
-        accountant = (self.accountant or "pld").split("(")[0].removesuffix("-mixture")
+        accountant = AccountantSpec.of(self.accountant or "pld").name
         try:
             return certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta, "server", self.participation,
                                      accountant)
