@@ -12,7 +12,7 @@ import pytest
 import silodp
 from silodp.accounting import REPLACE_ONE, PldAccountant, calibrate
 from silodp.accounting import events as ev
-from silodp.accounting.accountants import ACCOUNTANTS, register_accountant, unregister_accountant
+from silodp.accounting.accountants import ACCOUNTANTS, get_accountant, register_accountant, unregister_accountant
 from silodp.accounting.spec import AccountantSpec
 from silodp.algorithms import ALGORITHMS
 
@@ -170,3 +170,13 @@ def test_a_stored_calibration_is_recertified_from_its_spec_not_its_label():
     assert ex.recertify(request, {**cal, "epsilon": 0.999 * cal["epsilon"]}) is not None  # the check still bites
     legacy = {k: v for k, v in cal.items() if k != "accountant_spec"}  # a row stored before the spec
     assert "cannot re-certify" in ex.recertify(request, legacy)  # refused, so recalibrated: never trusted
+
+
+def test_an_accountant_is_passed_as_a_spec():
+    spec = AccountantSpec("pld", {"value_discretization_interval": 1e-3})
+    acc = get_accountant(spec, REPLACE_ONE)
+    assert type(acc) is PldAccountant and acc.value_discretization_interval == 1e-3
+    fn = lambda z: ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(z)), 50)  # noqa: E731
+    by_spec = calibrate(fn, 2.0, 1e-5, spec, REPLACE_ONE)
+    by_kwargs = calibrate(fn, 2.0, 1e-5, "pld", REPLACE_ONE, value_discretization_interval=1e-3)
+    assert by_spec == by_kwargs and by_spec.spec == AccountantSpec("pld", by_spec.settings)

@@ -188,7 +188,7 @@ def calibrate(
     event_fn: EventFn,
     epsilon: float | None = None,
     delta: float | None = None,
-    accountant: str | AccountantFactory = "pld",
+    accountant: str | AccountantSpec | AccountantFactory = "pld",
     neighbouring: ev.NeighboringRelation | None = None,
     rtol: float = 0.01,
     **accountant_kwargs: Any,
@@ -196,7 +196,8 @@ def calibrate(
     """Smallest noise multiplier z (within ``rtol``) with certified epsilon(event_fn(z), delta) <= epsilon.
 
     ``accountant``: a factory ``(neighbouring, **accountant_kwargs) -> Accountant`` (an accountant
-    class) or its registry name. No accountant is special-cased: the factory's
+    class), its registry name, or an :class:`~silodp.accounting.spec.AccountantSpec` (its settings
+    are the keyword settings, as if given). No accountant is special-cased: the factory's
     ``calibration_settings`` hook (:meth:`~silodp.accounting.accountants.Accountant.calibration_settings`)
     may tune its settings (the PLD chooses its grid there).
 
@@ -213,6 +214,9 @@ def calibrate(
     dl = check_delta("delta", delta)
     if not 0 < rtol < 0.5:
         raise ValueError(f"rtol: must lie in (0, 0.5), got {rtol}")
+    if isinstance(accountant, AccountantSpec):
+        accountant_kwargs = {**dict(accountant.settings), **accountant_kwargs}
+        accountant = accountant.name
     make = _maker(accountant)
     reason = make(neighbouring, **accountant_kwargs).unsupported_reason(event_fn(1.0))
     if reason:
