@@ -25,7 +25,6 @@ KNOWN = {
     ("silodp/integrations/opacus.py", "a table of names"): "ACCOUNTANT_NAMES: the accountants Opacus gets by "
     "default (a choice of defaults, not a switch)",
     ("silodp/integrations/secagg.py", "a table of names"): "the SecAgg+ app's algorithms",
-    ("silodp/verify/audit/audits.py", "compares a name"): "only isrl-spider can be steered",
     ("silodp/verify/rates/runs.py", "a table keyed by names"): "the rates' setups per theorem",
     ("silodp/verify/rates/runs.py", "compares a name"): "the rates' setups per theorem",
     ("silodp/verify/rates/theorems.py", "a table keyed by names"): "which theorem bounds which algorithm",

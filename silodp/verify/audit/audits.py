@@ -69,8 +69,10 @@ class Scenario:
             raise ValueError(f"canary: must be one of {CANARIES}, got {self.canary!r}")
         steer = None
         if self.steer:
-            if self.algorithm != "isrl-spider":
-                raise ValueError(f"steer: only isrl-spider can be steered, got {self.algorithm!r}")
+            from silodp.algorithms.registry import algorithm_class
+
+            if "q" not in algorithm_class(self.algorithm)().get_params():  # the replay is SPIDER's (period q)
+                raise ValueError(f"steer: only SPIDER (an algorithm with a period q) can be steered, got {self.algorithm!r}")
             its = canaries.flip_iterates(model, int(self.params.get("rounds", 10)) + 1, seed=self.data_seed)
             steer = canaries.spider_replay(its, float(self.params["step_size"]), int(self.params.get("q", 2)),
                                            self.num_silos)
