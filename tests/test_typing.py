@@ -58,3 +58,24 @@ def test_the_package_ships_py_typed():
     assert '"py.typed"' in text and "[tool.mypy]" in text and "[tool.ruff" in text
     ci = (PACKAGE.parent / ".ci" / "run").read_text()
     assert "\nruff check .\n" in ci and "\nmypy\n" in ci
+
+
+def changelog_repeats(text: str, prefix: int = 200) -> list[str]:
+    """The entries of a changelog (``- `` bullets with their indented continuation lines) that
+    repeat another's first ``prefix`` characters (whitespace normalized): the same entry twice."""
+    import re
+
+    seen, repeated = set(), []
+    for entry in re.findall(r"^- .*(?:\n  .*)*", text, re.M):
+        head = " ".join(entry.split())[:prefix]
+        if head in seen:
+            repeated.append(head[:80])
+        seen.add(head)
+    return repeated
+
+
+def test_changelog_entries_are_not_repeated():
+    text = (PACKAGE.parent / "CHANGELOG.md").read_text()
+    assert len(text.splitlines()) > 20 and changelog_repeats(text) == []
+    twice = "- Renamed a -> b, c -> d, and\n  more.\n- Other.\n- Renamed a -> b, c -> d, and more.\n"
+    assert changelog_repeats(twice, prefix=20) == ["- Renamed a -> b, c "]
