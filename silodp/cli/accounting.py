@@ -207,8 +207,8 @@ def _noise_generic(args) -> int:
     def one(name: str | None) -> dict:
         cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args), _pld_settings(args))
         out = {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
-        if cal.settings:
-            out["pld_settings"] = cal.settings
+        if cal.settings:  # named by the accountant that took them (its spec), as ``epsilon``'s
+            out[f"{cal.spec.name}_settings" if cal.spec is not None else "settings"] = cal.settings
         if cal.note:
             out["note"] = cal.note
         return out
