@@ -1,8 +1,8 @@
-""""One file" is true: a toy algorithm file and a toy accountant file (the toys of
-tests/algorithms/test_toy_extension.py, written out as modules), copied into a temporary copy
+""""One file" is true: a toy algorithm file, a toy accountant file (the toys of
+tests/algorithms/test_toy_extension.py, written out as modules) and a bound file, copied into a temporary copy
 of the package and nowhere else (no import list, no registry, no scenario, no test fixture
 registers them), are found by the package walk and reachable from ``silodp run``, ``noise``,
-``epsilon`` and ``audit`` in a fresh interpreter (a subprocess). docs/architecture.md says what
+``epsilon``, ``audit`` and ``bound`` in a fresh interpreter (a subprocess). docs/architecture.md says what
 this shows."""
 
 import filecmp
@@ -42,6 +42,15 @@ def _toys():
 
 
 ALGORITHM, TOY_ALGORITHM, ACCOUNTANT, TOY_ACCOUNTANT = _toys()
+#: a bound: one registered value in a new module of silodp/bounds/ (here a relabelled copy of one)
+BOUND = "one-file-bound"
+TOY_BOUND = f"""import dataclasses
+
+from silodp.bounds.hybrid import APPG_PL
+from silodp.bounds.registry import register
+
+register(dataclasses.replace(APPG_PL, id={BOUND!r}, title="a bound in its own file"))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +59,7 @@ def copy(tmp_path_factory):
     shutil.copytree(PACKAGE, root / "silodp", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "silodp" / "algorithms" / "one_file_gradient.py").write_text(TOY_ALGORITHM)
     (root / "silodp" / "accounting" / "one_file_gdp.py").write_text(TOY_ACCOUNTANT)
+    (root / "silodp" / "bounds" / "one_file_bound.py").write_text(TOY_BOUND)
     return root
 
 
@@ -70,7 +80,7 @@ def _changed(a: pathlib.Path, b: pathlib.Path) -> list[str]:
 
 def test_the_copy_differs_from_the_package_by_the_two_files_only(copy):
     assert sorted(pathlib.Path(p).name for p in _changed(PACKAGE, copy / "silodp")) == \
-        ["one_file_gdp.py", "one_file_gradient.py"]
+        ["one_file_bound.py", "one_file_gdp.py", "one_file_gradient.py"]
 
 
 def test_a_toy_algorithm_file_and_a_toy_accountant_file_reach_every_command(copy):
@@ -88,3 +98,11 @@ def test_a_toy_algorithm_file_and_a_toy_accountant_file_reach_every_command(copy
     assert toy["epsilon"] == exact["epsilon"] > 0
     audit = _silodp(copy, "audit", "--algorithm", ALGORITHM, "--trials", "2000")
     assert audit["algorithm"] == ALGORITHM and audit["epsilon_lower"] <= audit["epsilon_claimed"]
+
+
+def test_a_bound_file_reaches_silodp_bound(copy):
+    listed = [b["id"] for b in _silodp(copy, "bound", "--list")["bounds"]]
+    assert BOUND in listed and listed.count(BOUND) == 1
+    params = [f"{k}={v}" for k, v in dict(L=1, N=10, d=5, delta=1e-5, eps=0.5, kappa=2, mu=0.1, n=1000).items()]
+    shown = _silodp(copy, "bound", BOUND, *[a for p in params for a in ("--param", p)])
+    assert shown["id"] == BOUND and shown["value"] > 0
