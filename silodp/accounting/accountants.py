@@ -819,10 +819,15 @@ def _pvec_group(event: ev.DpEvent, uses: int, l2: bool) -> "pvec.PvecGroup":
                           l2=one.l2_shift if l2 else None, **extra)
 
 
-def get_accountant(name: str, neighbouring: ev.NeighboringRelation | None = None, **kwargs) -> Accountant:
+def get_accountant(name: Any, neighbouring: ev.NeighboringRelation | None = None, **kwargs: Any) -> Accountant:
     """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``,
-    ``pvec``, ``pvec-pld``, and any registered later);
-    ``neighbouring`` (or ``neighboring_relation=``) defaults to :data:`DEFAULT_RELATION`."""
+    ``pvec``, ``pvec-pld``, and any registered later) or by :class:`~silodp.accounting.spec.AccountantSpec`
+    (its settings, then ``kwargs``); ``neighbouring`` (or ``neighboring_relation=``) defaults to
+    :data:`DEFAULT_RELATION`."""
+    from silodp.accounting.spec import AccountantSpec
+
+    if isinstance(name, AccountantSpec):
+        name, kwargs = name.name, {**dict(name.settings), **kwargs}
     if name not in ACCOUNTANTS:
         raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
     return ACCOUNTANTS[name](neighbouring, **kwargs)

@@ -27,7 +27,7 @@ import dataclasses
 import math
 import warnings
 import weakref
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 
@@ -36,10 +36,12 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLe
 
 from . import grads as _grads
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
-from .federation import BallsInBinsSampler, BatchSampler, SubsetSampler
+from .federation import BallsInBinsSampler, BatchSampler, Federation, SubsetSampler
 from .privacy import NoiseCalibration, TranscriptConfig
 from .release import gaussian_release
 from .result import RunResult
+if TYPE_CHECKING:
+    from .problems import Problem
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
 def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
@@ -65,6 +67,10 @@ class FederatedAlgorithm:
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     private: ClassVar[bool] = True
     shuffled: ClassVar[bool] = False
+    #: whether ``_run`` is correct on stacked trials (a ``[T, d]`` iterate: no per-run norms or
+    #: picks; :mod:`silodp.verify.rates.trials`), stated by the class that defines ``_run`` (a
+    #: subclass overriding ``_run`` states it anew: it does not inherit the claim)
+    stacked_trials: ClassVar[bool] = False
     noise_keys: ClassVar[tuple[str, ...]] = ("sigma",)
     message_groups: ClassVar[tuple[str, ...]] = ("grad",)
     uniform_output: ClassVar[bool] = False
@@ -112,7 +118,7 @@ class FederatedAlgorithm:
     def uses_replacement(self) -> bool:
         return self.default_replacement if self.replacement is None else bool(self.replacement)
 
-    def config_fields(self, problem, federation) -> dict:
+    def config_fields(self, problem: Problem, federation: Federation) -> dict:
         """Fields of :attr:`Transcript` for this run: the shared
         ones, the problem's and the federation's, and the :attr:`Config` fields marked as entering
         the transcript (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
@@ -148,7 +154,7 @@ class FederatedAlgorithm:
                                            self.availability_share * delta)
         return {"silos_per_round": floor, "charged_delta": charge}
 
-    def transcript_config(self, problem, federation) -> TranscriptConfig:
+    def transcript_config(self, problem: Problem, federation: Federation) -> TranscriptConfig:
         cfg = self.Transcript(**self.config_fields(problem, federation))
         return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
 
@@ -163,7 +169,7 @@ class FederatedAlgorithm:
         return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
 
     @staticmethod
-    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg,
+    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: TranscriptConfig,
                  sampling: BatchSampling | None = None) -> GaussianRelease:
         """``count`` messages of ``group`` with noise std ``sigma`` over per-record contributions of
         norm <= ``contribution`` (clip over the batch size): noise multiplier sigma / contribution."""
@@ -241,7 +247,7 @@ class FederatedAlgorithm:
         return cls.Transcript(**{k: v for k, v in values.items() if k in names})
 
     @classmethod
-    def transcript_signature(cls, cfg) -> str:
+    def transcript_signature(cls, cfg: TranscriptConfig) -> str:
         """What ``cfg`` determines for this class (its declaration and reference noise): a field
         that moves it applies to the class (``silodp noise --algorithm`` refuses the others)."""
         out = repr(cls.shuffle_declaration(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
@@ -252,7 +258,7 @@ class FederatedAlgorithm:
             return out + str(exc)
 
     @classmethod
-    def noise_report(cls, cfg, epsilon: float, delta: float, method: str = "both",
+    def noise_report(cls, cfg: TranscriptConfig, epsilon: float, delta: float, method: str = "both",
                      accountant: str | None = None) -> dict:
         """The noise for (``epsilon``, ``delta``) as plain data: ``method`` "tight" | "paper", or
         "both" (:func:`silodp.algorithms.privacy.paper_vs_tight`)."""
@@ -264,7 +270,7 @@ class FederatedAlgorithm:
         return {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas, "epsilon": cal.epsilon,
                 "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
 
-    def run_declaration(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
+    def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.private:
             return None
@@ -294,10 +300,10 @@ class FederatedAlgorithm:
         None or "random", e.g. Alg 3 line 17) or the last iterate (``output="last"``, post-processing)."""
         return self.uniform_output and self.output != "last"
 
-    def eta(self, problem) -> float:
+    def eta(self, problem: Problem) -> float:
         return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
 
-    def resolve_noise(self, problem, federation) -> tuple[dict, float | None, float | None, dict | None]:
+    def resolve_noise(self, problem: Problem, federation: Federation) -> tuple[dict, float | None, float | None, dict | None]:
         """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
         return self._resolve(problem, federation)[:4]
 
@@ -334,7 +340,7 @@ class FederatedAlgorithm:
         shares one calibration between the runs that agree on them."""
         return {}
 
-    def certify_noise(self, cfg, sigmas: dict, delta: float) -> float:
+    def certify_noise(self, cfg: TranscriptConfig, sigmas: dict, delta: float) -> float:
         """What Gaussian noise ``sigmas`` (keys :attr:`noise_keys`) certifies at ``delta``: the
         declaration by :func:`silodp.algorithms.privacy.certify` with this run's ``accountant``
         (the tightest when None)."""
@@ -342,12 +348,12 @@ class FederatedAlgorithm:
 
         return certify(type(self), cfg, sigmas, delta, self.accountant)[0]
 
-    def targeted_epsilon(self, cfg, sigmas: dict, delta: float, certified: float) -> float:
+    def targeted_epsilon(self, cfg: TranscriptConfig, sigmas: dict, delta: float, certified: float) -> float:
         """The guarantee a target epsilon was met for by noise ``sigmas`` whose certificate is
         ``certified``: the certificate itself (a family calibrating toward another observer overrides)."""
         return certified
 
-    def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
+    def noise_details(self, cfg: TranscriptConfig, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
         """Family-specific facts about the noise that ran (``RunResult.details``; ``silodp run``
         prints them): the calibration's ``details``, {} by default."""
         return {} if calibration is None else dict(calibration.details)
@@ -384,8 +390,8 @@ class FederatedAlgorithm:
             raise TypeError(f"{cls.__name__}: run is the channel's verb and cannot be overridden; implement _run")
 
     # -- the verb ------------------------------------------------------------------------------
-    def run(self, problem, federation, seed: int = 0, replay: RunResult | None = None,
-            callback=None) -> RunResult:
+    def run(self, problem: Problem, federation: Federation, seed: int = 0, replay: RunResult | None = None,
+            callback: Callable[[int, torch.Tensor], object] | None = None) -> RunResult:
         """Run on ``federation`` (training data) and return a :class:`RunResult`.
 
         ``replay``: a result recorded with ``record_transcript=True``; its released messages and
@@ -549,7 +555,7 @@ class Context:
         return torch.rand(n, generator=self._gen, dtype=torch.float64) < float(p)
 
     # -- data ----------------------------------------------------------------------------------
-    def sampler(self, batch_size: int, replacement: bool | None = None, subset: bool = False):
+    def sampler(self, batch_size: int, replacement: bool | None = None, subset: bool = False) -> Any:
         """Minibatch indices of every silo: with or without replacement
         (:class:`~silodp.algorithms.federation.BatchSampler`), or ``subset``: a fresh uniform subset
         per step (:class:`~silodp.algorithms.federation.SubsetSampler`); with the algorithm's
@@ -575,7 +581,7 @@ class Context:
         self._batches[id(batch)] = batch
         return batch
 
-    def batch(self, sampler) -> Batch:
+    def batch(self, sampler: Any) -> Batch:
         if self._samplers.get(id(sampler)) is not sampler:
             raise ValueError("sampler: must come from this run's Context.sampler")
         if sampler.sampling is BatchSampling.BALLS_IN_BINS:  # members only, over the constant expected size

@@ -10,7 +10,9 @@ generator (the same draws on every device) and the gather moves the indices to t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -59,7 +61,7 @@ class Federation:
         self.weights = self.mask.to(self.x.dtype) / self.counts.unsqueeze(1).to(self.x.device, self.x.dtype)
 
     @classmethod
-    def from_silos(cls, xs, ys, **kwargs) -> "Federation":
+    def from_silos(cls, xs: Sequence, ys: Sequence, **kwargs: Any) -> "Federation":
         """Pad a list of per-silo arrays ``x_i: [n_i, ...]``, ``y_i: [n_i]`` into one batch."""
         if len(xs) != len(ys) or not xs:
             raise ValueError("xs: need one (non-empty) list of arrays per silo, same length as ys")

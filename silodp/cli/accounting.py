@@ -9,7 +9,7 @@ from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.accounting.accountants import accountant_choices
 from silodp.cli import emit, refuse
 from silodp.cli.tables import columns, num, pairs
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, SCALE, Int, PathArg, Real, text
+from silodp.cli.domains import COUNT, DELTA, EPSILON, PROBABILITY, SCALE, Int, PathArg, Real, text
 
 #: flags of `noise`'s algorithm mode (the algorithms' own transcript flags are generated from
 #: their configs once --algorithm is given: silodp.cli.params), and of the generic mechanism mode
@@ -225,8 +225,8 @@ def _noise_generic(args) -> int:
     def one(name: str | None) -> dict:
         cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args), _pld_settings(args))
         out = {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
-        if cal.settings:
-            out["pld_settings"] = cal.settings
+        if cal.settings:  # named by the accountant that took them (its spec), as ``epsilon``'s
+            out[f"{cal.spec.name}_settings" if cal.spec is not None else "settings"] = cal.settings
         if cal.note:
             out["note"] = cal.note
         return out

@@ -346,8 +346,8 @@ class IsrlDpMod:
         return self.calibration.noise_multiplier
 
     def ledger(self, context: Context) -> SiloLedger:
-        """The silo's in-state ledger, evaluated by the calibration's accountant (its name, less options)."""
-        return SiloLedger(context, self.accountant or self.calibration.accountant.split("(")[0])
+        """The silo's in-state ledger, evaluated by the calibration's accountant (its spec's name)."""
+        return SiloLedger(context, self.accountant or self.calibration.spec.name)
 
     def _admit(self, ctxt: Context, release: GaussianRelease) -> Callable[[], float]:
         """Record ``release`` (before it leaves) or raise ``SiloRefusal``; returns how to read the

@@ -353,7 +353,10 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
         most = {"grad": batch_size, "diff": batch_size, "full": max(len(x) for x in xs)}  # messages per silo
         width = max(2, math.ceil(math.log2(m * max(most[g] * (p.g + p.b) for g, p in params.items()) + 1)))
         workflow_settings(width, m)  # refuses a sum that SecAgg+ cannot hold
-        svrg, spider = "full" in params, algorithm == "sdp-spider"
+        from silodp.algorithms.registry import algorithm_class
+
+        # asked of the algorithm: full-gradient anchors (SVRG) and a period q (SPIDER), not its name
+        svrg, spider = "full" in params, "q" in algorithm_class(algorithm)().get_params()
         return SdpDeployment(epsilon=cal.epsilon, bits=width, algorithm=algorithm, params=params,
                              bounds={g: float(r["bound"]) for g, r in cal.shuffle.items()},
                              inner_steps=cfg.inner_steps if svrg else 0, restarts=cfg.restarts if svrg else 1,

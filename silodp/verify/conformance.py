@@ -54,10 +54,13 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from silodp.accounting import events as ev
 from silodp.accounting.calibration import AccountantFactory
+
+if TYPE_CHECKING:
+    from silodp.algorithms.base import FederatedAlgorithm
 
 #: (noise multiplier, steps) of the battery's Gaussian compositions, and its delta; the
 #: monotonicity checks compare its points (more noise, same steps; more steps, same noise)
@@ -431,7 +434,7 @@ def _dp_accounting_lower(relation: ev.NeighboringRelation) -> float:
 
 @dataclasses.dataclass
 class _AlgorithmSubject:
-    cls: type
+    cls: type[FederatedAlgorithm]
     problem: Any
     federation: Any
     params: dict
@@ -490,8 +493,9 @@ def check_refuses_halved_noise(s: _AlgorithmSubject) -> None:
     s.private("noise")
     if s.cls.shuffled:
         raise NotApplicable(f"{s.cls.name} releases through P_vec: no Gaussian noise to halve")
-    halved = s.cls(**s.params, **s.explicit_noise(), delta=s.delta)
-    halved.context_class = get_mutation("halve-noise").context_class(checked=True)
+    channel = get_mutation("halve-noise").context_class(checked=True)
+    halved = type(f"Halved{s.cls.__name__}", (s.cls,), {"context_class": channel})(
+        **s.params, **s.explicit_noise(), delta=s.delta)
     _refused(lambda: halved.run(s.problem, s.federation), "below the declared", f"{s.cls.name}: halved noise")
 
 
@@ -501,7 +505,8 @@ def check_refuses_one_more_message(s: _AlgorithmSubject) -> None:
     for group in sorted({m.group for m in s.result.ledger}):
         extra = type(f"Extra{s.cls.__name__}", (s.cls,), {"_run": _one_too_many(group)})(
             **s.params, **s.explicit_noise(), delta=s.delta)
-        _refused(lambda: extra.run(s.problem, s.federation), "were declared", f"{s.cls.name}: one more {group!r}")
+        _refused(functools.partial(extra.run, s.problem, s.federation), "were declared",
+                 f"{s.cls.name}: one more {group!r}")
 
 
 @_algorithm_check
@@ -541,12 +546,14 @@ def check_message_sensitivity(s: _AlgorithmSubject) -> None:
     kw = dict(s.params, record_transcript=True, sigmas={k: SENSITIVITY_NOISE * s.problem.clip for k in keys},
               **({} if "accountant" in s.params else {"accountant": REFUSED_RUN_ACCOUNTANT}))
     ref = s.cls(**kw).run(s.problem, fed, seed=1)
+    assert ref.transcript is not None, f"{s.cls.name}: no transcript recorded"
     drawn = [e["batch"][silo, 0] for e in ref.transcript if e["batch"] is not None]
     record = int(drawn[0]) if drawn else 0
     x, y = fed.x.clone(), fed.y.clone()
     x[silo, record] = 8.0 * torch.ones_like(x[silo, record])
     y[silo, record] = 1.0 - y[silo, record]
     other = s.cls(**kw).run(s.problem, Federation(x, y, fed.counts), seed=1, replay=ref)
+    assert other.transcript is not None, f"{s.cls.name}: no transcript recorded"
     assert len(ref.transcript) == len(other.transcript) == len(ref.ledger) > 0
     worst = 0.0
     for a, b, sent in zip(ref.transcript, other.transcript, ref.ledger):
@@ -564,7 +571,7 @@ def check_message_sensitivity(s: _AlgorithmSubject) -> None:
     assert worst > 0.3, f"{s.cls.name}: the replaced record moved no message by more than {worst} of its bound"
 
 
-def run_algorithm_checks(cls: type, problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
+def run_algorithm_checks(cls: type[FederatedAlgorithm], problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
                          delta: float = 1e-4, *, expected_failed_checks: Mapping[str, str] | None = None,
                          checks: tuple[str, ...] | None = None) -> list[CheckResult]:
     """Every check of :data:`ALGORITHM_CHECKS` (or those named in ``checks``) on small runs of
@@ -573,7 +580,7 @@ def run_algorithm_checks(cls: type, problem: Any, federation: Any, params: dict,
     return _run_checks(ALGORITHM_CHECKS, subject, _expected(cls, expected_failed_checks), checks)[0]
 
 
-def check_algorithm(cls: type, problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
+def check_algorithm(cls: type[FederatedAlgorithm], problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
                     delta: float = 1e-4, *, expected_failed_checks: Mapping[str, str] | None = None,
                     checks: tuple[str, ...] | None = None) -> None:
     """Run the algorithm checks on small runs of ``cls(**params)`` at the target (``epsilon``,

@@ -10,6 +10,7 @@ from silodp.algorithms.data import synthetic
 from silodp.verify.conformance import (
     ACCOUNTANT_CHECKS,
     ALGORITHM_CHECKS,
+    PROBES,
     check_accountant,
     check_algorithm,
     run_accountant_checks,
@@ -47,6 +48,20 @@ def test_every_accountant_conforms(name):
     status = _status(results)
     assert list(status) == list(ACCOUNTANT_CHECKS)  # every check ran, none hidden by another's failure
     assert {c for c in CORE_ACCOUNTANT_CHECKS if status[c] != "passed"} == set()
+
+
+@pytest.mark.parametrize("name", sorted(ACCOUNTANTS))
+def test_every_accountant_conforms_under_add_or_remove(name):
+    """The default relation of generic accounting: the same checks where the accountant certifies
+    a probe under it (P_vec is defined under replace-one only: it certifies none)."""
+    make = ACCOUNTANTS[name]
+    if not any(make(ADD_OR_REMOVE_ONE).supports(e) for e in PROBES):
+        assert not make(ADD_OR_REMOVE_ONE).supports(GaussianDpEvent(1.0))
+        return
+    results = run_accountant_checks(make, ADD_OR_REMOVE_ONE)
+    failed = {r.check: r.detail for r in results if r.status in ("failed", "xpass")}
+    assert not failed, f"{name}: {failed}"
+    assert _status(results)["check_not_below_exact"] == "passed"
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
