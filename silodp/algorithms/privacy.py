@@ -110,29 +110,20 @@ def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float
 def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
             accountant: str | AccountantSpec | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
-<<<<<<< HEAD
     (cached once per (declaration, delta, accountant): the certificate is a function of what the
     silo may release, so runs whose configurations differ only where the declaration does not,
-    e.g. the model's dimension, share one certificate)."""
-=======
-    (cached: a run's certificate is computed once per configuration); ``accountant``: a registry
-    name, or a spec with its settings (a calibration's :attr:`NoiseCalibration.spec`)."""
->>>>>>> h35
+    e.g. the model's dimension, share one certificate); ``accountant``: a registry name, or a spec
+    with its settings (a calibration's :attr:`NoiseCalibration.spec`)."""
     key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
     declaration = tuple(algorithm_class(algorithm).declaration(cfg, dict(key)))
     return _certify(declaration, check_delta("delta", delta), accountant)
 
 
 @functools.lru_cache(maxsize=256)
-<<<<<<< HEAD
-def _certify(declaration: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
+def _certify(declaration: tuple, delta: float, accountant: str | AccountantSpec | None) -> tuple[float, str]:
     event = releases_event(list(declaration))
-=======
-def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | AccountantSpec | None) -> tuple[float, str]:
-    event = releases_event(cls.declaration(cfg, dict(sigmas)))
     if isinstance(accountant, AccountantSpec):
         return accountant.make(REPLACE_ONE).compose(event).get_epsilon(delta), accountant.label
->>>>>>> h35
     if accountant is not None:
         return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(delta), accountant
     try:
