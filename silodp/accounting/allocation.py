@@ -22,10 +22,11 @@ delta_add(eps) = H_{e^eps}(Q || P) = E_Q[(1 - e^eps S / t)_+], both *convex* in 
 is larger in convex order (S' = S + a martingale difference) bounds them, and a sum of independent
 variables each larger in convex order is larger in convex order. Each Y is put on the grid j d by
 splitting each cell's mass between its two ends *keeping its mean* (:func:`_spread_pmf`), and
-every re-binning onto a grid twice as coarse splits each odd point half and half (:func:`_halve`):
-martingale spreads, whose error is second order in d (rounding every value up, as before issue 38,
+every re-binning onto a grid twice as coarse (add only) splits each odd point half and half
+(:func:`_halve`): martingale spreads, whose error is second order in d (rounding every value up, as before issue 38,
 biased the loss by about d per variable: +34% in epsilon at 1000 batches). Remove: the P-law of S is
-the size-biased one, E_Q[S / t; S in ds] = (Y_1 size-biased + Y_2 + ... + Y_t) (:func:`_sums`), and
+the size-biased one, E_Q[S / t; S in ds] = E_Q[Y_1; S in ds] by exchangeability (every spread Y_i
+alike on one grid, partial sums cut but never re-binned: :func:`_remove_sum`), and
 delta_remove(eps) = E_P[(1 - e^{eps} t / S)_+]; any sub-measure of it, with the missing P-mass
 charged at +inf loss ((1 - e^{eps - L})_+ <= 1), bounds it: Y past its cap (the size-biased tail,
 1e-17 / t of P-mass) and partial sums past the cap are dropped, and 1 - (the mass kept) goes to
@@ -180,15 +181,23 @@ def _caps(z: float, t: int) -> tuple[float, float]:
 
 def _remove_sum(z: float, t: int, limit: int) -> _Sum:
     """The P-law of S = Y_1 + ... + Y_t (spread, module docstring), t >= 2: the size-biased Y_1
-    added to the rest Y_2 + ... + Y_t, on grids of at most about ``limit`` points."""
+    added to the rest Y_2 + ... + Y_t, on one grid of ``limit`` steps up to the cap.
+
+    Every Y_i has the same spread law on that grid and the partial sums are only *cut* at the cap,
+    never re-binned: then the spread sum is a sum of t exchangeable terms, so its size-biased law
+    E_Q[S / t; S = s] is exactly E[Y_1; S = s], the convolution below, and cutting keeps a
+    sub-measure of it (the missing P-mass is charged at +inf). (Re-binning the rest alone would
+    break the exchangeability this identity needs.)"""
     y_cap, cap = _caps(z, t)
     step = cap / limit
-    q, q_err, _, _ = _spread_pmf(1.0 / z, step, y_cap)
-    rest = _allocation_rounded._power(_Sum(q, q_err, step=step, cap=cap, limit=limit)._fit(), t - 1)
-    _, _, p, p_err = _spread_pmf(1.0 / z, rest.step, y_cap)  # the size-biased Y_1 on the rest's grid
+    q, q_err, p, p_err = _spread_pmf(1.0 / z, step, y_cap)
+    never = int(cap / step) + 2  # partial sums are cut at the cap before they could need re-binning
+    rest = _allocation_rounded._power(_Sum(q, q_err, step=step, cap=cap, limit=never)._fit(), t - 1)
+    if rest.step != step:
+        raise ArithmeticError("allocation: the remove sum was re-binned")
     out, fresh = pld_lib._convolve(rest.masses, p)
     r = rest.roundoff
-    return _Sum(out[:int(cap / rest.step) + 1], r + p_err + r * p_err + fresh, step=rest.step, cap=cap, limit=limit)
+    return _Sum(out[:int(cap / step) + 1], r + p_err + r * p_err + fresh, step=step, cap=cap, limit=never)
 
 
 def _add_sum(z: float, t: int, limit: int) -> _Sum:
