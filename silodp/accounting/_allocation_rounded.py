@@ -158,4 +158,6 @@ def direction(z: float, t: int, interval: float, remove: bool, bound: float) -> 
     if remove:
         mine = _Sum(*_grid_pmf(0.5 * s2, sd, step, min(mine_cap, cap), True), step=step, cap=cap, up=True, limit=limit)._fit()
         total = mine if total is None else total.plus(mine)
+    if total is None:
+        raise ValueError(f"t: needs at least one batch, got {t!r}")
     return _loss_pmf(total, t, interval, remove).truncate(bound)
