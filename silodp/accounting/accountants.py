@@ -824,9 +824,7 @@ def get_accountant(name: Any, neighbouring: ev.NeighboringRelation | None = None
     ``pvec``, ``pvec-pld``, and any registered later) or by :class:`~silodp.accounting.spec.AccountantSpec`
     (its settings, then ``kwargs``); ``neighbouring`` (or ``neighboring_relation=``) defaults to
     :data:`DEFAULT_RELATION`."""
-    from silodp.accounting.spec import AccountantSpec
-
-    if isinstance(name, AccountantSpec):
+    if not isinstance(name, str) and hasattr(name, "settings"):  # an AccountantSpec (spec.py imports this module)
         name, kwargs = name.name, {**dict(name.settings), **kwargs}
     if name not in ACCOUNTANTS:
         raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
