@@ -98,8 +98,10 @@ def test_incremental_pld_equals_composing_all_at_once():
         acc.compose(e, count)
         acc.get_epsilon(DELTA)  # as a strategy asks each round
         reference.compose(ev.PoissonSampledDpEvent(e.sample_size / 100, ev.GaussianDpEvent(e.noise_multiplier)), count)
-    assert acc.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
-    assert acc.num_releases == 6 and acc.get_delta(2.0) == reference.get_delta(2.0)
+    # the pld accountant now composes its blocks as a tree (h37), the fold in order: equal up to
+    # the floating point of the convolutions
+    assert acc.get_epsilon(DELTA) == pytest.approx(reference.get_epsilon(DELTA), rel=1e-7)
+    assert acc.num_releases == 6 and acc.get_delta(2.0) == pytest.approx(reference.get_delta(2.0), rel=1e-6)
     restored = SilodpAccountant(cfg)
     restored.load_state_dict(json.loads(json.dumps(acc.state_dict())))
     assert restored.get_epsilon(DELTA) == acc.get_epsilon(DELTA)
@@ -109,8 +111,8 @@ def test_incremental_pld_equals_composing_all_at_once():
     assert acc.get_epsilon(DELTA) == pytest.approx(ref.get_epsilon(DELTA), rel=5e-3)
     # the projection of two more rounds is the certificate they would get, and commits nothing
     nxt = reference.compose(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.2)), 2).get_epsilon(DELTA)
-    assert not acc.would_exceed(event, max_epsilon=nxt, count=2)
-    assert acc.would_exceed(event, max_epsilon=nxt * (1 - 1e-9), count=2) and acc.num_releases == 6
+    assert not acc.would_exceed(event, max_epsilon=nxt * (1 + 1e-7), count=2)
+    assert acc.would_exceed(event, max_epsilon=nxt * (1 - 1e-6), count=2) and acc.num_releases == 6
 
 
 @pytest.mark.parametrize("sampling", [SamplingMethod.POISSON, SamplingMethod.NO_AMPLIFICATION])
@@ -276,8 +278,9 @@ def test_privatize_refuses_a_non_finite_server_model_and_zeroes_a_non_finite_upd
     # a NaN update would make min(1, C / norm) equal 1: it is the zero update instead
     out = privatize([np.array([1e3, math.nan, 1e3])], [np.zeros(3)], 1.0, 1e-12, rng)
     assert np.all(np.abs(out[0]) < 1e-9)
-    out = privatize([np.array([1e200, 1e200])], [np.zeros(2)], 1.0, 1e-12, rng)  # the norm overflows
-    assert np.all(np.abs(out[0]) < 1e-9)
+    # a norm whose square overflows is computed without overflow: clipped to C in its own direction
+    out = privatize([np.array([1e200, 1e200])], [np.zeros(2)], 1.0, 1e-12, rng)
+    assert np.allclose(out[0], [math.sqrt(0.5)] * 2, atol=1e-9)
 
 
 def test_privatize_clips_the_update_jointly():
