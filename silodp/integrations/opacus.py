@@ -56,6 +56,11 @@ _root_handlers = list(logging.getLogger().handlers)
 try:
     from opacus.accountants import IAccountant
     from opacus.accountants.registry import _ACCOUNTANTS, register_accountant
+except ModuleNotFoundError as _missing:  # name the extra and its install, keep the exception's type and name
+    if (_missing.name or "").split(".")[0] != "opacus":
+        raise
+    raise ModuleNotFoundError("silodp.integrations.opacus needs Opacus, which is not installed: "
+                              "pip install 'silodp[opacus]'", name="opacus") from None
 finally:
     for _handler in [h for h in logging.getLogger().handlers if h not in _root_handlers]:
         logging.getLogger().removeHandler(_handler)

@@ -174,3 +174,20 @@ def test_the_registry_decides_which_accountants_opacus_gets():
     for refused in ("gdp", "pvec"):  # gdp: no subsampling; pvec: no Gaussian steps
         with pytest.raises(ValueError, match="registered accountant certifying poisson steps"):
             opacus_accountant(refused)
+
+
+def test_import_without_opacus_names_the_extra(monkeypatch):
+    """Issue 36: without Opacus the import says which extra to install, still a
+    ModuleNotFoundError named 'opacus' (so the CLI's one line, silodp.cli.missing_extra, holds)."""
+    import importlib
+    import sys
+
+    from silodp.cli import missing_extra
+
+    monkeypatch.setitem(sys.modules, "opacus", None)  # import opacus -> ModuleNotFoundError
+    for name in [m for m in sys.modules if m.startswith("opacus.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "silodp.integrations.opacus", raising=False)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'silodp\[opacus\]'") as missing:
+        importlib.import_module("silodp.integrations.opacus")
+    assert missing.value.name == "opacus" and "silodp[opacus]" in missing_extra(missing.value)
