@@ -3,8 +3,8 @@
 It is not trusted with privacy: each silo calibrates its own noise, keeps its own ledger and
 decides whether it replies (``client_app``). The server proposes a plan (the run config), then
 only post-processes what the silos released (averages, the SPIDER estimator h, the prox step).
-It logs each round (loss and test error on the public test split, each silo's epsilon spent and
-left, the round's wall time) through Flower's logger, saves the final model where the run config's ``model-path`` says,
+It logs each round (loss and test error on the public test split, each silo's epsilon planned: the
+admitted plan its ledger charged before the first release, and what is left; the round's wall time) through Flower's logger, saves the final model where the run config's ``model-path`` says,
 and reports a silo that refuses apart from a SuperNode that is unavailable (it released nothing).
 """
 
@@ -82,8 +82,11 @@ def run(grid: Grid, settings: Settings) -> dict:
         worst = worst_silo_epsilon([m.content for m in answered], "num-examples")
         test = prepared.data.test
         loss = problem.objective(w, test)
-        silos = ", ".join(f"node {m.metadata.src_node_id}: epsilon {m.content['metrics'][SPENT_KEY]:.4g} spent, "
-                          f"{m.content['metrics'][LEFT_KEY]:.4g} left" for m in answered)
+        # the silo's ledger charges the whole admitted plan before its first release: what it reports
+        # is planned (committed for all rounds), not what the rounds so far have spent
+        silos = ", ".join(f"node {m.metadata.src_node_id}: epsilon {m.content['metrics'][SPENT_KEY]:.4g} planned "
+                          f"(the admitted {settings.rounds}-round plan, committed), "
+                          f"{m.content['metrics'][LEFT_KEY]:.4g} left of its budget" for m in answered)
         log(INFO, "round %d/%d: test loss %.4f, test error %.4f; %s (%.2f s)", r + 1, settings.rounds, loss,
             1.0 - problem.accuracy(w, test), silos, time.perf_counter() - start)
     out = {"rounds": len(iterates), "refused": refused, "unavailable": unavailable,
