@@ -144,3 +144,16 @@ def test_full_setup_fits_on_privacy_dominated_points():
     s = rates.full_setup("isrl-prox-sgd", "eps")
     assert s.fit_privacy_only and s.baseline and s.trials >= 128 and len(s.values) >= 6
     assert math.isclose(min(s.values), 0.025)
+
+
+def test_figure_subtitle_says_m_follows_n_when_n_varies():
+    """Issue 36: varying N runs M = N; the subtitle must not print the setup's unused M (it said
+    M = 4 while the axis said M = N)."""
+    from types import SimpleNamespace
+
+    from silodp.verify.rates.plots import _fixed
+
+    setup = SimpleNamespace(vary="N", n=100, N=8, M=4, eps=1.0, delta=1e-5, d=5, rounds=10, noise="gaussian", trials=3)
+    text = _fixed(setup)
+    assert "M=N" in text and "M=4" not in text and "N=8" not in text
+    assert "M=4" in _fixed(SimpleNamespace(**{**vars(setup), "vary": "n"}))

@@ -33,9 +33,12 @@ def _grid_ticks(ax, x: np.ndarray) -> None:
 
 def _fixed(setup) -> str:
     """The parameters a figure holds fixed (all but the varied one), epsilon and delta included."""
-    names = [k for k in ("n", "N", "M", "eps", "delta", "d", "rounds") if k != setup.vary]
-    return ", ".join(f"{k}={getattr(setup, k):g}" for k in names if getattr(setup, k) is not None) \
-        + f", noise={setup.noise}, {setup.trials} trials"
+    follows = {"N": "M"}.get(setup.vary)  # varying N runs every silo each round (M = N, as the axis says)
+    names = [k for k in ("n", "N", "M", "eps", "delta", "d", "rounds") if k not in (setup.vary, follows)]
+    fixed = [f"{k}={getattr(setup, k):g}" for k in names if getattr(setup, k) is not None]
+    if follows:
+        fixed.insert(1, f"{follows}={setup.vary}")
+    return ", ".join(fixed) + f", noise={setup.noise}, {setup.trials} trials"
 
 
 def _shade(ax, xs: np.ndarray, mask: np.ndarray, label: str) -> None:
