@@ -43,6 +43,7 @@ Poisson's (Chua et al. 2025; Feldman & Shenfeld 2025). Only the ``pld`` accounta
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import math
@@ -74,6 +75,22 @@ from silodp.accounting.releases import BatchSampling, gaussian_steps
 #: silodp accountants registered in Opacus by default (tight PLD first; RDP as Opacus' own
 #: default); :func:`opacus_accountant` takes any registered one that supports the steps.
 ACCOUNTANT_NAMES = ("pld", "rdp")
+
+
+_APPROXIMATION_ALLOWED = False
+
+
+@contextlib.contextmanager
+def allow_poisson_approximation():
+    """Inside this block a Poisson accountant accepts ``poisson_sampling=False`` (Opacus' unsound
+    approximation): only for the audit that demonstrates the bug (mutation
+    ``shuffled-accounted-as-poisson``), never for a certificate."""
+    global _APPROXIMATION_ALLOWED
+    before, _APPROXIMATION_ALLOWED = _APPROXIMATION_ALLOWED, True
+    try:
+        yield
+    finally:
+        _APPROXIMATION_ALLOWED = before
 
 
 class OpacusSampling(enum.Enum):
@@ -153,6 +170,25 @@ class SilodpOpacusAccountant(IAccountant):
             self.history[-1] = (z, q, self.history[-1][2] + 1)
         else:
             self.history.append((z, q, 1))
+
+    def get_optimizer_hook_fn(self, sample_rate: float):
+        """Opacus' step hook, refused for a Poisson accountant when ``make_private`` was called with
+        ``poisson_sampling=False``: Opacus would account shuffled fixed-size batches as Poisson
+        samples, an approximation with no theorem behind it (see the module docstring); the sound
+        certificate is ``silodp-pld-shuffled``. (Opacus passes the hook only the sample rate, so
+        the caller's ``poisson_sampling`` is read from its frame, ``PrivacyEngine.make_private``.)"""
+        import sys
+
+        from opacus.data_loader import DPDataLoader
+
+        caller = sys._getframe(1).f_locals
+        shuffled = caller.get("poisson_sampling") is False and not isinstance(caller.get("data_loader"), DPDataLoader)
+        if self.sampling is OpacusSampling.POISSON and shuffled and not _APPROXIMATION_ALLOWED:
+            raise ValueError(f"accountant: {self.name!r} certifies Poisson batches, but make_private got "
+                             "poisson_sampling=False (shuffled fixed-size batches); use "
+                             "accountant='silodp-pld-shuffled' (sound, replace-one), or "
+                             "'silodp-pld-balls-in-bins' with balls_in_bins_data_loader")
+        return super().get_optimizer_hook_fn(sample_rate)
 
     def __len__(self) -> int:
         """The number of ``history`` entries, as Opacus' accountants (:attr:`steps` counts steps)."""

@@ -191,3 +191,23 @@ def test_import_without_opacus_names_the_extra(monkeypatch):
     with pytest.raises(ModuleNotFoundError, match=r"pip install 'silodp\[opacus\]'") as missing:
         importlib.import_module("silodp.integrations.opacus")
     assert missing.value.name == "opacus" and "silodp[opacus]" in missing_extra(missing.value)
+
+
+def _private(accountant, poisson_sampling):
+    torch.manual_seed(0)
+    x = torch.randn(32, 4)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+    model = torch.nn.Linear(4, 2)
+    engine = PrivacyEngine(accountant=accountant)
+    engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+                        noise_multiplier=2.0, max_grad_norm=1.0, poisson_sampling=poisson_sampling)
+    return engine
+
+
+def test_poisson_accountant_with_shuffled_batches_is_refused():
+    """Issue 36: poisson_sampling=False with a Poisson accountant would silently use the Poisson
+    approximation; it is refused, naming the sound silodp-pld-shuffled, which is accepted."""
+    with pytest.raises(ValueError, match="silodp-pld-shuffled"):
+        _private("silodp-pld", poisson_sampling=False)
+    assert _private("silodp-pld-shuffled", poisson_sampling=False).accountant.sampling == OpacusSampling.SHUFFLED
+    assert _private("silodp-pld", poisson_sampling=True).accountant.sampling == OpacusSampling.POISSON

@@ -39,7 +39,7 @@ def test_hook_canary_is_clipped_by_opacus_to_c():
 
     model = mlp()
     data = torch.utils.data.TensorDataset(torch.zeros(4, 30), torch.zeros(4, dtype=torch.long))
-    module, opt, loader = PrivacyEngine(accountant="silodp-pld").make_private(
+    module, opt, loader = PrivacyEngine(accountant="silodp-pld-shuffled").make_private(
         module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
         data_loader=torch.utils.data.DataLoader(data, batch_size=4), noise_multiplier=1e-9, max_grad_norm=2.0,
         poisson_sampling=False)

@@ -35,6 +35,8 @@ quantity such as the dataset size).
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import dataclasses
 import math
@@ -276,10 +278,12 @@ def _one_run(model: nn.Module, base, batch_size: int, loss_fn, present: np.ndarr
     params = [p for p in model.parameters() if p.requires_grad]
     clip = [config.max_grad_norm] * len(params) if per_layer else config.max_grad_norm
     gen = torch.Generator().manual_seed(seed + 2)
-    module, optimizer, loader = engine.make_private(
-        module=model, optimizer=torch.optim.SGD(params, lr=config.lr), data_loader=loader,
-        noise_multiplier=config.noise_multiplier, max_grad_norm=clip, poisson_sampling=False,
-        clipping="per_layer" if per_layer else "flat", noise_generator=gen)
+    approximate = mutation == "shuffled-accounted-as-poisson"  # the shipped bug, refused outside its audit
+    with silodp_opacus.allow_poisson_approximation() if approximate else contextlib.nullcontext():
+        module, optimizer, loader = engine.make_private(
+            module=model, optimizer=torch.optim.SGD(params, lr=config.lr), data_loader=loader,
+            noise_multiplier=config.noise_multiplier, max_grad_norm=clip, poisson_sampling=False,
+            clipping="per_layer" if per_layer else "flat", noise_generator=gen)
     if per_layer:  # the shipped bug: the noise reads the per-tensor C as the global norm
         optimizer.max_grad_norm = config.max_grad_norm
     if mutation == "expected-batch-normalization":  # Opacus' int(len(dataset) * sample_rate)
