@@ -139,7 +139,8 @@ def attacks(dim: int, aimed=None, extra_rounds: int = 3, short: bool = False) ->
     """The battery of one run: (name, message type, arrays, config) for every attack (``short``:
     those of :data:`SHORT`), then the honest model ``extra_rounds`` times past a plan (the silo's
     plan bounds what it answers)."""
-    out = [(f"model:{name}", "train", {"w": w}, {"kind": "grad"}) for name, w in crafted_models(dim, aimed).items()]
+    out: list[tuple[str, str, dict, dict]] = [(f"model:{name}", "train", {"w": w}, {"kind": "grad"})
+                                              for name, w in crafted_models(dim, aimed).items()]
     out += [(f"arrays:{name}", "train", arrays, {"kind": "grad"}) for name, arrays in malformed_arrays(dim).items()]
     out += [("config:diff-without-w_prev", "train", {"w": np.zeros(dim)}, {"kind": "diff"}),
             ("config:kind-records", "train", {"w": np.zeros(dim)}, {"kind": "records"})]
@@ -186,7 +187,7 @@ def make_server_app(battery_for: Callable[[int], list] | None = None):
         import time
 
         deadline = time.monotonic() + 120
-        while len(grid.get_node_ids()) < wanted and time.monotonic() < deadline:
+        while len(list(grid.get_node_ids())) < wanted and time.monotonic() < deadline:
             time.sleep(0.2)
         records = play(grid, battery)
         with open(str(cfg["battery-out"]), "w") as out:
