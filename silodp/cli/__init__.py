@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 # Subcommand modules, in the order they appear in ``silodp --help``.
-_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce", "distributed", "ledger")
+_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce", "distributed", "ledger", "silo",
+            "federation")
 
 
 class CliError(Exception):
