@@ -332,6 +332,11 @@ class SiloLedgerDB:
         hit = db.execute("SELECT value FROM cache WHERE key = ?", (self._cache_key(releases),)).fetchone()
         return float(hit[0]) if hit else math.inf
 
+    def recorded(self) -> list[GaussianRelease]:
+        """Every release recorded, all runs."""
+        with self._read() as db:
+            return self._rows(db)
+
     def spent(self) -> float:
         """The certified epsilon of everything this silo ever released."""
         with self._write() as db:

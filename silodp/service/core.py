@@ -196,6 +196,32 @@ class Silo:
             raise Refusal("release", "the release is not finite; nothing released")
         return out
 
+    def admits(self, settings: Settings, most: int = 100) -> dict:
+        """What the budget admits of ``settings`` after everything the ledger recorded: the
+        silo's certificate of one run (``epsilon_run``) and how many more runs of it fit
+        (``runs``, at most ``most``: the largest k whose composition with the past is certified
+        within the budget, by the same tightest certificate admission uses)."""
+        from silodp.integrations.flower_silo import certify_releases
+
+        self.check(settings)
+        declared = load_releases(self.entry(settings)["releases"])
+        past, delta = self.ledger.recorded(), self.policy.budget_delta
+
+        def fits(k: int) -> bool:  # monotone in k: doubling, then bisection
+            return certify_releases(past + declared * k, delta) <= self.policy.budget_epsilon
+
+        low, high = 0, 1
+        while high <= most and fits(high):
+            low, high = high, 2 * high
+        high = min(high, most + 1)  # fits(low), not fits(high) (or past most)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid)
+        runs = low
+        return {"epsilon_run": certify_releases(declared, delta), "runs": runs,
+                "epsilon_spent": certify_releases(past, delta), "budget_epsilon": self.policy.budget_epsilon,
+                "budget_delta": delta}
+
     def status(self) -> dict:
         """The ledger's summary (``silodp ledger``'s report)."""
         return self.ledger.summary()
