@@ -15,6 +15,7 @@ worst excess, the slowest silodp call (wall and CPU) and the median time ratios.
 
     python benchmarks/bench_mechanisms.py [--quick]
     python benchmarks/bench_mechanisms.py --sweep   # silodp's default against dp-accounting's fine PLD
+    python benchmarks/bench_mechanisms.py --allocation   # balls-in-bins against pld-accounting (issue 38)
 
 ``--sweep``: the 1% claim of issue 23 over its range, Poisson-subsampled Gaussians (z = 1, add/remove)
 at every q in {1e-6, 1e-4, 1e-2}, steps in {1e2, 1e4, 1e6}, delta in {1e-6, 1e-9, 1e-12}: silodp's
@@ -181,15 +182,51 @@ def sweep() -> None:
           f"slowest silodp call {max(r[1] for r in rows):.2f} s wall, {max(r[2] for r in rows):.2f} s CPU")
 
 
+#: Issue 38's random-allocation grid: one epoch of t batches, z 0.9, delta 1e-6.
+ALLOCATION_GRID = (50, 200, 500, 1000)
+
+
+def allocation_grid(batches=ALLOCATION_GRID, z: float = 0.9, delta: float = 1e-6) -> bool:
+    """Balls-in-bins against Feldman & Shenfeld's ``pld-accounting`` (the dev extra): silodp's epsilon
+    beside its (lower, upper) range and silodp's rigorous lower bound, CPU seconds of both, and
+    whether silodp is within 1% of its upper bound (never above 1.01 x) and >= 10x faster."""
+    import PLD_accounting as pla
+
+    ok = True
+    allocation.epsilon(z, 2, 1, delta)  # warm both up (lazy imports), outside the timings
+    pla.gaussian_allocation_epsilon_range(delta=delta, sigma=z, num_steps=2)
+    print(f"{'batches':>7} {'silodp':>9} {'pla upper':>9} {'pla lower':>9} {'our lower':>9} {'/upper':>8} "
+          f"{'cpu silodp':>10} {'cpu pla':>8} {'speedup':>8}")
+    for t in batches:
+        allocation._epoch_pld.cache_clear()
+        c0 = time.process_time()
+        ours = allocation.epsilon(z, t, 1, delta)
+        c1 = time.process_time()
+        upper, lower = pla.gaussian_allocation_epsilon_range(delta=delta, sigma=z, num_steps=t)
+        c2 = time.process_time()
+        floor = allocation.lower_bound_epsilon(z, t, 1, delta)
+        within, fast = ours <= 1.01 * upper, (c2 - c1) >= 10 * (c1 - c0)
+        ok &= within and fast
+        print(f"{t:7d} {ours:9.4f} {upper:9.4f} {lower:9.4f} {floor:9.4f} {100 * (ours / upper - 1):+7.2f}% "
+              f"{c1 - c0:10.2f} {c2 - c1:8.1f} {(c2 - c1) / (c1 - c0):7.0f}x", flush=True)
+    print(f"all within 1% of pld-accounting's upper bound and >= 10x faster: {ok}")
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="the 1%% sweep against dp-accounting's fine PLD")
+    ap.add_argument("--allocation", action="store_true",
+                    help="balls-in-bins against pld-accounting at 50-1000 batches (about 100 s of its CPU)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)  # dp-accounting's notice that optimistic PLDs use privacy buckets
     if args.sweep:
         return sweep()
+    if args.allocation:
+        allocation_grid()
+        return None
     cases = [CASES[i] for i in QUICK] if args.quick else CASES
     rows = []
     print(f"{'mechanism':<40} {'silodp':>9} {'dpa-fine':>9} {'lower':>9} {'excess':>8} {'>lower':>8} "

@@ -1,64 +1,260 @@
-"""Rounds per second: the vectorized simulator (ghost clipping and the vmap reference) against a
-per-silo, per-sample loop, at the paper's MNIST sizes (N = 25, n ~ 1,234, d = 50, MLP with 64
-hidden units, batch ~ 600). Run: ``python benchmarks/bench_simulator.py [--loop-rounds 2]``."""
+"""CPU time per round: silodp's vectorized simulator against what a user would write with Opacus
+(a per-silo loop over one ``GradSampleModule``, with hooks or with Opacus' ghost clipping), at the
+paper's MNIST sizes (n ~ 1,234 records per silo, d = 50, MLP 50-64-1, batch K = 600, float32) for
+N = 10 .. 400 silos.
+
+Every number is CPU time (``time.process_time``) measured in ONE process on ``--threads`` torch
+threads (default 1), the implementations interleaved round by round (each repetition runs every
+implementation once, the median over repetitions is kept), so that the ratios compare runs that
+saw the same machine load. silodp's per-round time is steady state: the time between the first and
+the last round's callback over the rounds between (calibration, certification and warm-up are not
+counted; ``end to end`` rows include them). FLOP/s: the model FLOPs of one MB-SGD round (forward
+2P, weight gradients 2P, activation gradients 2P' per record, P the parameters, P' those of the
+layers after the first) over the measured time, against a float32 matmul measured in the same run
+on the same threads.
+
+Rows: silodp ISRL-MB-SGD (ghost clipping; ``vmap`` materialized at the smallest N only),
+ISRL-SPIDER without and with a smoothness constant ``beta`` (with ``beta`` it clips per-record
+differences: ghost norms of differences), ISRL-Prox-SVRG (differences of clipped gradients); the
+Opacus loops. Targets (issue 37), printed as met / missed: SPIDER with beta >= 0.5x the rounds/s
+without it, silodp >= 10x Opacus per silo at N = 100, per-silo cost growth <= 1.15x from N = 25 to
+N = 400, >= 50% of the measured matmul peak at N = 25.
+
+    python benchmarks/bench_simulator.py [--silos 10,25,100,400] [--quick] [--json out.json] [--device cuda]
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import json
+import math
+import statistics
 import time
-from pathlib import Path
+import warnings
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from baseline_loop import loop_round  # noqa: E402
+from silodp.algorithms import Federation, IsrlMBSGD, IsrlProxSVRG, IsrlSpider, Problem, mlp
 
-from silodp.algorithms import Federation, IsrlMBSGD, Problem, mlp  # noqa: E402
-from silodp.algorithms.problems import loss_from_outputs  # noqa: E402
+SIGMA = 0.05
+
+
+def clock(device: str) -> float:
+    """CPU seconds of this process (on CUDA: wall seconds after a synchronize)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return time.perf_counter()
+    return time.process_time()
+
+
+def matmul_gflops(device: str, size: int = 1024, reps: int = 8) -> float:
+    """float32 matmul GFLOP/s on this process's torch threads (the best of ``reps``)."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    a @ b
+    best = math.inf
+    for _ in range(reps):
+        t = clock(device)
+        a @ b
+        best = min(best, clock(device) - t)
+    return 2 * size ** 3 / best / 1e9
+
+
+def model_flops(d: int, hidden: int, records: int) -> float:
+    """FLOPs of one forward and backward pass (weights and activations) of MLP d-hidden-1."""
+    first, rest = d * hidden + hidden, hidden + 1
+    return records * (2 * (first + rest) + 2 * (first + rest) + 2 * rest)
+
+
+def data(silos: int, n: int, d: int, device: str):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(silos, n, d, generator=gen)
+    y = (torch.rand(silos, n, generator=gen) < 0.5).float()
+    return x.to(device), y.to(device)
+
+
+# -- silodp -------------------------------------------------------------------------------------
+def silodp_algorithms(args) -> dict:
+    """name -> (algorithm, beta) of the silodp rows (explicit noise, no metrics)."""
+    k = args.batch
+    s = {"sigma1": SIGMA, "sigma2": SIGMA, "sigma2_hat": SIGMA}
+    common = dict(rounds=args.rounds, batch_size=k, step_size=0.1, metrics_every=0)
+    return {
+        "silodp mb-sgd (ghost)": (IsrlMBSGD(sigmas={"sigma": SIGMA}, **common), None),
+        "silodp mb-sgd (materialize)": (IsrlMBSGD(sigmas={"sigma": SIGMA}, grad_method="materialize", **common), None),
+        "silodp spider": (IsrlSpider(q=3, sigmas=s, **common), None),
+        "silodp spider (beta)": (IsrlSpider(q=3, sigmas=s, **common), 5.0),
+        "silodp prox-svrg": (IsrlProxSVRG(sigmas=s, replacement=False, **common), None),
+    }
+
+
+def silodp_round(algo, beta, fed, args, device: str) -> tuple[float, float]:
+    """(steady seconds per round, end-to-end seconds per round) of one run."""
+    problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0, beta=beta)
+    stamps = []
+    start = clock(device)
+    algo.run(problem, fed, seed=0, callback=lambda r, w: stamps.append(clock(device)))
+    end = clock(device)
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1), (end - start) / len(stamps)
+
+
+# -- Opacus: one GradSampleModule, a loop over silos --------------------------------------------
+class OpacusLoop:
+    """ISRL-DP MB-SGD as a user writes it with Opacus: per silo, the server's weights loaded into
+    one wrapped model, a minibatch drawn, forward / backward, the DP optimizer's ``pre_step``
+    (per-sample clip to 1, noise, average) gives the silo's message; the server averages."""
+
+    def __init__(self, args, x, y, ghost: bool, device: str):
+        from opacus import GradSampleModule
+        from opacus.grad_sample import GradSampleModuleFastGradientClipping
+        from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
+        from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
+
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(args.d, args.hidden), torch.nn.ReLU(),
+                                  torch.nn.Linear(args.hidden, 1)).to(device)
+        self.x, self.y, self.k, self.device = x, y, args.batch, device
+        self.server = [p.detach().clone() for p in net.parameters()]
+        z = SIGMA * args.batch  # noise std SIGMA on the mean of K clipped gradients
+        if ghost:
+            self.model = GradSampleModuleFastGradientClipping(net, max_grad_norm=1.0, use_ghost_clipping=True)
+            self.opt = DPOptimizerFastGradientClipping(torch.optim.SGD(self.model.parameters(), lr=0.1),
+                                                       noise_multiplier=z, max_grad_norm=1.0, expected_batch_size=args.batch)
+            self.loss = DPLossFastGradientClipping(self.model, self.opt, torch.nn.BCEWithLogitsLoss(reduction="mean"))
+        else:
+            self.model = GradSampleModule(net)
+            self.opt = DPOptimizer(torch.optim.SGD(self.model.parameters(), lr=0.1), noise_multiplier=z,
+                                   max_grad_norm=1.0, expected_batch_size=args.batch)
+            self.loss = torch.nn.BCEWithLogitsLoss(reduction="mean")
+        self.params = list(self.model.parameters())
+
+    def round(self) -> None:
+        n = self.x.shape[1]
+        total = [torch.zeros_like(p) for p in self.server]
+        for i in range(self.x.shape[0]):
+            with torch.no_grad():
+                for p, s in zip(self.params, self.server):
+                    p.copy_(s)
+            idx = torch.randint(n, (self.k,), device=self.device)
+            self.opt.zero_grad()
+            out = self.model(self.x[i, idx]).squeeze(-1)
+            self.loss(out, self.y[i, idx]).backward()
+            self.opt.pre_step()
+            for t, p in zip(total, self.params):
+                t += p.grad
+        with torch.no_grad():
+            for s, t in zip(self.server, total):
+                s -= 0.1 * t / self.x.shape[0]
+
+
+def measure(args, silos: int, device: str) -> dict:
+    x, y = data(silos, args.n, args.d, device)
+    fed = Federation(x, y, torch.full((silos,), args.n, device=device))
+    algos = silodp_algorithms(args)
+    if silos > min(args.silos):  # the vmap reference only where it is affordable
+        algos.pop("silodp mb-sgd (materialize)")
+    loops = {}
+    if device == "cpu" or args.opacus_on_cuda:
+        try:
+            loops = {"opacus loop (hooks)": OpacusLoop(args, x, y, False, device),
+                     "opacus loop (ghost clipping)": OpacusLoop(args, x, y, True, device)}
+        except ImportError:  # opacus is a dev extra
+            loops = {}
+    steady = {name: [] for name in [*algos, *loops]}
+    e2e = {name: [] for name in algos}
+    for _ in range(args.reps):  # interleaved: every implementation once per repetition
+        for name, (algo, beta) in algos.items():
+            s, e = silodp_round(algo, beta, fed, args, device)
+            steady[name].append(s)
+            e2e[name].append(e)
+        for name, loop in loops.items():
+            t = clock(device)
+            for _ in range(args.loop_rounds):
+                loop.round()
+            steady[name].append((clock(device) - t) / args.loop_rounds)
+    med = {name: statistics.median(v) for name, v in steady.items()}
+    return {"silos": silos, "seconds_per_round": med,
+            "end_to_end_seconds_per_round": {name: statistics.median(v) for name, v in e2e.items()},
+            "flops_per_round": model_flops(args.d, args.hidden, silos * args.batch)}
+
+
+def report(rows: list[dict], peak: float, args) -> list[str]:
+    """The table and the targets' lines."""
+    base = "silodp mb-sgd (ghost)"
+    names = list(dict.fromkeys(n for r in rows for n in r["seconds_per_round"]))
+    lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} threads={torch.get_num_threads()} "
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run)", "",
+             "| N | implementation | CPU ms / round | ms / silo | vs silodp mb-sgd | GFLOP/s | % of peak |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sec = r["seconds_per_round"]
+        for name in names:
+            if name not in sec:
+                continue
+            s = sec[name]
+            gf = r["flops_per_round"] / s / 1e9 if "mb-sgd" in name or "opacus" in name else math.nan
+            flop = f"{gf:.1f} | {100 * gf / peak:.0f}%" if math.isfinite(gf) else "- | -"
+            lines.append(f"| {r['silos']} | {name} | {1e3 * s:.2f} | {1e3 * s / r['silos']:.3f} | "
+                         f"{s / sec[base]:.2f}x | {flop} |")
+    by_n = {r["silos"]: r["seconds_per_round"] for r in rows}
+    lines.append("")
+    for r in rows:
+        e = r["end_to_end_seconds_per_round"]
+        lines.append(f"N={r['silos']}: end to end (calibration and setup included) ms/round: "
+                     + ", ".join(f"{n.replace('silodp ', '')} {1e3 * v:.1f}" for n, v in e.items()))
+    lines.append("")
+    checks = []
+    for n, sec in by_n.items():
+        if "silodp spider (beta)" in sec:
+            checks.append((f"N={n}: SPIDER with beta / without, rounds/s", sec["silodp spider"] / sec["silodp spider (beta)"], 0.5))
+    if 100 in by_n and "opacus loop (hooks)" in by_n[100]:
+        sec = by_n[100]
+        fastest = min(sec["opacus loop (hooks)"], sec["opacus loop (ghost clipping)"])
+        checks.append(("N=100: fastest Opacus loop / silodp mb-sgd, CPU per round", fastest / sec[base], 10.0))
+    if 25 in by_n and 400 in by_n:
+        growth = (by_n[400][base] / 400) / (by_n[25][base] / 25)
+        checks.append(("per-silo cost N=400 / N=25 (at most)", growth, -1.15))
+        slope = math.log(by_n[400][base] / by_n[25][base]) / math.log(16)
+        lines.append(f"log-log slope of CPU per round from N=25 to N=400: {slope:.2f} (target <= 1.05)")
+    if 25 in by_n:
+        r25 = next(r for r in rows if r["silos"] == 25)
+        checks.append(("N=25: share of the matmul peak", r25["flops_per_round"] / by_n[25][base] / 1e9 / peak, 0.5))
+    for label, value, target in checks:
+        ok = value <= -target if target < 0 else value >= target
+        lines.append(f"{label}: {value:.3g} (target {'<=' if target < 0 else '>='} {abs(target):g}) "
+                     f"{'met' if ok else 'MISSED'}")
+    return lines
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--silos", type=int, default=25)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--silos", default="10,25,100,400", help="comma-separated N values")
     ap.add_argument("--n", type=int, default=1234)
     ap.add_argument("--d", type=int, default=50)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--batch", type=int, default=600)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--loop-rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=7, help="rounds per silodp run (steady: rounds 1..R-1)")
+    ap.add_argument("--loop-rounds", type=int, default=1, help="Opacus loop rounds per repetition")
+    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (median kept)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (where torch sees a device)")
+    ap.add_argument("--opacus-on-cuda", action="store_true", help="also run the Opacus loops on cuda")
+    ap.add_argument("--quick", action="store_true", help="N = 10, 25; 1 repetition")
+    ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(args.silos, args.n, args.d, generator=gen)
-    y = (torch.rand(args.silos, args.n, generator=gen) < 0.5).float()
-    fed = Federation(x, y, torch.full((args.silos,), args.n))
-    model = mlp(args.d, [args.hidden], 1)
-    problem = Problem(model, "logistic", clip=1.0)
-
-    rates = {}
-    for method in ("ghost", "materialize"):
-        algo = IsrlMBSGD(rounds=args.rounds, batch_size=args.batch, step_size=0.1, sigmas={"sigma": 0.01},
-                         grad_method=method, metrics_every=0)
-        algo.run(problem, fed, seed=0)  # warm-up
-        t = time.perf_counter()
-        algo.run(problem, fed, seed=0)
-        rates[f"vectorized ({method})"] = args.rounds / (time.perf_counter() - t)
-
-    xs, ys = list(x), list(y)
-    w = model.init(gen, dtype=torch.float32)
-    t = time.perf_counter()
-    for _ in range(args.loop_rounds):
-        w = loop_round(model, lambda o, t_: loss_from_outputs("logistic", o, t_), w, xs, ys, args.batch, 1.0, 0.01, 0.1, gen)
-    rates["per-silo per-sample loop"] = args.loop_rounds / (time.perf_counter() - t)
-
-    base = rates["per-silo per-sample loop"]
-    print(f"N={args.silos} n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} threads={torch.get_num_threads()}")
-    print(f"{'implementation':<28}{'rounds/s':>12}{'ratio':>10}")
-    for name, r in rates.items():
-        print(f"{name:<28}{r:>12.3f}{r / base:>10.1f}")
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", message="Full backward hook")  # Opacus' hooks on inputs without grad
+    args.silos = [10, 25] if args.quick else [int(s) for s in args.silos.split(",")]
+    if args.quick:
+        args.reps = 1
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device")
+    peak = matmul_gflops(args.device)
+    rows = [measure(args, n, args.device) for n in args.silos]
+    print("\n".join(report(rows, peak, args)))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"peak_gflops": peak, "rows": rows, "threads": args.threads, "device": args.device}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -92,3 +92,8 @@ __all__ = [
     "from_dp_accounting", "gaussian_steps", "get_accountant", "register_accountant", "releases_event", "sensitivity",
     "shuffle_bounds", "tightest_calibration", "tightest_epsilon", "to_dp_accounting", "user_level_guarantee",
 ]
+
+# A module of this package registers by being here (one new file, nothing else to edit).
+from silodp._registry import discover as _discover  # noqa: E402
+
+_discover(__name__, "@register_accountant")

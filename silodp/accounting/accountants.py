@@ -19,10 +19,11 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 * ``rdp`` -- Renyi DP (Mironov 2017; Mironov, Talwar & Zhang 2019 for Poisson subsampling, see
   :mod:`silodp.accounting.rdp`) with the improved RDP -> (eps, delta) conversion
   (Canonne-Kamath-Steinke 2020 / Balle et al. 2020); tested against dp-accounting's. Under
-  replace-one, Poisson- and without-replacement-subsampled Gaussians are charged as the
-  add/remove Poisson-subsampled Gaussian at sensitivity 2C, which dominates both (BBG18
-  advanced joint convexity), and Poisson ones also by the replace-one pair itself
-  (:mod:`silodp.accounting.rdp_replace`, 2-4x tighter in epsilon); with-replacement sampling by the
+  replace-one, Poisson-subsampled Gaussians are charged as the add/remove Poisson-subsampled
+  Gaussian at sensitivity 2C, which dominates them, and also by the replace-one pair itself
+  (:mod:`silodp.accounting.rdp_replace`, 2-4x tighter in epsilon); without-replacement ones by
+  the RDP of the symmetric pair (:func:`silodp.accounting.rdp.without_replacement_gaussian_rdp`,
+  proved there, BBG18 advanced joint convexity); with-replacement sampling by the
   labelled-multiplicity bound (the record's multiplicity charged as released).
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
@@ -124,6 +125,21 @@ def accountant_choices(*extra: str) -> RegistryView:
     return RegistryView(ACCOUNTANTS, *extra)
 
 
+def as_silodp_event(event: Any) -> ev.DpEvent:
+    """``event`` itself, or the silodp event equal to a dp-accounting event tree
+    (:func:`silodp.accounting.events.from_dp_accounting`); a dp-accounting event that silodp cannot
+    certify soundly (no counterpart: ``MixtureOfGaussiansDpEvent``, ``RepeatAndSelectDpEvent``,
+    ``SingleEpochTreeAggregationDpEvent``, ``UnsupportedDpEvent``...) is an
+    :class:`UnsupportedEventError` naming it."""
+    if not ev.is_dp_accounting_event(event):
+        return event
+    try:
+        return ev.from_dp_accounting(event)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UnsupportedEventError(f"event: dp-accounting's {type(event).__name__} is not certified by "
+                                    f"silodp ({exc})") from None
+
+
 #: :attr:`Accountant.candidacy` values
 EXACT, TIGHT, FALLBACK = "exact", "tight", "fallback"
 
@@ -207,11 +223,19 @@ class Accountant(abc.ABC):
         return self.unsupported_reason(event) is None
 
     def compose(self, event: ev.DpEvent, count: int = 1) -> "Accountant":
-        blocks = self._flatten(event, check_count("count", count))
+        """Compose ``count`` adaptive repetitions of ``event`` (silodp's, or dp-accounting's own
+        event objects, read as the silodp events of the same name; one without a sound silodp
+        counterpart is refused naming it). Atomic: everything is translated, walked and checked
+        before anything is committed, so a refusal leaves the accountant (its steps, certificate
+        and :attr:`ledger`) exactly as it was."""
+        count = check_count("count", count)
+        event = as_silodp_event(event)
+        blocks = self._flatten(event, count)
         for block in blocks:
             self._check_block(block)
+        entry = event if count == 1 else ev.SelfComposedDpEvent(event, count)
         self._blocks.extend(blocks)
-        self._events.append(event if count == 1 else ev.SelfComposedDpEvent(event, count))
+        self._events.append(entry)
         return self
 
     def _check_block(self, block: Block) -> None:
@@ -340,9 +364,12 @@ class RdpAccountant(Accountant):
 
     def _block_rdp(self, block: Block) -> np.ndarray:
         """RDP curve of one block on RDP_ORDERS. A subsampled step is charged the smaller of its
-        subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019) and the un-sampled Gaussian's
-        alpha / (2 z^2): subsampling is post-processing of the full release (data processing),
-        so both bound it, and orders where the series did not converge fall back to the latter.
+        subsampled-Gaussian RDP (Mironov, Talwar & Zhang 2019; without replacement the proven
+        symmetric pair of :func:`silodp.accounting.rdp.without_replacement_gaussian_rdp`) and the
+        un-sampled Gaussian's alpha / (2 z^2): the step's output is a mixture over batches, with the
+        same batch law under both datasets, of Gaussians at most one shift apart, and D_alpha is
+        jointly quasi-convex (van Erven & Harremoes 2014, Thm 13), so the largest batch's bounds it;
+        orders where the series did not converge fall back to the latter.
         With replacement: the labelled-multiplicity bound (:mod:`silodp.accounting.rdp`); a record
         drawn twice moves the sum by 4C, so the un-sampled Gaussian does not bound it."""
         orders = np.asarray(RDP_ORDERS)
@@ -353,7 +380,9 @@ class RdpAccountant(Accountant):
             return block.count * rdp_lib.with_replacement_gaussian_rdp(z, block.sample_size, block.dataset_size, orders)
         full = rdp_lib.gaussian_rdp(z, orders)
         if block.subsampled:
-            full = np.minimum(rdp_lib.poisson_subsampled_gaussian_rdp(block.q, z, orders), full)
+            sub = (rdp_lib.without_replacement_gaussian_rdp if block.sampling == Sampling.WITHOUT_REPLACEMENT
+                   else rdp_lib.poisson_subsampled_gaussian_rdp)
+            full = np.minimum(sub(block.q, z, orders), full)
         if block.subsampled and block.sampling == Sampling.POISSON and self.neighbouring == ev.REPLACE_ONE:
             from silodp.accounting.rdp_replace import poisson_replace_one_gaussian_rdp  # the replace-one pair
 
@@ -491,12 +520,11 @@ class PldAccountant(Accountant):
         return self._compose(self._blocks, dtype, direct_work)
 
     def _compose(self, blocks, dtype: type, direct_work: int) -> pld_lib.PrivacyLossDistribution | None:
-        """The composition of ``blocks`` in order (None when there are none)."""
-        total = None
-        for block in blocks:
-            p = self._block_pld(block, dtype, direct_work)
-            total = p if total is None else total.compose(p)
-        return total
+        """The composition of ``blocks`` (None when there are none): identical ones grouped, the
+        rest merged in a balanced tree (:func:`silodp.accounting.pld_tree.compose_blocks`)."""
+        from silodp.accounting.pld_tree import compose_blocks
+
+        return compose_blocks(blocks, lambda block: self._block_pld(block, dtype, direct_work))
 
     #: Largest share of the requested delta the floating-point charge may take (else: refuse). The
     #: charge is spent from delta (the certificate is epsilon at delta - charge), so any share
@@ -791,10 +819,13 @@ def _pvec_group(event: ev.DpEvent, uses: int, l2: bool) -> "pvec.PvecGroup":
                           l2=one.l2_shift if l2 else None, **extra)
 
 
-def get_accountant(name: str, neighbouring: ev.NeighboringRelation | None = None, **kwargs) -> Accountant:
+def get_accountant(name: Any, neighbouring: ev.NeighboringRelation | None = None, **kwargs: Any) -> Accountant:
     """A fresh accountant by registry name (``gdp``, ``rdp``, ``pld``, ``zcdp``, ``advanced``, ``dwork-roth``,
-    ``pvec``, ``pvec-pld``, and any registered later);
-    ``neighbouring`` (or ``neighboring_relation=``) defaults to :data:`DEFAULT_RELATION`."""
+    ``pvec``, ``pvec-pld``, and any registered later) or by :class:`~silodp.accounting.spec.AccountantSpec`
+    (its settings, then ``kwargs``); ``neighbouring`` (or ``neighboring_relation=``) defaults to
+    :data:`DEFAULT_RELATION`."""
+    if not isinstance(name, str) and hasattr(name, "settings"):  # an AccountantSpec (spec.py imports this module)
+        name, kwargs = name.name, {**dict(name.settings), **kwargs}
     if name not in ACCOUNTANTS:
         raise ValueError(f"accountant: must be one of {sorted(ACCOUNTANTS)}, got {name!r}")
     return ACCOUNTANTS[name](neighbouring, **kwargs)

@@ -15,19 +15,33 @@ number S = sum_i Y_i:
   batch, taken as batch 1 by symmetry) and log Y_i ~ N(-1/(2z^2), 1/z^2) for i >= 2, all independent;
 * add, (Q, P): loss -log(S / t) under Q, every log Y_i ~ N(-1/(2z^2), 1/z^2).
 
-Discretization (pessimistic by construction). S is a sum of independent nonnegative variables.
-Each Y is put on a grid j * d by rounding *up* (remove: the loss increases in S) or *down* (add:
-the loss decreases in S), and the grid's partial sums are formed by FFT convolution; whenever a
-partial sum's grid grows too long it is re-binned onto a grid twice as coarse, again rounding up
-(resp. down), and values beyond the cap (a partial sum already past the loss range) go to +inf
-loss (remove) or down to the cap (add). Every step is a monotone map applied to the variables, so
-the computed S dominates (resp. is dominated by) the true one in the usual stochastic order; its
-loss, rounded up to the PLD grid, therefore dominates the true loss, and the hockey-stick curve
-delta(eps) = E[(1 - e^{eps - L})_+] is increasing in L, preserved by adding independent epochs
-(composition is a convolution of the losses). Probability masses come from the normal CDF
-(:func:`scipy.special.ndtr`, upper tails taken from the complement); their round-off and every
-convolution's l1 error bound (:func:`silodp.accounting.pld._convolve`) travel as ``roundoff``,
-charged to delta. The mass of Y beyond its (1 - 1e-17 / t) quantile (its exact mass) is charged at +inf.
+Discretization (pessimistic by construction: convex order, not rounding). Both directions are
+functionals of S = sum_i Y_i under Q, where the Y_i are i.i.d. lognormal with mean 1:
+delta_remove(eps) = H_{e^eps}(P || Q) = E_Q[(S / t - e^eps)_+] and
+delta_add(eps) = H_{e^eps}(Q || P) = E_Q[(1 - e^eps S / t)_+], both *convex* in S. So any S' that
+is larger in convex order (S' = S + a martingale difference) bounds them, and a sum of independent
+variables each larger in convex order is larger in convex order. Each Y is put on the grid j d by
+splitting each cell's mass between its two ends *keeping its mean* (:func:`_spread_pmf`), and
+every re-binning onto a grid twice as coarse (add only) splits each odd point half and half
+(:func:`_halve`): martingale spreads, whose error is second order in d (rounding every value up, as before issue 38,
+biased the loss by about d per variable: +34% in epsilon at 1000 batches). Remove: the P-law of S is
+the size-biased one, E_Q[S / t; S in ds] = E_Q[Y_1; S in ds] by exchangeability (every spread Y_i
+alike on one grid, partial sums cut but never re-binned: :func:`_remove_sum`), and
+delta_remove(eps) = E_P[(1 - e^{eps} t / S)_+]; any sub-measure of it, with the missing P-mass
+charged at +inf loss ((1 - e^{eps - L})_+ <= 1), bounds it: Y past its cap (the size-biased tail,
+1e-17 / t of P-mass) and partial sums past the cap are dropped, and 1 - (the mass kept) goes to
++inf. Add: Q-masses at -log(S / t), where (1 - e^eps S / t)_+ also *decreases* in S, so Y past its
+grid and partial sums past t e^3 (losses below -3) are moved *down* to the cap; S = 0 (a spread
+down to 0) is +inf. Losses are rounded up to the PLD grid, and delta(eps) = E[(1 - e^{eps - L})_+]
+is increasing in L and preserved by composing epochs (a convolution of losses). Probability masses
+come from the normal CDF (:func:`scipy.special.ndtr`, upper tails from the complement); their
+round-off and every convolution's l1 error bound (:func:`silodp.accounting.pld._convolve`) travel
+as ``roundoff``, charged to delta. Against Feldman & Shenfeld's ``pld-accounting`` 2.0 (z 0.9,
+delta 1e-6): inside its (lower, upper) range at 50-1000 batches, 1-2% below its upper bound.
+Below z = 0.5 (log-normal tails so heavy that the grid must span ~1e11) and for a direction whose
+spread carries a round-off bound above 1e-7 (the cell shares' cancellation grows with the grid
+index), that direction is the rounded PLD of :mod:`silodp.accounting._allocation_rounded` (each
+variable rounded up, resp. down: stochastic order, the method before issue 38; sound, looser).
 
 Replace-one: the record x is replaced by x' in the same slot. Removing x (add/remove pair above,
 remove direction) and then adding x' (add direction) chains two neighbouring datasets, so the run
@@ -56,151 +70,176 @@ import math
 import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from silodp.accounting import pld as pld_lib
+from silodp.accounting import _allocation_rounded, pld as pld_lib
 from silodp.accounting._numerics import monotone_root
 from silodp._validation import check_count, check_delta, check_positive
 
-#: Grid points all the partial sums of one direction may hold together (about a second): a sum
-#: of t variables takes about log2(t) + 1 convolutions, each partial sum at most
-#: WORK / (log2(t) + 1) points (between 2^17 and 2^20) before it is re-binned twice as coarse.
-WORK = 1 << 21
 #: Tail mass beyond the grid of each variable's log-normal (its exact mass, from the normal CDF,
 #: goes to +inf loss or down to the cap): 1e-17 per epoch over all t variables, and for the record's own.
 _TAIL = 1e-17
 _U = 2.0 ** -53
 
 
-def _grid_pmf(mean_log: float, sd_log: float, step: float, cap: float, up: bool) -> tuple[np.ndarray, float, float]:
-    """Y = exp(N(mean_log, sd_log^2)) on the grid j * step (j <= cap / step), rounded up (``up``) or
-    down; returns (masses, mass past the cap, round-off bound). Past the cap: +inf when rounding
-    up, moved to the last point (<= cap) when rounding down.
+def _spread_pmf(sd_log: float, step: float, cap: float) -> tuple[np.ndarray, float, np.ndarray, float]:
+    """Y = exp(N(-sd^2/2, sd^2)) (mean 1, its law under Q) restricted to Y <= n step,
+    n = ceil(cap / step), each cell's mass split between its two ends so that its mean is kept (a
+    martingale spread: convex order up). Returns (Q-masses q_j at j step, j = 0..n, a bound on
+    their l1 error, the P-weights j step q_j of the size-biased law, a bound on their l1 error).
 
-    Interval masses are differences of lower tails left of the median and of upper tails right of
-    it (one interval straddles it), each tail from :func:`scipy.special.ndtr` to a few ulps, so
-    the l1 error is at most 16 u sum_j min(F_j, 1 - F_j) + 4 u."""
+    Cell ((j-1) d, j d] has mass m_j = Phi(u_j) - Phi(u_{j-1}) and first moment
+    M_j = Phi(u_j - sd) - Phi(u_{j-1} - sd), u_j = (ln(j d) + sd^2 / 2) / sd; it sends
+    j m_j - M_j / d to (j-1) d and M_j / d - (j-1) m_j to j d. Each difference of normal CDFs is
+    taken from the nearer tail (a few ulps: 8 u min(F, 1 - F) per end, e_j), so cell j's two
+    shares are off by at most 32 u [(j + 1)(m_j + e_j) + (M_j + e'_j) / d], and the two additions
+    by u each; the P-weights, at most j d times those."""
     n = int(math.ceil(cap / step))
-    z = (np.log(np.arange(1, n + 1) * step) - mean_log) / sd_log  # edges j * step, j = 1..n
-    lower, upper = ndtr(z), ndtr(-z)  # P[Y <= edge], P[Y > edge]
-    lo_prev, up_prev = np.concatenate(([0.0], lower[:-1])), np.concatenate(([1.0], upper[:-1]))
-    masses = np.where(z <= 0, lower - lo_prev, np.where(np.concatenate(([z[0]], z[:-1])) >= 0,
-                                                          up_prev - upper, 1.0 - lo_prev - upper))
-    masses = np.maximum(masses, 0.0)  # mass of ((j-1) step, j step], j = 1..n
-    err = 16.0 * _U * float(np.sum(np.minimum(lower, upper))) + 4.0 * _U
-    above = float(upper[-1])
-    if up:  # to j step; index 0 (Y = 0) is empty
-        return np.concatenate(([0.0], masses)), above, err
-    masses[-1] += above  # to (j-1) step; past the cap down to the last point
-    return masses, 0.0, err
+    edges = np.log(np.arange(1, n + 1) * step)
+    centre = 0.5 * sd_log * sd_log
+
+    def cell_masses(shift: float) -> tuple[np.ndarray, np.ndarray]:
+        z = (edges + centre) / sd_log - shift  # edges j * step, j = 1..n
+        lower, upper = ndtr(z), ndtr(-z)
+        lo_prev, up_prev = np.concatenate(([0.0], lower[:-1])), np.concatenate(([1.0], upper[:-1]))
+        left = np.concatenate(([z[0]], z[:-1]))
+        m = np.where(z <= 0, lower - lo_prev, np.where(left >= 0, up_prev - upper, 1.0 - lo_prev - upper))
+        return np.maximum(m, 0.0), np.minimum(lower, upper)
+
+    mass, err_m = cell_masses(0.0)
+    moment, err_moment = cell_masses(sd_log)
+    j = np.arange(1, n + 1, dtype=float)
+    down = np.maximum(j * mass - moment / step, 0.0)  # to (j-1) step
+    up = np.maximum(moment / step - (j - 1.0) * mass, 0.0)  # to j step
+    q = np.zeros(n + 1)
+    q[:-1] += down
+    q[1:] += up
+    cell = 32.0 * _U * ((j + 1.0) * (mass + err_m) + (moment + err_moment) / step)
+    x = np.arange(n + 1) * step
+    p = x * q
+    q_err = float(np.sum(cell)) + 2.0 * _U * float(np.sum(q))
+    p_err = float(np.sum(j * step * cell)) + 3.0 * _U * float(np.sum(p))
+    return q, q_err, p, p_err
 
 
-def _coarsen(masses: np.ndarray, up: bool) -> np.ndarray:
-    """Re-bin values j * d onto multiples of 2d: ceil(j / 2) (``up``) or floor(j / 2)."""
+def _halve(masses: np.ndarray) -> np.ndarray:
+    """Values j d onto the grid 2d, keeping every mean: even j to j / 2, odd j half to each
+    neighbour (a martingale spread; halving is exact)."""
     if len(masses) % 2:
         masses = np.append(masses, 0.0)
-    pairs = masses.reshape(-1, 2)
-    if up:  # 2i-1 and 2i go to i: shift by one
-        out = np.zeros(len(pairs) + 1)
-        out[0] = masses[0]
-        out[1:] += pairs[:, 1]
-        out[1:len(pairs)] += pairs[1:, 0]
-        return out
-    return pairs.sum(axis=1)
+    even, odd = masses[0::2], masses[1::2] * 0.5
+    out = np.zeros(len(even) + 1)
+    out[:-1] += even + odd
+    out[1:] += odd
+    return out
 
 
 def _max_points(t: int) -> int:
-    return int(min(1 << 20, max(1 << 17, WORK // (math.ceil(math.log2(t)) + 1))))
+    """Grid points of every partial sum: 2^16 up to 100 batches, 2^17 up to 200, 2^18 beyond (the
+    spread's error is second order: epsilon within 0.1% of a twice finer grid at z 0.9, 50-1000 batches)."""
+    return 1 << min(18, max(16, 16 + math.ceil(math.log2(t / 100.0))))
 
 
-class _Sum:
-    """A nonnegative variable on the grid j * step (j <= cap / step), + mass at +inf, + round-off;
-    at most ``limit`` points."""
+class _Sum(_allocation_rounded._Sum):
+    """A sub-probability law on the grid j * step, j <= cap / step (the rest dropped), with a bound
+    ``roundoff`` on the l1 error of its masses; at most ``limit`` points."""
 
-    def __init__(self, masses, inf, roundoff, *, step, cap, up, limit):
-        self.masses, self.step, self.inf, self.roundoff = masses, step, inf, roundoff
-        self.cap, self.up, self.limit = cap, up, limit
+    def __init__(self, masses, roundoff, *, step, cap, limit, down=False):
+        self.masses, self.roundoff, self.step, self.cap, self.limit = masses, roundoff, step, cap, limit
+        self.down = down
 
     def _fit(self) -> "_Sum":
         last = int(self.cap / self.step) + 1
-        if len(self.masses) > last:  # past the cap: +inf (up) or down to the cap
+        if len(self.masses) > last:  # past the cap: dropped, or (``down``) moved down to it
             beyond = float(np.sum(self.masses[last:]))
             self.masses = self.masses[:last].copy()
-            if self.up:
-                self.inf += beyond
-            else:
+            if self.down:
                 self.masses[-1] += beyond
         while len(self.masses) > self.limit:
             self._halve()
         return self
 
-    def _halve(self) -> None:
-        """Twice as coarse a grid (pairwise sums: l1 round-off <= u sum)."""
-        self.masses, self.step = _coarsen(self.masses, self.up), 2.0 * self.step
-        self.roundoff += _U * float(np.sum(self.masses))
-
-    def coarsen_to(self, step: float) -> "_Sum":
-        while self.step < step * (1 - 1e-12):
-            self._halve()
-        return self
+    def _halve(self) -> None:  # (coarsen_to is the rounded sum's)
+        self.masses, self.step = _halve(self.masses), 2.0 * self.step
+        self.roundoff += 2.0 * _U * float(np.sum(self.masses))
 
     def plus(self, other: "_Sum") -> "_Sum":
         step = max(self.step, other.step)
         a, b = self.coarsen_to(step), other.coarsen_to(step)
         out, fresh = pld_lib._convolve(a.masses, a.masses if b is a else b.masses)
-        inf = 1.0 - (1.0 - a.inf) * (1.0 - b.inf)
         ra, rb = a.roundoff, b.roundoff
-        return _Sum(out, inf, ra + rb + ra * rb + fresh, step=step, cap=a.cap, up=a.up, limit=a.limit)._fit()
+        return _Sum(out, ra + rb + ra * rb + fresh, step=step, cap=a.cap, limit=a.limit, down=a.down)._fit()
 
 
-def _power(base: _Sum, count: int) -> _Sum | None:
-    """The sum of ``count`` independent copies (binary powering)."""
-    out, sq = None, base
-    while count:
-        if count & 1:
-            out = sq if out is None else out.plus(sq)
-        count >>= 1
-        if count:
-            sq = sq.plus(sq)
-    return out
-
-
-def _loss_pmf(total: _Sum, t: int, interval: float, remove: bool) -> pld_lib.LossPmf:
-    """The loss +-log(S / t) of the grid variable S, rounded up to multiples of ``interval``."""
-    j = np.arange(len(total.masses))
-    with np.errstate(divide="ignore"):
-        x = np.log(j * total.step / t)
-    masses, inf = total.masses, total.inf
-    if remove:  # loss log(S/t), increasing; S = 0 joins the lowest point (rounded up)
-        x[0] = x[1] if len(x) > 1 else 0.0
-        idx = np.ceil(x / interval).astype(np.int64)
-    else:  # loss -log(S/t); S = 0 is +inf
-        inf = inf + float(masses[0])
-        masses, x = masses[1:], x[1:]
-        idx = np.ceil(-x / interval).astype(np.int64)
-    lo = int(idx.min())
-    binned = np.bincount(idx - lo, weights=masses)
-    roundoff = total.roundoff + 4.0 * _U * float(np.sum(masses))
-    return pld_lib.LossPmf(interval, lo, binned, float(min(1.0, inf)), roundoff)
-
-
-def _direction(z: float, t: int, interval: float, remove: bool, bound: float) -> pld_lib.LossPmf:
-    """One direction of one epoch (module docstring)."""
-    limit = _max_points(t)
+def _caps(z: float, t: int) -> tuple[float, float]:
+    """(the cap of each Y, the cap of every partial sum): past them the P-mass is below 1e-17 each
+    (module docstring)."""
     s2 = 1.0 / (z * z)
     sd = math.sqrt(s2)
-    spread = -float(ndtri(_TAIL / t))  # the (1 - 1e-17 / t) normal quantile (t variables: 1e-17 in all)
-    y_cap = math.exp(-0.5 * s2 + spread * sd)  # an unshifted Y past it: mass 1e-17 / t
-    if remove:  # S past the cap: the shifted Y past its quantile, or the rest past one jump
-        mine_cap = math.exp(0.5 * s2 - float(ndtri(_TAIL)) * sd)
-        cap = mine_cap + y_cap + (t - 1) * (1.0 + 6.0 * math.sqrt(math.expm1(s2)))
-    else:  # S/t past e^3: losses below -3, moved up to -3 (rounded down in S)
-        cap = t * math.exp(3.0)
-    step = min(y_cap, cap) / (limit // 2)
-    others = _Sum(*_grid_pmf(-0.5 * s2, sd, step, min(y_cap, cap), remove), step=step, cap=cap, up=remove, limit=limit)._fit()
-    total = _power(others, t - 1 if remove else t)
-    if remove:
-        mine = _Sum(*_grid_pmf(0.5 * s2, sd, step, min(mine_cap, cap), True), step=step, cap=cap, up=True, limit=limit)._fit()
-        total = mine if total is None else total.plus(mine)
-    return _loss_pmf(total, t, interval, remove).truncate(bound)
+    y_cap = math.exp(0.5 * s2 - float(ndtri(_TAIL / t)) * sd)  # E[Y; Y > y_cap] = P[shifted Y > y_cap]
+    others = math.exp(-0.5 * s2 - float(ndtri(_TAIL / t)) * sd)
+    return y_cap, y_cap + others + (t - 1) * (1.0 + 6.0 * math.sqrt(math.expm1(s2)))
+
+
+def _remove_sum(z: float, t: int, limit: int) -> _Sum:
+    """The P-law of S = Y_1 + ... + Y_t (spread, module docstring), t >= 2: the size-biased Y_1
+    added to the rest Y_2 + ... + Y_t, on one grid of ``limit`` steps up to the cap.
+
+    Every Y_i has the same spread law on that grid and the partial sums are only *cut* at the cap,
+    never re-binned: then the spread sum is a sum of t exchangeable terms, so its size-biased law
+    E_Q[S / t; S = s] is exactly E[Y_1; S = s], the convolution below, and cutting keeps a
+    sub-measure of it (the missing P-mass is charged at +inf). (Re-binning the rest alone would
+    break the exchangeability this identity needs.)"""
+    y_cap, cap = _caps(z, t)
+    step = cap / limit
+    q, q_err, p, p_err = _spread_pmf(1.0 / z, step, y_cap)
+    never = int(cap / step) + 2  # partial sums are cut at the cap before they could need re-binning
+    rest = _allocation_rounded._power(_Sum(q, q_err, step=step, cap=cap, limit=never)._fit(), t - 1)
+    if rest.step != step:
+        raise ArithmeticError("allocation: the remove sum was re-binned")
+    out, fresh = pld_lib._convolve(rest.masses, p)
+    r = rest.roundoff
+    return _Sum(out[:int(cap / step) + 1], r + p_err + r * p_err + fresh, step=step, cap=cap, limit=never)
+
+
+def _add_sum(z: float, t: int, limit: int) -> _Sum:
+    """The Q-law of S (spread), S past t e^3 (losses below -3) moved down to it."""
+    add_cap = t * math.exp(3.0)
+    step = add_cap / limit
+    q, q_err, _, _ = _spread_pmf(1.0 / z, step, add_cap)
+    q[-1] += float(ndtr(-(math.log((len(q) - 1) * step) + 0.5 / (z * z)) * z))  # P[Y past the grid], down
+    base = _Sum(q, q_err + 2.0 * _U, step=step, cap=add_cap, limit=limit, down=True)._fit()
+    return _allocation_rounded._power(base, t)
+
+
+#: Largest round-off (l1, charged to delta) a direction of the spread PLD may carry: above it (small
+#: noise, whose heavy-tailed likelihood ratios make the spread's cancellation bound large) that
+#: direction is the rounded one of :mod:`silodp.accounting._allocation_rounded` (sound, looser).
+_ROUNDOFF = 1e-7
+#: Below this noise multiplier the likelihood ratios' tails (log-sd 1/z) stretch the grid so far that
+#: the rounded PLD is the tighter (z 0.4, 10 batches: 12.24 against the spread's 12.84; at z 0.5 the
+#: spread wins, 9.415 against 9.424 at 30 batches, delta 1e-8).
+_SPREAD_MIN_Z = 0.5
+
+
+def _sums(z: float, t: int) -> tuple[_Sum, _Sum]:
+    limit = _max_points(t)
+    return _remove_sum(z, t, limit), _add_sum(z, t, limit)
+
+
+def _loss_pmfs(remove: _Sum, add: _Sum, t: int, interval: float,
+               bound: float) -> tuple[pld_lib.LossPmf, pld_lib.LossPmf]:
+    """(remove, add): P-mass at log(s / t), Q-mass at -log(s / t), each rounded up to multiples of
+    ``interval``; the mass they miss (dropped, past the caps, S = 0 for add) at +inf."""
+    out = []
+    for sign, total in ((1.0, remove), (-1.0, add)):
+        masses = total.masses[1:]  # S = 0: loss -inf (remove: no P-mass there) or +inf (add)
+        loss = np.log(np.arange(1, len(total.masses)) * total.step / t)
+        idx = np.ceil(sign * loss / interval).astype(np.int64)
+        lo = int(idx.min())
+        binned = np.bincount(idx - lo, weights=masses)
+        inf = max(0.0, 1.0 - math.fsum(masses))
+        roundoff = 2.0 * total.roundoff + 4.0 * _U * (1.0 + float(np.sum(masses)))
+        out.append(pld_lib.LossPmf(interval, lo, binned, min(1.0, inf), roundoff).truncate(bound))
+    return out[0], out[1]
 
 
 def epoch_pld(noise_multiplier: float, batches: int, value_discretization_interval: float = 1e-3,
@@ -220,8 +259,12 @@ def _epoch_pld(z: float, t: int, h: float, log_mass_truncation_bound: float) -> 
         return pld_lib.from_gaussian_mechanism(z, 1.0, value_discretization_interval=h,
                                                log_mass_truncation_bound=log_mass_truncation_bound)
     bound = float(log_mass_truncation_bound)
-    remove = _direction(z, t, h, True, bound)
-    add = _direction(z, t, h, False, bound)
+    spread = z >= _SPREAD_MIN_Z  # below: heavy-tailed ratios, the spread's grid is too coarse to win
+    remove, add = _loss_pmfs(*_sums(z, t), t, h, bound) if spread else (None, None)
+    if remove is None or remove.roundoff > _ROUNDOFF:
+        remove = _allocation_rounded.direction(z, t, h, True, bound)
+    if add is None or add.roundoff > _ROUNDOFF:
+        add = _allocation_rounded.direction(z, t, h, False, bound)
     for part in (remove, add):  # shared by the cache: read-only
         part.masses.flags.writeable = False
     return pld_lib.PrivacyLossDistribution(remove, add, bound)

@@ -27,6 +27,7 @@ from silodp._validation import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, neighbouring_arg, pld_discretization  # noqa: F401 (re-export)
 from silodp.accounting.accountants import EXACT, FALLBACK, TIGHT
+from silodp.accounting.spec import AccountantSpec
 from silodp.accounting.pld import UncertifiableDeltaError
 from silodp.accounting.blocks import Mechanism, flatten
 from silodp.accounting.gaussian import epsilon_for_delta
@@ -59,6 +60,9 @@ class Calibration:
     settings: dict = dataclasses.field(default_factory=dict)
     #: empty when target * (1 - rtol) <= epsilon <= target; otherwise why not
     note: str = ""
+    #: the registered accountant and settings that certified it (None: an unregistered factory);
+    #: account again from this, never from the ``accountant`` label
+    spec: AccountantSpec | None = None
 
 
 def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant: AccountantFactory,
@@ -184,7 +188,7 @@ def calibrate(
     event_fn: EventFn,
     epsilon: float | None = None,
     delta: float | None = None,
-    accountant: str | AccountantFactory = "pld",
+    accountant: str | AccountantSpec | AccountantFactory = "pld",
     neighbouring: ev.NeighboringRelation | None = None,
     rtol: float = 0.01,
     **accountant_kwargs: Any,
@@ -192,7 +196,8 @@ def calibrate(
     """Smallest noise multiplier z (within ``rtol``) with certified epsilon(event_fn(z), delta) <= epsilon.
 
     ``accountant``: a factory ``(neighbouring, **accountant_kwargs) -> Accountant`` (an accountant
-    class) or its registry name. No accountant is special-cased: the factory's
+    class), its registry name, or an :class:`~silodp.accounting.spec.AccountantSpec` (its settings
+    are the keyword settings, as if given). No accountant is special-cased: the factory's
     ``calibration_settings`` hook (:meth:`~silodp.accounting.accountants.Accountant.calibration_settings`)
     may tune its settings (the PLD chooses its grid there).
 
@@ -209,6 +214,9 @@ def calibrate(
     dl = check_delta("delta", delta)
     if not 0 < rtol < 0.5:
         raise ValueError(f"rtol: must lie in (0, 0.5), got {rtol}")
+    if isinstance(accountant, AccountantSpec):
+        accountant_kwargs = {**dict(accountant.settings), **accountant_kwargs}
+        accountant = accountant.name
     make = _maker(accountant)
     reason = make(neighbouring, **accountant_kwargs).unsupported_reason(event_fn(1.0))
     if reason:
@@ -230,7 +238,19 @@ def calibrate(
     note = "" if certified >= eps * (1.0 - rtol) or z < 1e-4 else (
         f"certified epsilon {certified:.6g} is more than rtol={rtol:g} below the target: the certificate "
         f"of {name} jumps across the band [{eps * (1 - rtol):.6g}, {eps:g}] as the noise varies")
-    return Calibration(z, certified, dl, eps, name, dict(accountant_kwargs), note)
+    return Calibration(z, certified, dl, eps, name, dict(accountant_kwargs), note, _spec(make, accountant_kwargs))
+
+
+def _spec(make: AccountantFactory, settings: dict) -> AccountantSpec | None:
+    """The spec of the registered class ``make`` with ``settings`` (None: not a registered class,
+    or settings its spec does not carry)."""
+    name = getattr(make, "name", None)
+    if not name or ACCOUNTANTS.get(name) is not make:
+        return None
+    try:
+        return AccountantSpec(name, tuple(settings.items()))
+    except ValueError:
+        return None
 
 
 def _candidates() -> list[type]:

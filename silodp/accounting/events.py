@@ -43,7 +43,7 @@ import dataclasses
 import enum
 import math
 from numbers import Integral, Real
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence, TypeVar, dataclass_transform
 
 
 class NeighboringRelation(enum.Enum):
@@ -74,7 +74,13 @@ def sensitivity(value: Any) -> float:
     return 2.0 if relation(value) == NeighboringRelation.REPLACE_ONE else 1.0
 
 
-_event = dataclasses.dataclass(frozen=True)
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True)
+def _event(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass (spelled so that type checkers see its fields)."""
+    return dataclasses.dataclass(frozen=True)(cls)
 
 
 def _field(event: object, name: str) -> str:

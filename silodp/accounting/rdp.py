@@ -19,6 +19,30 @@
   adds leakage) makes the step a labelled mixture of Gaussians with shifts 2KC, whose RDP is
   log(sum_k P[K=k] exp((alpha - 1) alpha k^2 / (2 z^2))) / (alpha - 1). Sound, but it credits
   no amplification in epsilon (docs/accounting.md).
+* Gaussian on a uniformly random subset of m = q n of n records (sampling *without* replacement),
+  replace-one, z relative to the replace-one shift 2C (the accountant passes sigma / (2C)): the
+  RDP of the *symmetric* pair whose hockey-stick curve is, in both directions, the "remove" curve
+  s(e) = H_e((1 - q) N(0, z^2) + q N(1, z^2) || N(0, z^2)) of the Poisson pair,
+  :func:`without_replacement_gaussian_rdp`. Proof. (i) Every step is dominated by s in both
+  directions: :func:`silodp.accounting.pld.from_without_replacement_gaussian` (Balle, Barthe &
+  Gaboardi 2018, Thm 2, and joint convexity of H_e). (ii) For any P, Q and convex f,
+  E_Q[f(dP/dQ)] = f(1) + int_1^inf f''(e) H_e(P || Q) de + int_0^1 f''(e) E_Q[(e - dP/dQ)_+] de
+  (Taylor's formula with integral remainder), and E_Q[(e - dP/dQ)_+] = e - 1 + H_e(P || Q)
+  = e H_{1/e}(Q || P) for e < 1; with f(r) = r^alpha and u = 1/e,
+  A_alpha(P || Q) = 1 + alpha (alpha - 1) int_1^inf [u^{alpha - 2} H_u(P || Q) + u^{-alpha - 1} H_u(Q || P)] du,
+  increasing in both curves: any pair dominated by s both ways has A_alpha at most
+  1 + alpha (alpha - 1) int_1^inf (u^{alpha - 2} + u^{-alpha - 1}) s(u) du, whatever the orientation of
+  each step (RDP composes additively). (iii) The Poisson pair itself has that formula with its "add"
+  curve a(u) = H_u(N(0) || (1 - q) N(0) + q N(1)) in the second term, and its A_alpha is MTZ19's;
+  so A_alpha(symmetric) = A_alpha(MTZ19) + alpha (alpha - 1) int_0^inf e^{-alpha t} (s - a)(e^t) dt.
+  (a <= s: BBG18 Thm 2 writes a(u) = q H_{u'}(N(0) || (1 - b) N(0) + b N(1)), u' = 1 + (u - 1) / q,
+  b = u / u' <= 1, which joint convexity bounds by q b H_{u'}(N(1) || N(0)) <= s(u).) s and a
+  decrease in u, so the integral is bounded above by a Riemann sum (s at each cell's left end, a
+  at its right end) on a geometric grid of t, plus the tail beyond it (s(T) e^{-alpha T} / alpha).
+  The sharper bound D_alpha <= MTZ19's RDP at z (what ``rdp`` charged before) would follow if
+  D_alpha((1 - q) N(0) + q N(a - w) || (1 - q) N(0) + q N(b - w)) were largest at w = b over the
+  clip ball; an exact search over small datasets finds no counter-example, but it is unproven, so
+  it is only :func:`without_replacement_conjectured_rdp`, never a certificate.
 * (alpha, r)-RDP implies (r + log(1 - 1/alpha) - (log delta + log alpha)/(alpha - 1), delta)-DP
   (Balle, Barthe, Gaboardi, Hsu & Sato 2020, Thm 21; Canonne, Kamath & Steinke 2020, Prop 12);
   :func:`epsilon_from_rdp` takes the best order and :func:`delta_from_rdp` inverts it exactly.
@@ -28,6 +52,7 @@ Self-contained (numpy and scipy.special only); tested against dp-accounting's RD
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -138,6 +163,64 @@ def with_replacement_gaussian_rdp(noise_multiplier: float, sample_size: int, dat
     alphas = np.asarray(orders, dtype=float)[:, None]
     out = logsumexp(log_p + (alphas - 1.0) * alphas * k * k / (2.0 * z * z), axis=1)
     return np.maximum(out, 0.0) / (alphas[:, 0] - 1.0)
+
+
+#: Grid of the without-replacement correction integral: t_0 = 0, then geometric from _WOR_T0 to _WOR_T1.
+_WOR_POINTS, _WOR_T0, _WOR_T1 = 1 << 16, 1e-9, 40.0
+#: Absolute slack on each hockey-stick value (log_ndtr to a few ulps; the curves are at most 1).
+_WOR_CURVE_SLACK = 1e-15
+
+
+@functools.lru_cache(maxsize=64)
+def _wor_curves(q: float, z: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid t, and s(e^t) rounded up, a(e^t) rounded down (module docstring)."""
+    from silodp.accounting.pld import GaussianPair  # light: numpy and scipy.special
+
+    t = np.concatenate([[0.0], np.geomspace(_WOR_T0, _WOR_T1, _WOR_POINTS)])
+    s = np.minimum(GaussianPair(q, 0.0, z).delta(t) + _WOR_CURVE_SLACK, 1.0)
+    a = np.maximum(GaussianPair(0.0, q, z).delta(t) - _WOR_CURVE_SLACK, 0.0)
+    for v in (t, s, a):
+        v.flags.writeable = False
+    return t, s, a
+
+
+def _wor_log_correction(q: float, z: float, alpha: float) -> float:
+    """log of an upper bound on alpha (alpha - 1) int_0^inf e^{-alpha t} (s - a)(e^t) dt (-inf if 0)."""
+    t, s, a = _wor_curves(q, z)
+    lo, hi = t[:-1], t[1:]
+    # int_cell e^{-alpha t} dt = e^{-alpha lo} (1 - e^{-alpha (hi - lo)}) / alpha, in logs
+    log_cell = -alpha * lo + np.log(-np.expm1(-alpha * (hi - lo))) - math.log(alpha)
+    gap = np.maximum(s[:-1] - a[1:], 0.0)  # s at the left end, a at the right end
+    with np.errstate(divide="ignore"):
+        terms = np.concatenate([log_cell + np.log(gap), [-alpha * t[-1] - math.log(alpha) + math.log(s[-1])]])
+    return math.log(alpha) + math.log(alpha - 1.0) + float(logsumexp(terms)) + 1e-12
+
+
+def without_replacement_gaussian_rdp(q: float, noise_multiplier: float, orders: np.ndarray) -> np.ndarray:
+    """RDP of a Gaussian sum over a uniformly random subset (sampling without replacement, rate q),
+    replace-one, ``noise_multiplier`` relative to the replace-one shift 2C (sigma / (2C)): the
+    symmetric pair of the module docstring (proved there), rounded up; ``inf`` where not finite."""
+    z = float(noise_multiplier)
+    alphas = np.asarray(orders, dtype=float)
+    if q >= 1.0:
+        return gaussian_rdp(z, alphas)
+    base = poisson_subsampled_gaussian_rdp(q, z, alphas)  # (log A_alpha(MTZ19) + slack) / (alpha - 1)
+    out = np.empty_like(alphas)
+    for n, alpha in enumerate(alphas):
+        if q == 0.0:
+            out[n] = 0.0
+            continue
+        log_a = base[n] * (alpha - 1.0)
+        log_c = _wor_log_correction(float(q), z, float(alpha))
+        out[n] = float(np.logaddexp(log_a, log_c)) / (alpha - 1.0)  # log(A_alpha + correction)
+    return np.where(np.isfinite(out), out, np.inf)
+
+
+def without_replacement_conjectured_rdp(q: float, noise_multiplier: float, orders: np.ndarray) -> np.ndarray:
+    """CONJECTURE, not a certificate: MTZ19's Poisson RDP at the replace-one shift 2C, which would
+    bound sampling without replacement if the conjecture of the module docstring held (an exact
+    search over small datasets finds it attained, never exceeded). For comparison only."""
+    return poisson_subsampled_gaussian_rdp(q, noise_multiplier, orders)
 
 
 def epsilon_from_rdp(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:

@@ -130,4 +130,24 @@ def lower_bound_epsilon(noise_multiplier: float, sample_size: int, dataset_size:
     if int(steps) < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
     pair = collinear_pair(noise_multiplier, sample_size, dataset_size)
-    return max(pld.lower_bound_epsilon([(pair, int(steps))], dl, interval), pld.count_test_lower_bound(pair, int(steps), dl))
+    counted = pld.count_test_lower_bound(pair, int(steps), dl)
+    pair, interval = _fitted(pair, float(interval))
+    best = max(pld.lower_bound_epsilon([(pair, int(steps))], dl, interval), counted)
+    # a dominated PLD loses up to one grid step per step: where that is a large share of the answer
+    # (rarely drawn records, tiny epsilon), again on a grid 50 T / epsilon finer (up to 2^20 points)
+    l_lo, l_hi = pair.loss_range(pld.LOG_TAIL_MASS)
+    fine = max(best / (50.0 * int(steps)), (l_hi - l_lo) / (1 << 20))
+    if 0.0 < fine < interval / 4:
+        best = max(best, pld.lower_bound_epsilon([(pair, int(steps))], dl, fine))
+    return best
+
+
+def _fitted(pair: CollinearPair, interval: float) -> tuple[CollinearPair, float]:
+    """The pair with its largest multiplicities dropped until its losses fit the pld grid (below half
+    of :data:`pld.MAX_LOSS`; P only loses mass, so the bound stays a lower bound), and the interval
+    coarsened until one step spans at most 2^18 points (a coarser grid of the
+    dominated PLD is still dominated: only the bound's tightness changes)."""
+    while len(pair.weights) > 2 and max(map(abs, pair.loss_range(pld.LOG_TAIL_MASS))) > pld.MAX_LOSS / 2:
+        pair = dataclasses.replace(pair, weights=pair.weights[:-1])
+    l_lo, l_hi = pair.loss_range(pld.LOG_TAIL_MASS)
+    return pair, max(interval, (l_hi - l_lo) / (1 << 18))

@@ -293,7 +293,8 @@ def noise_report(epsilon: float, delta: float, num_users: int, records_per_user:
                  warm_steps: int = 0, participation: str = "worst-case", accountant: str = "pld") -> dict:
     """sigma_g toward the server and toward a third party (tight, from the accounting layer) beside
     the paper's closed form, and what each certifies. JSON-friendly; the library side of
-    ``silodp noise --algorithm dp-scaffold``. ``sigma_g`` (the larger one) meets both targets."""
+    ``silodp noise --algorithm dp-scaffold`` (which adds the algorithm's name: the accounting layer knows
+    mechanisms, never algorithm names). ``sigma_g`` (the larger one) meets both targets."""
     cfg = ScaffoldConfig(num_users, records_per_user, rounds, local_steps, user_sampling, data_sampling,
                          clip, warm_steps)
     server = scaffold_sigma_g(cfg, epsilon, delta, "server", participation, accountant)
@@ -305,7 +306,6 @@ def noise_report(epsilon: float, delta: float, num_users: int, records_per_user:
         return _finite(certified_epsilon(cfg, sigma, delta, against, participation, accountant))
 
     return {
-        "algorithm": "dp-scaffold-warm" if warm_steps else "dp-scaffold",
         "target_epsilon": epsilon, "delta": delta,
         "sigma_g_server": server.sigma_g, "sigma_g_third_party": third.sigma_g, "sigma_g_paper": paper,
         "epsilon_server": server.epsilon, "epsilon_third_party": third.epsilon,

@@ -147,6 +147,10 @@ def gaussian_pld(noise_multiplier: float, sample_size: int, dataset_size: int,
     if m < 1 or n < 1:
         raise ValueError(f"sample_size and dataset_size must be >= 1, got {m}, {n}")
     bound = float(log_mass_truncation_bound)
+    if n == 1:  # every draw is the changed record: K = m surely, one Gaussian at shift 2 m C (exact)
+        from silodp.accounting import events as ev
+
+        return pld.from_gaussian_mechanism(z / m, 1.0, ev.REPLACE_ONE, h, bound)
     drawn = -math.expm1(m * math.log1p(-1.0 / n))  # P[K >= 1], without cancellation
     if drawn < _RARE:  # too rare for the profile's arithmetic: a draw is charged as no privacy at all
         return pld.mixture([(1.0 - drawn, pld.identity(h, bound)), (drawn, pld.non_private(h, bound))])

@@ -27,7 +27,7 @@ import dataclasses
 import math
 import warnings
 import weakref
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 
@@ -36,9 +36,12 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLe
 
 from . import grads as _grads
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
-from .federation import BallsInBinsSampler, BatchSampler, SubsetSampler
+from .federation import BallsInBinsSampler, BatchSampler, Federation, SubsetSampler
 from .privacy import NoiseCalibration, TranscriptConfig
+from .release import gaussian_release
 from .result import RunResult
+if TYPE_CHECKING:
+    from .problems import Problem
 from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
 def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
@@ -64,6 +67,10 @@ class FederatedAlgorithm:
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     private: ClassVar[bool] = True
     shuffled: ClassVar[bool] = False
+    #: whether ``_run`` is correct on stacked trials (a ``[T, d]`` iterate: no per-run norms or
+    #: picks; :mod:`silodp.verify.rates.trials`), stated by the class that defines ``_run`` (a
+    #: subclass overriding ``_run`` states it anew: it does not inherit the claim)
+    stacked_trials: ClassVar[bool] = False
     noise_keys: ClassVar[tuple[str, ...]] = ("sigma",)
     message_groups: ClassVar[tuple[str, ...]] = ("grad",)
     uniform_output: ClassVar[bool] = False
@@ -111,7 +118,7 @@ class FederatedAlgorithm:
     def uses_replacement(self) -> bool:
         return self.default_replacement if self.replacement is None else bool(self.replacement)
 
-    def config_fields(self, problem, federation) -> dict:
+    def config_fields(self, problem: Problem, federation: Federation) -> dict:
         """Fields of :attr:`Transcript` for this run: the shared
         ones, the problem's and the federation's, and the :attr:`Config` fields marked as entering
         the transcript (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
@@ -147,7 +154,7 @@ class FederatedAlgorithm:
                                            self.availability_share * delta)
         return {"silos_per_round": floor, "charged_delta": charge}
 
-    def transcript_config(self, problem, federation) -> TranscriptConfig:
+    def transcript_config(self, problem: Problem, federation: Federation) -> TranscriptConfig:
         cfg = self.Transcript(**self.config_fields(problem, federation))
         return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
 
@@ -162,7 +169,7 @@ class FederatedAlgorithm:
         return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
 
     @staticmethod
-    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg,
+    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: TranscriptConfig,
                  sampling: BatchSampling | None = None) -> GaussianRelease:
         """``count`` messages of ``group`` with noise std ``sigma`` over per-record contributions of
         norm <= ``contribution`` (clip over the batch size): noise multiplier sigma / contribution."""
@@ -240,7 +247,7 @@ class FederatedAlgorithm:
         return cls.Transcript(**{k: v for k, v in values.items() if k in names})
 
     @classmethod
-    def transcript_signature(cls, cfg) -> str:
+    def transcript_signature(cls, cfg: TranscriptConfig) -> str:
         """What ``cfg`` determines for this class (its declaration and reference noise): a field
         that moves it applies to the class (``silodp noise --algorithm`` refuses the others)."""
         out = repr(cls.shuffle_declaration(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
@@ -251,7 +258,7 @@ class FederatedAlgorithm:
             return out + str(exc)
 
     @classmethod
-    def noise_report(cls, cfg, epsilon: float, delta: float, method: str = "both",
+    def noise_report(cls, cfg: TranscriptConfig, epsilon: float, delta: float, method: str = "both",
                      accountant: str | None = None) -> dict:
         """The noise for (``epsilon``, ``delta``) as plain data: ``method`` "tight" | "paper", or
         "both" (:func:`silodp.algorithms.privacy.paper_vs_tight`)."""
@@ -263,7 +270,7 @@ class FederatedAlgorithm:
         return {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas, "epsilon": cal.epsilon,
                 "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
 
-    def run_declaration(self, problem, federation, sigmas: dict, shuffle: dict | None) -> list | None:
+    def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.private:
             return None
@@ -293,10 +300,10 @@ class FederatedAlgorithm:
         None or "random", e.g. Alg 3 line 17) or the last iterate (``output="last"``, post-processing)."""
         return self.uniform_output and self.output != "last"
 
-    def eta(self, problem) -> float:
+    def eta(self, problem: Problem) -> float:
         return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
 
-    def resolve_noise(self, problem, federation) -> tuple[dict, float | None, float | None, dict | None]:
+    def resolve_noise(self, problem: Problem, federation: Federation) -> tuple[dict, float | None, float | None, dict | None]:
         """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
         return self._resolve(problem, federation)[:4]
 
@@ -333,7 +340,7 @@ class FederatedAlgorithm:
         shares one calibration between the runs that agree on them."""
         return {}
 
-    def certify_noise(self, cfg, sigmas: dict, delta: float) -> float:
+    def certify_noise(self, cfg: TranscriptConfig, sigmas: dict, delta: float) -> float:
         """What Gaussian noise ``sigmas`` (keys :attr:`noise_keys`) certifies at ``delta``: the
         declaration by :func:`silodp.algorithms.privacy.certify` with this run's ``accountant``
         (the tightest when None)."""
@@ -341,12 +348,12 @@ class FederatedAlgorithm:
 
         return certify(type(self), cfg, sigmas, delta, self.accountant)[0]
 
-    def targeted_epsilon(self, cfg, sigmas: dict, delta: float, certified: float) -> float:
+    def targeted_epsilon(self, cfg: TranscriptConfig, sigmas: dict, delta: float, certified: float) -> float:
         """The guarantee a target epsilon was met for by noise ``sigmas`` whose certificate is
         ``certified``: the certificate itself (a family calibrating toward another observer overrides)."""
         return certified
 
-    def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
+    def noise_details(self, cfg: TranscriptConfig, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
         """Family-specific facts about the noise that ran (``RunResult.details``; ``silodp run``
         prints them): the calibration's ``details``, {} by default."""
         return {} if calibration is None else dict(calibration.details)
@@ -383,8 +390,8 @@ class FederatedAlgorithm:
             raise TypeError(f"{cls.__name__}: run is the channel's verb and cannot be overridden; implement _run")
 
     # -- the verb ------------------------------------------------------------------------------
-    def run(self, problem, federation, seed: int = 0, replay: RunResult | None = None,
-            callback=None) -> RunResult:
+    def run(self, problem: Problem, federation: Federation, seed: int = 0, replay: RunResult | None = None,
+            callback: Callable[[int, torch.Tensor], object] | None = None) -> RunResult:
         """Run on ``federation`` (training data) and return a :class:`RunResult`.
 
         ``replay``: a result recorded with ``record_transcript=True``; its released messages and
@@ -399,7 +406,7 @@ class FederatedAlgorithm:
         ctx = kind(self, problem, federation, int(seed), sigmas, shuffle, replay)
         ctx.callback = callback
         w0 = self.w0 if self.w0 is not None else problem.model.init(ctx._gen, dtype=federation.x.dtype)
-        w_last = self._run(ctx, w0.to(federation.x.dtype).clone())
+        w_last = self._run(ctx, w0.to(federation.x.device, federation.x.dtype).clone())
         w_priv = ctx.uniform_iterate() if self.picks_uniform and ctx.iterates else w_last
         return RunResult(self.name, w_priv.clone(), w_last.clone(), ctx.history, sigmas, epsilon, delta,
                          None if shuffle is None else {g: vars(p) for g, p in shuffle.items()},
@@ -548,7 +555,7 @@ class Context:
         return torch.rand(n, generator=self._gen, dtype=torch.float64) < float(p)
 
     # -- data ----------------------------------------------------------------------------------
-    def sampler(self, batch_size: int, replacement: bool | None = None, subset: bool = False):
+    def sampler(self, batch_size: int, replacement: bool | None = None, subset: bool = False) -> Any:
         """Minibatch indices of every silo: with or without replacement
         (:class:`~silodp.algorithms.federation.BatchSampler`), or ``subset``: a fresh uniform subset
         per step (:class:`~silodp.algorithms.federation.SubsetSampler`); with the algorithm's
@@ -574,17 +581,17 @@ class Context:
         self._batches[id(batch)] = batch
         return batch
 
-    def batch(self, sampler) -> Batch:
+    def batch(self, sampler: Any) -> Batch:
         if self._samplers.get(id(sampler)) is not sampler:
             raise ValueError("sampler: must come from this run's Context.sampler")
         if sampler.sampling is BatchSampling.BALLS_IN_BINS:  # members only, over the constant expected size
             idx, mask = sampler.next()
             x, y = self._fed.gather(idx)
-            weights = mask.to(self._fed.x.dtype) / sampler.expected_size
+            weights = mask.to(self._fed.x.device, self._fed.x.dtype) / sampler.expected_size
             return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size))
         idx = sampler.next()
         x, y = self._fed.gather(idx)
-        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype)
+        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype, device=self._fed.x.device)
         return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1]))
 
     def full(self) -> Batch:
@@ -611,11 +618,10 @@ class Context:
         clip, problem = self._problem.clip, self._problem
         w, w_old, dc = self._expand(w), self._expand(w_old), self._scale(diff_clip)
         bound = diff_clip if diff_clip is not None else (None if clip is None else (2 * clip if w_old is not None else clip))
-        if not self._algo.shuffled and diff_clip is None:
-            out = _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method)
-            if w_old is not None:
-                out = out - _grads.clipped_grad_sum(problem, w_old, x, y, weights, clip, self._algo.grad_method)
-            return out, bound
+        if not self._algo.shuffled:
+            if w_old is None:
+                return _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method), bound
+            return _grads.clipped_diff_sum(problem, w, w_old, x, y, weights, clip, dc, self._algo.grad_method), bound
         out = _grads.clipped_per_sample(problem, w, x, y, clip)
         if w_old is not None:
             out = out - _grads.clipped_per_sample(problem, w_old, x, y, clip)
@@ -652,7 +658,7 @@ class Context:
             raise ValueError(f"offset of group {group!r}: must be a value this channel released")
         data = term._batch
         weights, idx = data._weights, data._idx
-        a = avail.to(self._fed.x.dtype)
+        a = avail.to(self._fed.x.device, self._fed.x.dtype)
         std = self._noise_std(group, term, std)
         messages = int(((weights > 0).to(a.dtype) * a[:, None]).sum()) if self._algo.shuffled else 0
         self._record(group, data, std, term.bound, messages)
@@ -666,8 +672,10 @@ class Context:
         else:
             mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
             scale = self._scale(std) if isinstance(std, torch.Tensor) else float(std)
-            noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype) * scale
-            messages = mean + noise if offset is None else mean + self._per_silo_offset(offset) + noise
+            noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype).to(mean.device) * scale
+            # the primitive: offset + (term + noise) in float64, refused unless finite
+            messages = gaussian_release(mean, scale, None, None if offset is None else self._per_silo_offset(offset),
+                                        noise=noise).to(mean.dtype)
             released = replayed["messages"] if replayed is not None else messages
             agg = self._aggregate(released, a)
             self._released[id(released)] = released

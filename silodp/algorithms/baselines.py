@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import torch
+
 
 from silodp._validation import check_count
 from silodp.accounting.releases import GaussianRelease
 
 from .config import AlgorithmConfig, check_unit, param
+from .base import Context
 from .fedavg import LocalUpdates
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
@@ -100,7 +103,8 @@ class IsrlFedAvgM(IsrlLocalSGD):
     name = "isrl-fedavgm"
     Config = FedAvgMConfig
 
-    def server_step(self, ctx, w, local, weights, state):
+    def server_step(self, ctx: Context, w: torch.Tensor, local: torch.Tensor, weights: torch.Tensor,
+                    state: dict) -> torch.Tensor:
         velocity = self.server_momentum * state.get("velocity", 0.0) + (w - self.average(local, weights))
         state["velocity"] = velocity
         step = self.server_step_size * ctx.eta / (1.0 - self.server_momentum)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from silodp._validation import check_count
@@ -105,19 +106,19 @@ def own_fields(config: type) -> tuple[dataclasses.Field, ...]:
     return tuple(f for f in dataclasses.fields(config) if f.name not in shared)
 
 
-def check_in(name: str, value, allowed: tuple) -> None:
+def check_in(name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
         raise ValueError(f"{name}: must be one of {allowed}, got {value!r}")
 
 
-def check_unit(name: str, value, closed_low: bool = False) -> None:
+def check_unit(name: str, value: float, closed_low: bool = False) -> None:
     """``value`` in (0, 1] (``closed_low``: [0, 1))."""
     ok = 0 <= float(value) < 1 if closed_low else 0 < float(value) <= 1
     if not ok:
         raise ValueError(f"{name}: must lie in {'[0, 1)' if closed_low else '(0, 1]'}, got {value}")
 
 
-def parameter_table(classes) -> str:
+def parameter_table(classes: Iterable[Any]) -> str:
     """The own parameters of every class in ``classes`` as a Markdown table (docs/algorithms.md,
     between its generated markers): algorithm, parameter, default, CLI flag, transcript, meaning."""
     rows = ["| algorithm | parameter | default | flag | in the transcript | meaning |", "|---|---|---|---|---|---|"]

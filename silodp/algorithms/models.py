@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +90,7 @@ class Model:
         lead = w.shape[:-1]
         return w[..., sw].reshape(*lead, *w_shape), w[..., sb].reshape(*lead, *b_shape)
 
-    def init(self, generator: torch.Generator | None = None, dtype=torch.float64) -> torch.Tensor:
+    def init(self, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Kaiming-uniform-style initialisation (PyTorch's default), zero for linear models."""
         w = torch.zeros(self.dim, dtype=dtype)
         if len([s for s in self.slices if s is not None]) == 1:
@@ -120,7 +121,7 @@ class Model:
                 h = apply_activation(layer, h)
         return h
 
-    def forward_batched(self, w: torch.Tensor, x: torch.Tensor, record: bool = False):
+    def forward_batched(self, w: torch.Tensor, x: torch.Tensor, record: bool = False) -> Any:
         """Outputs for ``x: [N, K, *input_shape]`` with per-silo parameters ``w: [N, d]``.
 
         With ``record=True`` also returns, for each parametric layer, its input activation and
@@ -149,7 +150,7 @@ class Model:
         return (h, inputs, outputs) if record else h
 
 
-def apply_activation(layer, h: torch.Tensor) -> torch.Tensor:
+def apply_activation(layer: object, h: torch.Tensor) -> torch.Tensor:
     if isinstance(layer, ReLU):
         return torch.relu(h)
     if isinstance(layer, Flatten):

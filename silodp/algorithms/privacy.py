@@ -19,10 +19,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting.events import DpEvent
+from silodp.accounting.spec import AccountantSpec
 from silodp.accounting.releases import pvec_event, releases_event
 
 from .config import CALIBRATIONS
@@ -93,25 +96,34 @@ class NoiseCalibration:
     shuffle: dict[str, dict] = dataclasses.field(default_factory=dict)
     #: family-specific facts (DP-SCAFFOLD: sigma_g and the guarantee toward each observer)
     details: dict = dataclasses.field(default_factory=dict)
+    #: the registered accountant and settings that certified it (None: none, or not registered);
+    #: certify again with this (:func:`certify` takes it), never by parsing ``accountant``
+    spec: AccountantSpec | None = None
 
 
-def privacy_event(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float]):
+def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float]) -> DpEvent:
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
     return releases_event(algorithm_class(algorithm).declaration(cfg, check_noise_map("sigmas", sigmas)))
 
 
-def certify(algorithm, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
-            accountant: str | None = None) -> tuple[float, str]:
+def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
+            accountant: str | AccountantSpec | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant used) of a transcript with noise ``sigmas``
-    (cached: a run's certificate is computed once per configuration)."""
+    (cached once per (declaration, delta, accountant): the certificate is a function of what the
+    silo may release, so runs whose configurations differ only where the declaration does not,
+    e.g. the model's dimension, share one certificate); ``accountant``: a registry name, or a spec
+    with its settings (a calibration's :attr:`NoiseCalibration.spec`)."""
     key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
-    return _certify(algorithm_class(algorithm), cfg, key, check_delta("delta", delta), accountant)
+    declaration = tuple(algorithm_class(algorithm).declaration(cfg, dict(key)))
+    return _certify(declaration, check_delta("delta", delta), accountant)
 
 
 @functools.lru_cache(maxsize=256)
-def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> tuple[float, str]:
-    event = releases_event(cls.declaration(cfg, dict(sigmas)))
+def _certify(declaration: tuple, delta: float, accountant: str | AccountantSpec | None) -> tuple[float, str]:
+    event = releases_event(list(declaration))
+    if isinstance(accountant, AccountantSpec):
+        return accountant.make(REPLACE_ONE).compose(event).get_epsilon(delta), accountant.label
     if accountant is not None:
         return get_accountant(accountant, REPLACE_ONE).compose(event).get_epsilon(delta), accountant
     try:
@@ -130,7 +142,7 @@ def _certify(cls, cfg, sigmas: tuple, delta: float, accountant: str | None) -> t
         return min(results) if results else (math.inf, "none")
 
 
-def certify_shuffle(algorithm, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
+def certify_shuffle(algorithm: Any, cfg: TranscriptConfig, params: dict[str, tuple], delta: float,
                     accountant: str | None = None, target: float | None = None) -> tuple[float, str]:
     """Certified epsilon (and the accountant) of a shuffle-DP transcript run with the protocol
     parameters ``params`` (per message group (g, b, p, rotate)): the exact P_vec certificates of
@@ -170,7 +182,7 @@ def _method(method: str) -> CalibrationMethod:
         raise ValueError(f"method: must be one of {CALIBRATIONS}, got {method!r}") from None
 
 
-def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,
+def calibrate_algorithm(algorithm: Any, cfg: TranscriptConfig, epsilon: float, delta: float,
                         method: str = "tight", accountant: str | None = None) -> NoiseCalibration:
     """Noise for ``algorithm`` at a target (epsilon, delta): the paper's formula or the tight scaling."""
     cls = algorithm_class(algorithm)
@@ -183,14 +195,23 @@ def calibrate_algorithm(algorithm, cfg: TranscriptConfig, epsilon: float, delta:
     if how == CalibrationMethod.PAPER:
         sig = cls.paper_noise(cfg, eps, dl)
         certified, acc = certify(cls, cfg, sig, dl, accountant)
-        return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value)
+        spec = AccountantSpec.of(accountant) if accountant is not None else _registered(acc)
+        return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value, spec=spec)
     ref = cls.noise_shape(cfg, eps, dl)
 
     def scaled(c: float) -> dict[str, float]:
         return {k: v * c for k, v in ref.items()}
 
     cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant, REPLACE_ONE)
-    return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value)
+    return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value,
+                            spec=cal.spec)
+
+
+def _registered(name: str) -> AccountantSpec | None:
+    """The spec of a registered accountant ``name`` (None: "none", no accountant)."""
+    from silodp.accounting import ACCOUNTANTS
+
+    return AccountantSpec(name) if name in ACCOUNTANTS else None
 
 
 #: The default accountant of shuffle-DP transcripts (the better of the l2-aware Renyi moments of
@@ -250,7 +271,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
     return NoiseCalibration(cls.name, {}, certified, total, acc.name, how.value, shuffle)
 
 
-def paper_vs_tight(algorithm, cfg: TranscriptConfig, epsilon: float, delta: float,
+def paper_vs_tight(algorithm: Any, cfg: TranscriptConfig, epsilon: float, delta: float,
                    accountant: str | None = None) -> dict:
     """The paper's noise, what it really certifies, and the tight noise for the same target."""
     paper = calibrate_algorithm(algorithm, cfg, epsilon, delta, "paper", accountant)

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from .federation import Federation
 from .models import Model
 from .prox import Zero
 
@@ -82,28 +83,28 @@ class Problem:
             return loss_from_outputs(self.loss, self.model.forward(w, x), y)
         return loss_from_outputs(self.loss, self.model.forward_batched(w, x), y)
 
-    def smooth_objective(self, w: torch.Tensor, federation) -> torch.Tensor:
+    def smooth_objective(self, w: torch.Tensor, federation: Federation) -> torch.Tensor:
         """F^0(w) = (1/N) sum_i (1/n_i) sum_j f0(w, x_ij) (differentiable)."""
         per = self.losses(w, federation.x, federation.y) * federation.weights
         return per.sum() / federation.num_silos
 
-    def objective(self, w: torch.Tensor, federation) -> float:
+    def objective(self, w: torch.Tensor, federation: Federation) -> float:
         """F(w) = F^0(w) + f1(w) on the federation's data."""
         with torch.no_grad():
             return float(self.smooth_objective(w, federation) + self.regularizer.value(w))
 
-    def full_gradient(self, w: torch.Tensor, federation) -> torch.Tensor:
+    def full_gradient(self, w: torch.Tensor, federation: Federation) -> torch.Tensor:
         """Unclipped gradient of F^0 at ``w`` (for metrics and reference solutions)."""
         w = w.detach().clone().requires_grad_(True)
         (g,) = torch.autograd.grad(self.smooth_objective(w, federation), w)
         return g
 
-    def grad_mapping_norm(self, w: torch.Tensor, federation, eta: float) -> float:
+    def grad_mapping_norm(self, w: torch.Tensor, federation: Federation, eta: float) -> float:
         """||G_eta(w)|| with G_eta(w) = (w - prox_{eta f1}(w - eta grad F^0(w))) / eta (Sec. 3)."""
         g = self.full_gradient(w, federation)
         return float((w - self.regularizer.prox(w - eta * g, eta)).norm() / eta)
 
-    def accuracy(self, w: torch.Tensor, federation) -> float | None:
+    def accuracy(self, w: torch.Tensor, federation: Federation) -> float | None:
         """Fraction of correct predictions (classification losses), else ``None``."""
         if self.loss == "squared":
             return None

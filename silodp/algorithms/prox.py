@@ -42,10 +42,10 @@ class L1:
     def __post_init__(self):
         _check_nonneg("lam", self.lam)
 
-    def value(self, w):
+    def value(self, w: torch.Tensor) -> torch.Tensor:
         return self.lam * w.abs().sum(-1)
 
-    def prox(self, v, eta):
+    def prox(self, v: torch.Tensor, eta: float) -> torch.Tensor:
         return _soft_threshold(v, eta * self.lam)
 
 
@@ -58,10 +58,10 @@ class L2Squared:
     def __post_init__(self):
         _check_nonneg("lam", self.lam)
 
-    def value(self, w):
+    def value(self, w: torch.Tensor) -> torch.Tensor:
         return 0.5 * self.lam * (w * w).sum(-1)
 
-    def prox(self, v, eta):
+    def prox(self, v: torch.Tensor, eta: float) -> torch.Tensor:
         return v / (1.0 + eta * self.lam)
 
 
@@ -76,10 +76,10 @@ class ElasticNet:
         _check_nonneg("l1", self.l1)
         _check_nonneg("l2", self.l2)
 
-    def value(self, w):
+    def value(self, w: torch.Tensor) -> torch.Tensor:
         return self.l1 * w.abs().sum(-1) + 0.5 * self.l2 * (w * w).sum(-1)
 
-    def prox(self, v, eta):
+    def prox(self, v: torch.Tensor, eta: float) -> torch.Tensor:
         return _soft_threshold(v, eta * self.l1) / (1.0 + eta * self.l2)
 
 
@@ -93,11 +93,11 @@ class L2Ball:
         if not float(self.radius) > 0:
             raise ValueError(f"radius: must be > 0, got {self.radius}")
 
-    def value(self, w):
+    def value(self, w: torch.Tensor) -> torch.Tensor:
         inside = w.norm(dim=-1) <= self.radius * (1 + 1e-9)
         return torch.where(inside, 0.0, float("inf")).to(w.dtype)
 
-    def prox(self, v, eta):
+    def prox(self, v: torch.Tensor, eta: float) -> torch.Tensor:
         norm = v.norm(dim=-1, keepdim=True)
         return v * torch.clamp(self.radius / torch.clamp(norm, min=1e-300), max=1.0)
 
@@ -113,12 +113,12 @@ class Box:
         if not float(self.lower) <= float(self.upper):
             raise ValueError(f"lower: must be <= upper, got {self.lower} > {self.upper}")
 
-    def value(self, w):
+    def value(self, w: torch.Tensor) -> torch.Tensor:
         tol = 1e-9 * max(1.0, abs(self.lower), abs(self.upper))
         inside = ((w >= self.lower - tol) & (w <= self.upper + tol)).all(-1)
         return torch.where(inside, 0.0, float("inf")).to(w.dtype)
 
-    def prox(self, v, eta):
+    def prox(self, v: torch.Tensor, eta: float) -> torch.Tensor:
         return torch.clamp(v, self.lower, self.upper)
 
 
@@ -145,10 +145,10 @@ class GroupLasso:
         sq = torch.zeros(*w.shape[:-1], len(self.group_sizes), dtype=w.dtype, device=w.device)
         return sq.index_add_(-1, ids, w * w).sqrt(), ids
 
-    def value(self, w):
+    def value(self, w: torch.Tensor) -> torch.Tensor:
         return self.lam * self._group_norms(w)[0].sum(-1)
 
-    def prox(self, v, eta):
+    def prox(self, v: torch.Tensor, eta: float) -> torch.Tensor:
         norms, ids = self._group_norms(v)
         scale = torch.clamp(1 - eta * self.lam / torch.clamp(norms, min=1e-300), min=0.0)
         return v * scale.index_select(-1, ids)

@@ -30,11 +30,12 @@ class IsrlProxSGD(FederatedAlgorithm):
     """
 
     name = "isrl-prox-sgd"
+    stacked_trials = True
     default_replacement = False
     paper_formula = staticmethod(lambda cfg, eps, delta: papers.thm_e1(eps, delta, cfg.clip, cfg.batch_size))
 
     @classmethod
-    def steps(cls, cfg) -> int:
+    def steps(cls, cfg: TranscriptConfig) -> int:
         """Messages "grad" per silo over the run."""
         return cfg.rounds
 

@@ -5,6 +5,8 @@ base class, the calibration and the families never import each other in a circle
 
 from __future__ import annotations
 
+from typing import Any
+
 from silodp._registry import register
 
 #: every registered algorithm class by its ``name``
@@ -21,7 +23,7 @@ def unregister_algorithm(name: str) -> None:
     ALGORITHMS.pop(name, None)
 
 
-def algorithm_class(algorithm) -> type:
+def algorithm_class(algorithm: Any) -> type:
     """The class of ``algorithm`` (a registry name, a class, or an instance)."""
     if isinstance(algorithm, str):
         if algorithm not in ALGORITHMS:
@@ -33,12 +35,12 @@ def algorithm_class(algorithm) -> type:
     return cls
 
 
-def get_algorithm(name: str, **params):
+def get_algorithm(name: str, **params: Any) -> Any:
     """Instantiate the algorithm called ``name`` (see :data:`ALGORITHMS`) with ``params``."""
     return algorithm_class(check_name(name))(**params)
 
 
-def check_name(name) -> str:
+def check_name(name: object) -> str:
     if not isinstance(name, str) or name not in ALGORITHMS:
         raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {name!r}")
     return name

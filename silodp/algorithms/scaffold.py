@@ -31,7 +31,7 @@ is sigma_g 2C/m (replace-one sensitivity).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -43,7 +43,9 @@ from silodp.accounting.scaffold import PARTICIPATION, ScaffoldConfig
 from .base import Context
 from .config import AlgorithmConfig, check_in, check_unit, own_fields, param
 from .fedavg import LocalUpdates
-from .privacy import NoiseCalibration
+from silodp.accounting.spec import AccountantSpec
+
+from .privacy import NoiseCalibration, TranscriptConfig
 from .registry import register_algorithm
 
 
@@ -129,7 +131,7 @@ class DpScaffold(LocalUpdates):
     control_variates: ClassVar[bool] = True
 
     # -- configuration -------------------------------------------------------------------------
-    def batch(self, federation) -> int:
+    def batch(self, federation: Any) -> int:
         """m: ceil(s n_min) with ``data_sampling`` s (rounded up, as the accounting), else ``batch_size``
         (``federation``: anything with ``min_size``)."""
         if self.data_sampling is None:
@@ -139,7 +141,7 @@ class DpScaffold(LocalUpdates):
     def n_warm(self) -> int:
         return self.config.warm()
 
-    def transcript_config(self, problem, federation):
+    def transcript_config(self, problem: Any, federation: Any) -> TranscriptConfig:
         n = federation.min_size
         return self.noise_transcript(dict(num_silos=federation.num_silos, n=n, rounds=int(self.rounds),
                                           local_steps=int(self.local_steps), user_sampling=float(self.user_sampling),
@@ -158,31 +160,30 @@ class DpScaffold(LocalUpdates):
                               values["warm_steps"] if "warm_steps" in own else config.warm())
 
     @classmethod
-    def transcript_signature(cls, cfg) -> str:
+    def transcript_signature(cls, cfg: TranscriptConfig) -> str:
         """Everything in the ScaffoldConfig (it determines both guarantees)."""
         return repr(cfg)
 
     @classmethod
-    def noise_report(cls, cfg, epsilon: float, delta: float, method: str = "both",
+    def noise_report(cls, cfg: TranscriptConfig, epsilon: float, delta: float, method: str = "both",
                      accountant: str | None = None) -> dict:
         """sigma_g toward the server and toward a third party
-        (:func:`silodp.accounting.scaffold.noise_report`); accountant ``pld`` only (the third-party
-        guarantee is a sampling-pattern mixture). A non-private twin (SCAFFOLD, FedAvg) certifies
+        (:func:`silodp.accounting.scaffold.noise_report`), by ``accountant`` (default ``pld``): one
+        whose ``supports()`` accepts the sampling-pattern mixtures of the third-party guarantee,
+        else a ValueError naming those that do. A non-private twin (SCAFFOLD, FedAvg) certifies
         nothing: the generic report of a noiseless algorithm (no sigma_g, epsilon ``inf``)."""
         from silodp.accounting.scaffold import noise_report
 
         if not cls.private:
             return super().noise_report(cfg, epsilon, delta, method, accountant)
-        if accountant not in (None, "pld"):
-            raise ValueError(f"accountant: {cls.name}'s guarantees are accounted by pld only, got {accountant!r}")
         report = noise_report(epsilon, delta, num_users=cfg.num_users, records_per_user=cfg.records_per_user,
                               rounds=cfg.rounds, local_steps=cfg.local_steps, user_sampling=cfg.user_sampling,
                               data_sampling=cfg.data_sampling, clip=cfg.clip, warm_steps=cfg.warm_steps,
-                              accountant="pld")
+                              accountant=accountant or "pld")
         return {**report, "algorithm": cls.name}
 
     @staticmethod
-    def sampling(cfg) -> BatchSampling:
+    def sampling(cfg: TranscriptConfig) -> BatchSampling:
         """Every local step draws a fresh uniform subset of m records (Noble et al. Alg 1)."""
         return BatchSampling.SUBSET
 
@@ -208,7 +209,7 @@ class DpScaffold(LocalUpdates):
             raise ValueError("silos_per_round: DP-SCAFFOLD samples users itself (user_sampling); use all silos")
 
     # -- noise ---------------------------------------------------------------------------------
-    def calibrate(self, cfg, epsilon: float, delta: float) -> NoiseCalibration:
+    def calibrate(self, cfg: TranscriptConfig, epsilon: float, delta: float) -> NoiseCalibration:
         """sigma_g toward ``privacy_against`` (:func:`silodp.accounting.scaffold.scaffold_sigma_g`,
         accountant pld unless chosen); the certificate is toward the server, both in ``details``."""
         from silodp.accounting.scaffold import certified_epsilon, scaffold_sigma_g
@@ -217,31 +218,31 @@ class DpScaffold(LocalUpdates):
         eps = {a: certified_epsilon(cfg, cal.sigma_g, delta, a, self.participation) for a in ("server", "third-party")}
         details = {"sigma_g": cal.sigma_g, "epsilon_server": eps["server"], "epsilon_third_party": eps["third-party"]}
         return NoiseCalibration(self.name, {"sigma": cfg.noise_std(cal.sigma_g)}, eps["server"], delta,
-                                cal.accountant, self.calibration, details=details)
+                                cal.accountant, self.calibration, details=details,
+                                spec=AccountantSpec.of(self.accountant or "pld"))
 
     def calibration_settings(self) -> dict:
         """The observer a target calibrates toward and the rounds charged toward the server."""
         return {"privacy_against": self.privacy_against, "participation": self.participation}
 
-    def certify_noise(self, cfg, sigmas: dict, delta: float) -> float:
+    def certify_noise(self, cfg: TranscriptConfig, sigmas: dict, delta: float) -> float:
         """The guarantee toward the server of noise std ``sigmas["sigma"]`` (sigma_g = sigma over
         the std of sigma_g = 1; :func:`silodp.accounting.scaffold.certified_epsilon` with this run's
-        ``participation``, accountant pld unless chosen; a calibration's accountant description,
-        e.g. ``pld-mixture(value_discretization_interval=0.002)``, names its accountant, evaluated
-        on that accountant's own grid). Noise outside the accountant's domain (none, or tiny):
+        ``participation``, accountant pld unless chosen: a registry name or the calibration's
+        :class:`~silodp.accounting.spec.AccountantSpec`, evaluated on that accountant's own grid). Noise outside the accountant's domain (none, or tiny):
         the declaration's certificate (the worst-case server event, which dominates), ``inf`` for none."""
         from silodp.accounting.scaffold import certified_epsilon
 
         from .privacy import certify
 
-        accountant = (self.accountant or "pld").split("(")[0].removesuffix("-mixture")
+        accountant = AccountantSpec.of(self.accountant or "pld").name
         try:
             return certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta, "server", self.participation,
                                      accountant)
         except ValueError:
             return certify(type(self), cfg, sigmas, delta)[0]
 
-    def targeted_epsilon(self, cfg, sigmas: dict, delta: float, certified: float) -> float:
+    def targeted_epsilon(self, cfg: TranscriptConfig, sigmas: dict, delta: float, certified: float) -> float:
         """The guarantee toward ``privacy_against`` (both: the larger), ``certified`` toward the server."""
         from silodp.accounting.scaffold import certified_epsilon
 
@@ -249,7 +250,7 @@ class DpScaffold(LocalUpdates):
         return max(certified if a == "server" else certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta,
                                                                      a, self.participation) for a in against)
 
-    def noise_details(self, cfg, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
+    def noise_details(self, cfg: TranscriptConfig, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
         """sigma_g (explicit noise: sigma over the noise std of sigma_g = 1), the effective batch m,
         and the guarantees toward each observer (None where not computed)."""
         out = {"sigma_g": sigmas["sigma"] / cfg.noise_std(1.0), "epsilon_server": None, "epsilon_third_party": None}
@@ -257,11 +258,11 @@ class DpScaffold(LocalUpdates):
         return {**out, "batch_size": cfg.batch_size}
 
     # -- the algorithm: the FedAvg template's hooks (silodp.algorithms.fedavg) --------------------
-    def local_sampler(self, ctx: Context):
+    def local_sampler(self, ctx: Context) -> Any:
         """A fresh uniform subset of m records per local step."""
         return ctx.sampler(self.batch(ctx), subset=True)
 
-    def start(self, ctx: Context, w: torch.Tensor, sampler, std: float) -> dict:
+    def start(self, ctx: Context, w: torch.Tensor, sampler: Any, std: float) -> dict:
         """Control variates c_i = 0 and c = 0; warm: c_i from the warm start, c = mean_i c_i."""
         ci = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype)
         c = torch.zeros(w.shape[0], dtype=w.dtype)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -62,7 +63,7 @@ class BinomialParams:
             raise ValueError(f"params: need g >= 1, b >= 0, p in [0, 1/2], got {self}")
 
 
-def as_params(obj) -> BinomialParams:
+def as_params(obj: Any) -> BinomialParams:
     """Accept :class:`BinomialParams`, the accounting layer's object, a dict or a (g, b, p) tuple."""
     if isinstance(obj, BinomialParams):
         return obj
@@ -97,7 +98,7 @@ def _hadamard(x: torch.Tensor) -> torch.Tensor:
     return x / math.sqrt(n)
 
 
-def rotation_signs(dimension: int, generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+def rotation_signs(dimension: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The random sign diagonal D of one invocation, of the Walsh-Hadamard size d'."""
     from silodp.accounting.pvec import rotated_dimension
 
@@ -155,7 +156,7 @@ def analyze(totals: torch.Tensor, num_messages: int, bound: float, params: Binom
     return scale * (totals.to(torch.float64) - params.p * params.b * num_messages) - num_messages * bound
 
 
-def pvec_messages(x: torch.Tensor, bound: float, params, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def pvec_messages(x: torch.Tensor, bound: float, params: Any, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact P_vec on messages ``x: [n, d]``: returns (estimate ``[d]``, the shuffled labelled bits
     ``[n d (g + b), 2]``: the analyzer's whole view)."""
     params = as_params(params)
@@ -163,7 +164,7 @@ def pvec_messages(x: torch.Tensor, bound: float, params, generator: torch.Genera
     return analyze(tally(view, x.shape[-1]), x.shape[0], bound, params).to(x.dtype), view
 
 
-def pvec_fast(x: torch.Tensor, bound: float, params, generator: torch.Generator,
+def pvec_fast(x: torch.Tensor, bound: float, params: Any, generator: torch.Generator,
               weights: torch.Tensor | None = None) -> torch.Tensor:
     """P_vec's output for messages ``x: [..., d]`` (``weights`` 0/1 selects which rows are sent)."""
     params = as_params(params)
@@ -183,7 +184,7 @@ def pvec_fast(x: torch.Tensor, bound: float, params, generator: torch.Generator,
     return analyze(totals, n, bound, params).to(x.dtype)
 
 
-def pvec_variance(x: torch.Tensor, bound: float, params) -> float:
+def pvec_variance(x: torch.Tensor, bound: float, params: Any) -> float:
     """Exact ``E||P_vec(x) - sum x||^2`` for messages ``x: [n, d]``:
     ``(2 bound / g)^2 * sum_j [sum_i f_ij (1 - f_ij) + n b p (1 - p)]`` with ``f`` the rounding fractions."""
     params = as_params(params)

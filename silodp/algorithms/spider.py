@@ -49,7 +49,7 @@ class SpiderConfig(FedSpiderConfig):
         return {**super().transcript_fields(n), "q": int(self.q)}
 
 
-def anchors(cfg) -> int:
+def anchors(cfg: TranscriptConfig) -> int:
     """Rounds r = 0..R-1 of Alg 3 / Alg 10 with q | r (fresh minibatch gradients): ceil(R / q)."""
     return -(-cfg.rounds // cfg.q)
 
@@ -84,6 +84,7 @@ class IsrlSpider(FederatedAlgorithm):
     """
 
     name = "isrl-spider"
+    stacked_trials = True
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
     uniform_output = True
@@ -103,7 +104,7 @@ class IsrlSpider(FederatedAlgorithm):
         return int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
 
     @staticmethod
-    def diff_noise(sigmas: dict, step):
+    def diff_noise(sigmas: dict, step: float | torch.Tensor) -> float | torch.Tensor:
         """Noise std of a SPIDER difference, min(sigma2 ||w_r - w_{r-1}||, sigma2_hat) (Alg 3
         line 10); ``step`` a float, or one norm per stacked run (a tensor, as in
         :mod:`silodp.verify.rates.trials`)."""
@@ -195,6 +196,7 @@ class IsrlFedSpider(FederatedAlgorithm):
     """
 
     name = "isrl-fed-spider"
+    stacked_trials = True
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("diff", "grad")
     uniform_output = True

@@ -63,6 +63,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
     """
 
     name = "isrl-prox-svrg"
+    stacked_trials = True
     noise_keys = ("sigma1", "sigma2")
     message_groups = ("full", "diff")
     uniform_output = True
@@ -86,7 +87,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
         q = self._q(ctx)
         sampler = ctx.sampler(int(self.batch_size))
         s1, s2 = ctx.sigmas.get("sigma1", 0.0), ctx.sigmas.get("sigma2", 0.0)
-        for s in range(restarts):
+        for _ in range(restarts):
             ctx.iterates.clear()
             wbar = w
             for _ in range(int(self.rounds)):

@@ -26,3 +26,8 @@ __all__ = [
     "compare", "get_bound", "grid", "list_bounds", "privacy_almost_free", "regime_map",
     "validate_params", "wang_improvement_region",
 ]
+
+# A module of this package registers by being here (one new file, nothing else to edit).
+from silodp._registry import discover as _discover  # noqa: E402
+
+_discover(__name__, "silodp.bounds.registry import register")

@@ -16,7 +16,6 @@ import math
 import re
 import sys
 import warnings
-from pathlib import Path
 from typing import Sequence
 
 # Subcommand modules, in the order they appear in ``silodp --help``.

@@ -9,7 +9,7 @@ from silodp.accounting import ACCOUNTANTS, CalibrationMethod, Sampling
 from silodp.accounting.accountants import accountant_choices
 from silodp.cli import emit, refuse
 from silodp.cli.tables import columns, num, pairs
-from silodp.cli.domains import COUNT, DELTA, EPSILON, POSITIVE, PROBABILITY, SCALE, Int, PathArg, Real, text
+from silodp.cli.domains import COUNT, DELTA, EPSILON, PROBABILITY, SCALE, Int, PathArg, Real, text
 
 #: flags of `noise`'s algorithm mode (the algorithms' own transcript flags are generated from
 #: their configs once --algorithm is given: silodp.cli.params), and of the generic mechanism mode
@@ -121,6 +121,24 @@ def _batch(args, payload: dict) -> str:
     return f", batch {payload['batch_size']} of {args.dataset_size} records (ceil(q n))"
 
 
+def _units(args, payload: dict, event=None) -> str:
+    """The units silodp read, put in ``payload`` (``sensitivity`` in units of C, ``units``) and
+    returned as the human line's suffix; under replace-one with a fixed-size batch (or an event
+    file, which may hold one) also how to convert dp-accounting's RDP convention (docs/accounting.md,
+    "Units, side by side")."""
+    from silodp.accounting import events as ev
+
+    rel = _relation(args)
+    sens = ev.sensitivity(rel)
+    payload["sensitivity"] = sens
+    payload["units"] = f"noise_multiplier = sigma / C; sensitivity applied {'C' if sens == 1 else f'{sens:g}C'} ({args.relation})"
+    fixed = args.sampling in (Sampling.WITHOUT_REPLACEMENT.value, Sampling.WITH_REPLACEMENT.value) or event is not None
+    if rel == ev.REPLACE_ONE and fixed:
+        payload["units"] += ("; dp-accounting's RdpAccountant reads a fixed-size batch's noise_multiplier under "
+                             "replace-one as sigma / (2C): pass twice its value here")
+    return f"; {payload['units']}"
+
+
 def _relation(args):
     from silodp.accounting import events as ev
     return ev.REPLACE_ONE if args.relation == "replace-one" else ev.ADD_OR_REMOVE_ONE
@@ -175,7 +193,7 @@ def _epsilon(args) -> int:
         eps, name = tightest_epsilon(event, delta, _relation(args), _pld_settings(args))
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
         _with_settings(args, payload, [name])
-        batch = _batch(args, payload)
+        batch = _batch(args, payload) + _units(args, payload, args.event)
         emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n"
                                  + columns(("accountant", "epsilon"), [(name, eps)]))
         return 0
@@ -183,7 +201,7 @@ def _epsilon(args) -> int:
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
     _with_settings(args, payload, [n for n in _names(args) if results[n] is not None])
-    batch = _batch(args, payload)
+    batch = _batch(args, payload) + _units(args, payload, args.event)
     human = columns(("accountant", "epsilon"), [(k, "unsupported" if v is None else v) for k, v in results.items()])
     emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n{human}")
     return 0
@@ -207,21 +225,21 @@ def _noise_generic(args) -> int:
     def one(name: str | None) -> dict:
         cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args), _pld_settings(args))
         out = {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
-        if cal.settings:
-            out["pld_settings"] = cal.settings
+        if cal.settings:  # named by the accountant that took them (its spec), as ``epsilon``'s
+            out[f"{cal.spec.name}_settings" if cal.spec is not None else "settings"] = cal.settings
         if cal.note:
             out["note"] = cal.note
         return out
 
     if args.accountant is None:  # the smallest certified noise among the supporting accountants
         payload = {**one(None), "relation": args.relation}
-        batch = _batch(args, payload)
+        batch = _batch(args, payload) + _units(args, payload)
         emit(payload, args.json, _noise_human(eps, delta, f"{args.relation}{batch}", {payload["accountant"]: payload}))
         return 0
     results = _for_each(args, one)
     payload = dict(results[_names(args)[0]]) if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
-    batch = _batch(args, payload)
+    batch = _batch(args, payload) + _units(args, payload)
     emit(payload, args.json, _noise_human(eps, delta, f"{args.relation}{batch}", results))
     return 0
 

@@ -18,7 +18,7 @@ print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``
 
 from __future__ import annotations
 
-from silodp.cli.domains import DELTA, POSITIVE, SEED, Int, PathArg, Real
+from silodp.cli.domains import DELTA, SEED, Int, PathArg, Real
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
 ONE_RUN_CHOICES = ("steinke", "fdp", "clopper-pearson", "gdp")
@@ -174,8 +174,10 @@ def _shuffled(name: str) -> bool:
 def _check_names(args, audit) -> None:
     from silodp.verify.audit.mutations import MUTATIONS
 
-    if args.algorithm not in audit.SCENARIOS:
-        raise ValueError(f"--algorithm: must be one of {sorted(audit.SCENARIOS)}, got {args.algorithm!r}")
+    try:  # any registered Gaussian ISRL-DP algorithm: its tuned scenario, or one derived from its config
+        audit.scenario_for(args.algorithm)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
     if args.mutation is not None and args.mutation not in MUTATIONS:
         raise ValueError(f"--mutation: must be one of {sorted(MUTATIONS)}, got {args.mutation!r}")
 

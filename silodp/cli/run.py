@@ -27,6 +27,10 @@ def register(subparsers) -> None:
     p.add_argument("--clip", type=SCALE, default=1.0, help="per-sample gradient clip L")
     p.add_argument("--hidden", type=Int(1, 10 ** 5), nargs="+", default=None, help="MLP hidden sizes (default: paper's model)")
     p.add_argument("--calibration", choices=("tight", "paper"), default="tight")
+    from silodp.accounting import accountant_choices
+
+    p.add_argument("--accountant", choices=accountant_choices(), default=None,
+                   help="the registered accountant that calibrates and certifies the run (default: the tightest)")
     p.add_argument("--output", choices=OUTPUT_RULES, default="random",
                    help="which iterate test_error scores: random = the algorithm's own rule (Alg 1, 2, 3, 11: "
                         "a uniformly random iterate; MB-SGD, Local SGD: the last one), last = the last iterate "
@@ -98,7 +102,7 @@ def handle(args) -> int:
     if not ALGORITHMS[args.algorithm].private:
         from silodp.cli import refuse
 
-        refuse(args, ("--delta", "--calibration"), f"to the non-private baseline {args.algorithm}")
+        refuse(args, ("--delta", "--calibration", "--accountant"), f"to the non-private baseline {args.algorithm}")
     if not args.epsilon > 0:
         raise ValueError(f"--epsilon: must be > 0, got {args.epsilon}")
     if args.rounds < 1:
@@ -114,7 +118,7 @@ def handle(args) -> int:
     params = dict(rounds=args.rounds, batch_size=batch, step_size=args.step_size, calibration=args.calibration,
                   **_own_params(cls, args))
     if cls.private:
-        params.update(epsilon=args.epsilon, delta=args.delta)
+        params.update(epsilon=args.epsilon, delta=args.delta, accountant=args.accountant)
     algo = get_algorithm(args.algorithm, **params, metrics_every=0 if args.json else 1)
     result = _run_with_progress(algo, problem, train, args)  # w_priv: the own rule, w_last: the last iterate
     errors = {rule: _test_error(problem, w, data.test) for rule, w in zip(OUTPUT_RULES, (result.w_priv, result.w_last))}
@@ -126,6 +130,7 @@ def handle(args) -> int:
         "target_epsilon": args.epsilon if cls.private else None,
         "certified_epsilon": certified,
         "delta": result.delta,
+        "accountant": args.accountant,
         "output": args.output,
         "test_error": errors[args.output],
         "test_error_random": errors["random"],

@@ -141,8 +141,10 @@ def calibrate_request(request: dict) -> dict:
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
         cal = algo.calibrate(tc, eps, delta)
+        spec = {} if cal.spec is None else {"accountant_spec": {"name": cal.spec.name,
+                                                                "settings": dict(cal.spec.settings)}}
         return {"status": "ok", "sigmas": dict(cal.sigmas), "shuffle": dict(cal.shuffle), "epsilon": float(cal.epsilon),
-                "delta": float(cal.delta), "accountant": cal.accountant}
+                "delta": float(cal.delta), "accountant": cal.accountant, **spec}
     except Exception as exc:  # recorded; the runs that need it fail with this message
         return {"status": "failed", "error": f"calibration: {type(exc).__name__}: {exc}"}
 
@@ -157,7 +159,11 @@ def _certified(request: dict, result: dict) -> float:
     or the P_vec certificate of the stored (g, b, p, rotate) per message group."""
     from silodp.algorithms import privacy
 
-    algo, tc = _requested(request, accountant=result["accountant"])
+    from silodp.accounting.spec import AccountantSpec
+
+    stored = result.get("accountant_spec")  # the spec, never the printed label
+    spec = AccountantSpec(stored["name"], stored["settings"]) if stored else result["accountant"]
+    algo, tc = _requested(request, accountant=spec)
     cls, delta = type(algo), request["delta"]
     if not cls.shuffled:
         return algo.certify_noise(tc, result["sigmas"], delta)

@@ -155,7 +155,7 @@ def _improvement(rows, baseline: str, paper_value: float, calibration) -> dict:
 
 def _best_most(rows, calibration) -> dict:
     wins, total = 0, 0
-    for exp, algs in _table(rows, calibration).items():
+    for _exp, algs in _table(rows, calibration).items():
         for eps in sorted(set(algs.get(SPIDER, {})) & set(algs.get(MB, {})) & set(algs.get(LOCAL, {}))):
             total += 1
             s = algs[SPIDER][eps]["mean_test_error"]
@@ -170,7 +170,7 @@ def _best_most(rows, calibration) -> dict:
 
 def _mb_high_privacy(rows, calibration) -> dict:
     checked, strong = 0, 0
-    for exp, algs in _table(rows, calibration).items():
+    for _exp, algs in _table(rows, calibration).items():
         for eps, m in algs.get(MB, {}).items():
             if eps is None or eps > 1.5:
                 continue
@@ -209,7 +209,7 @@ def _tight_vs_paper(rows) -> dict:
 
 def _scaffold_vs_fedavg(rows, calibration) -> dict:
     wins, total = 0, 0
-    for _, eps, sc, fa in _pairs(rows, "dp-scaffold", "dp-fedavg", calibration):
+    for _, _eps, sc, fa in _pairs(rows, "dp-scaffold", "dp-fedavg", calibration):
         if scaffold_heterogeneous(sc):
             total += 1
             wins += sc["mean_test_error"] < fa["mean_test_error"]

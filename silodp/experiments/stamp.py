@@ -49,7 +49,8 @@ def grid_version(spec) -> str:
     from silodp.accounting.version import version
     from silodp.algorithms import ALGORITHMS
 
-    certificate = {BatchSampling.WITH_REPLACEMENT: "with-replacement", BatchSampling.SUBSET: "without-replacement"}
+    certificate = {BatchSampling.WITH_REPLACEMENT: "with-replacement", BatchSampling.SUBSET: "without-replacement",
+                   BatchSampling.BALLS_IN_BINS: "balls-in-bins"}
     used = set()
     for c in spec.expand():
         cls = ALGORITHMS[c.algorithm]

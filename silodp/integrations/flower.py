@@ -346,8 +346,8 @@ class IsrlDpMod:
         return self.calibration.noise_multiplier
 
     def ledger(self, context: Context) -> SiloLedger:
-        """The silo's in-state ledger, evaluated by the calibration's accountant (its name, less options)."""
-        return SiloLedger(context, self.accountant or self.calibration.accountant.split("(")[0])
+        """The silo's in-state ledger, evaluated by the calibration's accountant (its spec's name)."""
+        return SiloLedger(context, self.accountant or self.calibration.spec.name)
 
     def _admit(self, ctxt: Context, release: GaussianRelease) -> Callable[[], float]:
         """Record ``release`` (before it leaves) or raise ``SiloRefusal``; returns how to read the
@@ -416,12 +416,20 @@ class IsrlDpMod:
 
 def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float, noise_multiplier: float,
               rng: np.random.Generator) -> list[np.ndarray]:
-    """``old + clip(new - old, C) + N(0, (z C)^2 I)`` over all arrays jointly (one l2 norm).
+    """``old + (clip(new - old, C) + N(0, (z C)^2 I))`` over all arrays jointly (one l2 norm),
+    through silodp's one release primitive (:mod:`silodp.algorithms.release`).
 
-    ``old`` (the server's) must be finite: a ValueError otherwise. A non-finite update (NaN or inf
-    anywhere in ``new``, or an overflowing norm) is clipped to the zero update: the clipped update
-    still lies in the ball of radius C whatever the data, so the release keeps its guarantee
-    (``min(1, C / NaN)`` would be 1 and release the update unclipped)."""
+    The noise meets the clipped update *before* the server's ``old`` is added, in float64: adding
+    ``old`` first would round the clipped update onto the server's float grid (with ``old`` at
+    ``1.5 * 2**51`` the centre moves by nearly 2C for an update clipped to C, doubling the
+    sensitivity). ``old`` (the server's) must be finite: a ValueError otherwise. A non-finite update
+    (NaN or inf anywhere in ``new``, or a difference that overflows) is the zero update; its norm
+    never overflows. A release that is not finite in the arrays' own dtypes is refused
+    (:class:`silodp.algorithms.release.Refusal`): nothing leaves."""
+    import torch
+
+    from silodp.algorithms.release import Refusal, clip_update, gaussian_release
+
     check_positive("clipping_norm", clipping_norm)
     if not noise_multiplier >= 0 or math.isnan(noise_multiplier):
         raise ValueError(f"noise_multiplier: must be >= 0, got {noise_multiplier!r}")
@@ -429,14 +437,21 @@ def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float
     if not all(np.isfinite(o).all() for o in olds):
         raise ValueError("old: the server's arrays hold non-finite values")
     with np.errstate(over="ignore", invalid="ignore"):
-        deltas = [np.asarray(n, dtype=np.float64) - o for n, o in zip(new, olds, strict=True)]
-        norm = math.sqrt(sum(float(np.sum(d * d)) for d in deltas))
-    if not math.isfinite(norm):
-        deltas, norm = [np.zeros_like(d) for d in deltas], 0.0
-    scale = min(1.0, clipping_norm / norm) if norm > 0 else 1.0
+        delta = np.concatenate([(np.asarray(n, dtype=np.float64) - o).ravel() for n, o in zip(new, olds, strict=True)])
+    clipped = clip_update(torch.from_numpy(delta), clipping_norm)
     std = noise_multiplier * clipping_norm
-    return [(o + d * scale + rng.normal(0.0, std, size=d.shape)).astype(np.asarray(n).dtype)
-            for n, o, d in zip(new, olds, deltas)]
+    noise = torch.from_numpy(rng.normal(0.0, std, size=delta.shape))
+    offset = torch.from_numpy(np.concatenate([o.ravel() for o in olds]))
+    released = gaussian_release(clipped, std, None, offset, noise=noise).numpy()
+    out, start = [], 0
+    for n, o in zip(new, olds):
+        with np.errstate(over="ignore"):
+            part = released[start:start + o.size].reshape(o.shape).astype(np.asarray(n).dtype)
+        if not np.isfinite(part).all():
+            raise Refusal("non-finite")
+        out.append(part)
+        start += o.size
+    return out
 
 
 def worst_silo_epsilon(records: list[RecordDict], weighting_metric_name: str) -> MetricRecord:

@@ -19,6 +19,13 @@ batches the loader really drew:
   the certificate of the ``silodp-*-shuffled`` Opacus accountants). Rounds must run whole epochs,
   so that the rounds' steps, merged in the ledger (counts add), are whole epochs too.
 
+Before the first step, :func:`harden` gives the optimizer silodp's one release primitive as its
+clip (:mod:`silodp.algorithms.release`): Opacus' own clip factor ``C / (norm + 1e-6)`` is NaN for
+a record whose per-sample gradient is not finite (a model the server crafted can aim an
+``inf - inf`` logit at one record), which makes the whole step NaN; hardened, such a record
+contributes zero and norms never overflow. :func:`opacus_release` refuses an optimizer that is not
+hardened.
+
 The ledger certifies under replace-one (ISRL-DP, paper Definition 4), so its epsilon is larger
 than Opacus' own add/remove accountant reports for the same steps.
 """
@@ -47,12 +54,53 @@ def poisson_batch(sample_rate: float, dataset_size: int) -> int:
     return k
 
 
+def _clip_and_accumulate(self) -> None:
+    """Opacus' ``DPOptimizer.clip_and_accumulate`` through silodp's release primitive: each
+    record's gradient (all parameters jointly) scaled to norm at most ``max_grad_norm``, its norm
+    computed without overflow, a non-finite record's rows zero (never a NaN factor)."""
+    import torch
+    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+
+    from silodp.algorithms.release import factors_from_log_norms, log_norms
+
+    samples = [self._get_flat_grad_sample(p) for p in self.params]
+    flat = [g.reshape(len(g), -1).to(torch.float64) for g in samples]
+    if not flat or len(flat[0]) == 0:
+        log_norm = torch.zeros(0, dtype=torch.float64)
+    else:
+        log_norm = torch.logsumexp(2 * torch.stack([log_norms(f) for f in flat], 1), 1) / 2
+    factors = factors_from_log_norms(log_norm, float(self.max_grad_norm))
+    keep = ~torch.isnan(log_norm)
+    for p, g in zip(self.params, samples):
+        _check_processed_flag(p.grad_sample)
+        g = g.to(p.dtype)
+        g = torch.where(keep.to(g.device).view(-1, *([1] * (g.dim() - 1))), g, torch.zeros((), dtype=g.dtype))
+        grad = torch.einsum("i,i...", factors.to(device=g.device, dtype=p.dtype), g)
+        p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
+        _mark_as_processed(p.grad_sample)
+
+
+def harden(optimizer):
+    """Give Opacus' ``DPOptimizer`` silodp's clip (see the module docstring); returns it. Call it
+    once, before the first step (:func:`opacus_release` refuses an optimizer that is not hardened)."""
+    import types
+
+    if not hasattr(optimizer, "clip_and_accumulate") or not hasattr(optimizer, "max_grad_norm"):
+        raise ValueError(f"optimizer: needs Opacus' DPOptimizer, got {type(optimizer).__name__}")
+    optimizer.clip_and_accumulate = types.MethodType(_clip_and_accumulate, optimizer)
+    optimizer._silodp_hardened = True
+    return optimizer
+
+
 def opacus_release(optimizer, data_loader, steps: int) -> GaussianRelease:
     """The release of ``steps`` local steps that Opacus' ``optimizer`` (a ``DPOptimizer``) took on
     ``data_loader`` (what ``make_private`` returned); ValueError if the optimizer has no positive
     noise multiplier, or, with shuffled batches, ``steps`` is not a whole number of epochs."""
     from opacus.data_loader import DPDataLoader
 
+    if not getattr(optimizer, "_silodp_hardened", False):
+        raise ValueError("optimizer: not hardened; call silodp.integrations.flower_opacus.harden(optimizer) "
+                         "before its first step (silodp's clip: a non-finite record contributes zero)")
     z = float(getattr(optimizer, "noise_multiplier", float("nan")))
     if not z > 0:
         raise ValueError(f"optimizer: needs Opacus' DPOptimizer with a positive noise_multiplier, got {z!r}")
@@ -68,4 +116,4 @@ def opacus_release(optimizer, data_loader, steps: int) -> GaussianRelease:
     return GaussianRelease(GROUP, steps, z, BatchSampling.SHUFFLED, int(data_loader.batch_size), n)
 
 
-__all__ = ["GROUP", "opacus_release", "poisson_batch"]
+__all__ = ["GROUP", "harden", "opacus_release", "poisson_batch"]

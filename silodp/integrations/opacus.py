@@ -270,15 +270,19 @@ def opacus_accountant(accountant: str = "pld", sampling: OpacusSampling | str = 
     ``sampling``: ``"poisson"`` (Opacus' default loader), ``"shuffled"`` (``poisson_sampling=False``;
     replace-one only), ``"with-replacement"`` (a loader drawing ``batch_size`` indices i.i.d. from
     ``dataset_size`` records each step; replace-one only) or ``"balls-in-bins"``
-    (:func:`balls_in_bins_data_loader`; ``pld`` only).
+    (:func:`balls_in_bins_data_loader`; by the accountants whose ``supports()`` accepts a
+    :class:`~silodp.accounting.events.BallsInBinsDpEvent`).
     """
     try:
         how = OpacusSampling(sampling)
     except ValueError:
         raise ValueError(f"sampling must be one of {[s.value for s in OpacusSampling]}, got {sampling!r}") from None
     rel = ev.relation(neighbouring)
-    if how == OpacusSampling.BALLS_IN_BINS and accountant != "pld":
-        raise ValueError("accountant: balls-in-bins batches are certified by 'pld' only")
+    if how == OpacusSampling.BALLS_IN_BINS:  # asked of the accountant (its supports()), not of its name
+        epoch = ev.BallsInBinsDpEvent(2, ev.GaussianDpEvent(1.0))
+        able = sorted(n for n in ACCOUNTANTS if get_accountant(n, rel).supports(epoch))
+        if accountant not in able:
+            raise ValueError(f"accountant: balls-in-bins batches are certified by {able} only, got {accountant!r}")
     if how not in (OpacusSampling.POISSON, OpacusSampling.BALLS_IN_BINS) and rel != ev.REPLACE_ONE:
         raise ValueError(f"neighbouring: {how.value} batches are certified under REPLACE_ONE only "
                          "(see silodp.integrations.opacus)")

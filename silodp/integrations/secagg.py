@@ -95,14 +95,34 @@ def from_flower(aggregate: np.ndarray, summed: int, bits: int) -> np.ndarray:
 
 def clipped_grads(w: np.ndarray, x: np.ndarray, y: np.ndarray, clip: float) -> np.ndarray:
     """The per-record logistic gradients ``[n, d + 1]`` (bias last), each clipped to ``clip`` by the
-    library's :func:`silodp.algorithms.grads.clip_rows` (the one clip rule of every release)."""
+    one release primitive's :func:`silodp.algorithms.release.clip_rows`: a record whose gradient is
+    not finite (an ``inf - inf`` logit the server aimed at it) contributes zero, never a NaN that
+    would zero the silo's whole encoded sum (a shift of up to K L instead of 2 L)."""
     import torch
 
-    from silodp.algorithms.grads import clip_rows
+    from silodp.algorithms.release import clip_rows
 
     xa = np.hstack([x, np.ones((len(x), 1))])
-    g = (1.0 / (1.0 + np.exp(-xa @ w)) - y)[:, None] * xa
+    with np.errstate(over="ignore", invalid="ignore"):
+        g = (1.0 / (1.0 + np.exp(-(xa @ w))) - y)[:, None] * xa
     return clip_rows(torch.from_numpy(g), clip).numpy()
+
+
+def checked_models(models: list, dimension: int) -> list:
+    """The server's models as float64 vectors of ``dimension`` entries, refused
+    (:class:`silodp.algorithms.release.Refusal`) unless each is finite and of that shape: checked
+    before any record is touched."""
+    from silodp.algorithms.release import Refusal
+
+    out = []
+    for m in models:
+        v = np.asarray(m, dtype=np.float64)
+        if v.shape != (dimension,):
+            raise Refusal("shape")
+        if not np.isfinite(v).all():
+            raise Refusal("model")
+        out.append(v)
+    return out
 
 
 def signs(dimension: int, public_seed: int, server_round: int):
@@ -146,6 +166,7 @@ class Deployment:
         server sent; ``secret``: the silo's own batch seed): the clipped gradients at the model
         of its K-record batch."""
         idx = self.batch(pid, server_round, secret)
+        models = checked_models(models, self.dimension)
         return clipped_grads(models[0], self.xs[pid][idx], self.ys[pid][idx], self.clip)
 
     def batch(self, pid: int, server_round: int, secret: int) -> np.ndarray:
@@ -218,6 +239,7 @@ class SdpDeployment(Deployment):
         group = self.group(server_round)
         if group == "grad":
             return super().terms(models, pid, server_round, secret)
+        models = checked_models(models, self.dimension)
         x, y = self.xs[pid], self.ys[pid]
         if group == "full":  # the snapshot gradient: every record at wbar, bound L
             return clipped_grads(models[1], x, y, self.clip)
@@ -331,7 +353,10 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
         most = {"grad": batch_size, "diff": batch_size, "full": max(len(x) for x in xs)}  # messages per silo
         width = max(2, math.ceil(math.log2(m * max(most[g] * (p.g + p.b) for g, p in params.items()) + 1)))
         workflow_settings(width, m)  # refuses a sum that SecAgg+ cannot hold
-        svrg, spider = "full" in params, algorithm == "sdp-spider"
+        from silodp.algorithms.registry import algorithm_class
+
+        # asked of the algorithm: full-gradient anchors (SVRG) and a period q (SPIDER), not its name
+        svrg, spider = "full" in params, "q" in algorithm_class(algorithm)().get_params()
         return SdpDeployment(epsilon=cal.epsilon, bits=width, algorithm=algorithm, params=params,
                              bounds={g: float(r["bound"]) for g, r in cal.shuffle.items()},
                              inner_steps=cfg.inner_steps if svrg else 0, restarts=cfg.restarts if svrg else 1,

@@ -86,7 +86,9 @@ def test_zcdp_accountant_is_prop_d2_plus_cks():
 
 def test_parallel_composition_costs_one():
     one = GaussianDpEvent(2.0)
-    for name in ("rdp", "pld", "zcdp", "advanced"):
+    able = [name for name in ACCOUNTANTS if get_accountant(name).supports(one)]  # the registry, iterated
+    assert len(able) >= 5
+    for name in able:
         assert epsilon(ParallelComposedDpEvent(one, 25), 1e-5, name) == pytest.approx(epsilon(one, 1e-5, name))
 
 
@@ -115,7 +117,9 @@ def test_epsilon_delta_events_compose_in_pld_and_advanced():
 
 def test_get_delta_inverts_get_epsilon():
     ev = SelfComposedDpEvent(GaussianDpEvent(4.0), 30)
-    for name in ("rdp", "pld", "zcdp", "advanced"):
+    able = [name for name in ACCOUNTANTS if get_accountant(name).supports(ev)]  # the registry, iterated
+    assert len(able) >= 5
+    for name in able:
         acc = get_accountant(name).compose(ev)
         e = acc.get_epsilon(1e-6)
         assert acc.get_delta(e) <= 1e-6 * 1.01

@@ -55,3 +55,28 @@ def test_bad_input_names_the_argument():
         rl.lower_bound_epsilon(1.0, 5, 10, 0, 1e-5)
     with pytest.raises(ValueError, match="noise_multiplier"):
         rl.lower_bound_epsilon(0.0, 5, 10, 1, 1e-5)
+
+
+def test_more_draws_than_records_is_answered_between_its_certificates():
+    """n 10, m 30, z 1 (it raised "too small for a lower-bound PLD on this grid"): the largest
+    multiplicities are dropped and the grid coarsened until the pair fits, which keeps the bound a
+    lower bound. It is below the with-replacement certificate (one step: 287, the bound 169: 1.7x)
+    and below the exact epsilon of every draw being the changed record (one Gaussian at shift
+    2 m C per step), and grows with the steps."""
+    from silodp.accounting import gaussian, with_replacement
+
+    one, ten = (rl.lower_bound_epsilon(1.0, 30, 10, steps, 1e-5) for steps in (1, 10))
+    certified = with_replacement.gaussian_pld(1.0, 30, 10).get_epsilon_for_delta(1e-5)
+    assert 0.5 * certified <= one <= certified
+    # sigma / shift = 1 / (2 * 30) per step; T Gaussian steps are one at sigma / (shift sqrt(T)) (exact)
+    assert one < ten <= gaussian.epsilon_for_delta(1.0 / 60.0 / math.sqrt(10), 1e-5)
+
+
+def test_rarely_drawn_records_get_a_fine_grid():
+    """n 1e5, m 10, z 2, 100 steps (the gap table's row): a 1e-4 grid loses up to a grid step per
+    step, far more than epsilon (0.004), and the bound was the count test's 0.0022; on the finer
+    grid it is 0.0034, below the fixed-orientation PLD of the same pair (0.00347 at a 1e-5 grid) and
+    the certificate (0.00405)."""
+    lower = rl.lower_bound_epsilon(2.0, 10, 100_000, 100, 1e-5)
+    event = SelfComposedDpEvent(SampledWithReplacementDpEvent(100_000, 10, GaussianDpEvent(2.0)), 100)
+    assert 0.0033 <= lower <= tightest_epsilon(event, 1e-5, ev.REPLACE_ONE)[0]

@@ -168,3 +168,22 @@ def test_a_record_too_rare_to_draw_is_charged_as_released():
     """P[K >= 1] = 1e-13 (n 1e13, one draw): every draw charged as infinite loss, delta >= 1e-13."""
     one = with_replacement.gaussian_pld(1.0, 1, 10 ** 13)
     assert 1e-13 * (1 - 1e-9) <= one.get_delta_for_epsilon(50.0) <= 1.1e-13
+
+
+@pytest.mark.parametrize("z,m", [(1.0, 1), (2.0, 5)])
+def test_one_record_is_one_gaussian_at_shift_2mC(z, m):
+    """n = 1 (it raised "math domain error"): every draw is the changed record, so the step is
+    exactly N(2 m C) against N(0) at sigma = z C, the plain Gaussian at z / m under replace-one."""
+    got = with_replacement.gaussian_pld(z, m, 1).self_compose(10).get_epsilon_for_delta(1e-5)
+    want = pld.from_gaussian_mechanism(z / m, 1.0, ev.REPLACE_ONE).self_compose(10).get_epsilon_for_delta(1e-5)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_a_batch_as_large_as_the_data_is_answered_above_its_lower_bound():
+    """m = n and m > n are certified (finite) and above the collinear pair's rigorous lower bound."""
+    from silodp.accounting import replacement_lower
+
+    for m, n in ((3, 3), (6, 3)):
+        upper = with_replacement.gaussian_pld(2.0, m, n).get_epsilon_for_delta(1e-5)
+        assert math.isfinite(upper)
+        assert replacement_lower.lower_bound_epsilon(2.0, m, n, 1, 1e-5) <= upper

@@ -4,8 +4,10 @@ bounds each per-sample gradient; vmap(grad) equals autograd sample by sample."""
 import pytest
 import torch
 
+METHODS = ("ghost", "materialize")
+
 from silodp.algorithms import Problem, lenet, linear_model, mlp
-from silodp.algorithms.grads import clipped_grad_sum, per_sample_grads
+from silodp.algorithms.grads import clipped_diff_sum, clipped_grad_sum, clipped_per_sample, per_sample_grads
 
 CASES = [
     (linear_model(4), (4,), "squared", 2),
@@ -65,3 +67,161 @@ def test_forward_takes_any_leading_shape_for_convolutional_models():
     assert shared.shape == (3, 5, 4)
     torch.testing.assert_close(shared, batched)
     torch.testing.assert_close(model.forward(w, x[1, 2]), shared[1, 2])  # one unbatched sample
+
+
+def _case(model, shape, classes, seed=0, n=3, k=5, spread=0.3):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, k, *shape, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, classes, (n, k), generator=gen).double()
+    w = model.init(gen) + spread * torch.randn(n, model.dim, generator=gen, dtype=torch.float64)
+    weights = torch.rand(n, k, generator=gen, dtype=torch.float64)
+    return gen, x, y, w, weights
+
+
+@pytest.mark.parametrize("model,shape,loss,classes", CASES)
+@pytest.mark.parametrize("clip,diff_clip", [(None, None), (1.0, None), (0.05, 0.02), (1.0, 0.3), (None, 0.1),
+                                            (1.0, "per-silo")])
+@pytest.mark.parametrize("gap", [1e-3, 0.5])
+def test_ghost_differences_equal_materialized(model, shape, loss, classes, clip, diff_clip, gap):
+    """SVRG's and SPIDER's clipped differences by ghost norms (both points' activations and
+    output gradients) equal the materializing reference, for near and far points, a difference
+    clip that binds, one per silo ([N, 1], stacked trials) or none."""
+    gen, x, y, w, weights = _case(model, shape, classes)
+    w_old = w + gap * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    if diff_clip == "per-silo":
+        diff_clip = torch.tensor([[0.01], [0.2], [5.0]], dtype=torch.float64)
+    problem = Problem(model, loss, clip=clip)
+    ghost = clipped_diff_sum(problem, w, w_old, x, y, weights, clip, diff_clip, "ghost")
+    ref = clipped_diff_sum(problem, w, w_old, x, y, weights, clip, diff_clip, "materialize")
+    assert torch.allclose(ghost, ref, atol=1e-12, rtol=1e-9)
+    if diff_clip is not None:  # every record's difference within diff_clip
+        bound = torch.as_tensor(diff_clip, dtype=torch.float64).reshape(-1)
+        assert torch.all(ref.norm(dim=1) <= bound * weights.sum(1) + 1e-12)
+
+
+def test_ghost_difference_norm_keeps_relative_precision_in_float32():
+    """A tiny difference (w_old = w + 1e-4 noise) in float32: the ghost norm of each record's
+    clipped difference is within 5% of the float64 one (float32's own error on a difference 1e-4 of
+    the gradients is 0.02-2%), where the expanded form c1^2|G1|^2 + c0^2|G0|^2 - 2 c1 c0 <G1, G0>
+    is off by orders of magnitude; so a binding diff_clip holds to that precision."""
+    from silodp.algorithms import grads
+
+    model = mlp(5, [7, 3])
+    gen, x, y, w, _ = _case(model, (5,), 2, seed=3, n=4, k=6)
+    w_old = w + 1e-4 * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    problem = Problem(model, "logistic", clip=1.0)
+
+    def log_norms(*args):
+        _, t1, c1, _ = grads._point(problem, args[0], args[2], args[3], 1.0)
+        _, t0, c0, _ = grads._point(problem, args[1], args[2], args[3], 1.0)
+        ghost = torch.logsumexp(torch.stack([2 * a.diff_log_norm(b, c1, c0) for a, b in zip(t1, t0)]), 0) / 2
+        expanded = (c1 * c1 * sum(t.sq for t in t1) + c0 * c0 * sum(t.sq for t in t0)
+                    - 2 * c1 * c0 * sum(((a.a * b.a).sum(-1) + 1) * (a.g * b.g).sum(-1) for a, b in zip(t1, t0)))
+        return ghost, 0.5 * torch.log(expanded.clamp(min=1e-45))
+
+    ref, _ = log_norms(w, w_old, x, y)
+    single, expanded = log_norms(w.float(), w_old.float(), x.float(), y.float())
+    assert torch.all((single.double() - ref).abs() < 0.05)
+    assert float((expanded.double() - ref).abs().max()) > 0.5  # the form it replaces
+    dc = 0.25 * float(ref.exp().min())  # binds for every record
+    eye = torch.eye(6, dtype=torch.float32)
+    for j in range(6):  # one record at a time: its clipped difference's norm
+        one = clipped_diff_sum(problem, w.float(), w_old.float(), x.float(), y.float(), eye[j].expand(4, 6), 1.0, dc)
+        assert torch.all(one.norm(dim=1) <= dc * 1.05)
+
+
+@pytest.mark.parametrize("model,shape,loss,classes", CASES)
+@pytest.mark.parametrize("clip", [None, 0.05, 1.0])
+def test_ghost_per_sample_equals_vmap(model, shape, loss, classes, clip):
+    """The shuffle path's clipped per-record gradients from one batched backward equal vmap(grad)'s."""
+    _, x, y, w, _ = _case(model, shape, classes, seed=2)
+    problem = Problem(model, loss, clip=clip)
+    ghost = clipped_per_sample(problem, w, x, y, clip, "ghost")
+    ref = clipped_per_sample(problem, w, x, y, clip, "materialize")
+    assert ghost.shape == ref.shape == (3, 5, model.dim)
+    assert torch.allclose(ghost, ref, atol=1e-12, rtol=1e-9)
+
+
+def test_difference_bad_method_raises():
+    problem = Problem(linear_model(2), "squared")
+    z = torch.zeros(1, 2, 2)
+    with pytest.raises(ValueError, match="method"):
+        clipped_diff_sum(problem, torch.zeros(3), torch.zeros(3), z, torch.zeros(1, 2), torch.ones(1, 2), 1.0, None, "nope")
+    with pytest.raises(ValueError, match="method"):
+        clipped_per_sample(problem, torch.zeros(3), z, torch.zeros(1, 2), 1.0, "nope")
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 8000, 1 << 30])
+def test_chunks_of_silos_give_the_same_sums(monkeypatch, chunk_bytes):
+    """Silos processed in chunks (one silo at a time, a few, all at once) give the same clipped
+    sums and clipped differences, per-silo difference clips included."""
+    from silodp.algorithms import grads
+
+    model = mlp(5, [7, 3])
+    gen, x, y, w, weights = _case(model, (5,), 2, seed=4, n=7, k=6)
+    w_old = w + 0.1 * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    dc = torch.linspace(0.01, 1.0, 7, dtype=torch.float64).unsqueeze(-1)
+    problem = Problem(model, "logistic", clip=0.5)
+    ref = (clipped_grad_sum(problem, w, x, y, weights, 0.5, "materialize"),
+           clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, dc, "materialize"))
+    monkeypatch.setattr(grads, "CHUNK_BYTES", chunk_bytes)
+    assert len(grads._chunks(problem, x)) == {1: 7, 8000: 4, 1 << 30: 1}[chunk_bytes]  # 3552 bytes a silo
+    got = (clipped_grad_sum(problem, w, x, y, weights, 0.5), clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, dc))
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("diff_clip", [None, 0.05])
+def test_differences_at_an_aimed_model_drop_the_non_finite_records(diff_clip):
+    """The release primitive's semantics on differences: at issue 34's aimed model (weights
+    ``+-MAX / 0.5``: logits ``inf - inf`` on the records it aims at) at either point, every record
+    whose gradient is not finite at one of the points contributes exactly zero on both paths, the
+    others as before, and the message stays finite."""
+    MAX = torch.finfo(torch.float64).max
+    problem = Problem(linear_model(4), "logistic", clip=1.0)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(1, 8, 4, generator=gen, dtype=torch.float64) * 0.8 - 0.4
+    x[0, 3, :2] = 0.9
+    y = torch.randint(0, 2, (1, 8), generator=gen).double()
+    aimed = torch.zeros(5, dtype=torch.float64)
+    aimed[0], aimed[1] = MAX / 0.5, -MAX / 0.5
+    ordinary = 0.1 * torch.randn(5, generator=gen, dtype=torch.float64)
+    weights = torch.full((1, 8), 1 / 8, dtype=torch.float64)
+    for w, w_old in ((aimed, ordinary), (ordinary, aimed)):
+        finite = torch.isfinite(per_sample_grads(problem, aimed.expand(1, -1), x, y)).all(-1)
+        assert not bool(finite[0, 3]) and bool(finite.any())
+        kept = weights * finite
+        for m in ("ghost", "materialize"):
+            out = clipped_diff_sum(problem, w, w_old, x, y, weights, 1.0, diff_clip, m)
+            assert torch.isfinite(out).all()
+            assert torch.equal(out, clipped_diff_sum(problem, w, w_old, x, y, kept, 1.0, diff_clip, m))
+        ghost, ref = (clipped_diff_sum(problem, w, w_old, x, y, weights, 1.0, diff_clip, m) for m in METHODS)
+        assert torch.allclose(ghost, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_a_zero_difference_at_a_zero_difference_clip_is_zero_not_nan():
+    """SPIDER at convergence: w == w_old makes both the difference and its clip beta ||w - w_old||
+    zero; the message is zero (the materializing path's min(1, 0 / max(0, 1e-30)) = 0), not NaN."""
+    model = mlp(5, [7, 3])
+    _, x, y, w, weights = _case(model, (5,), 2, seed=5)
+    problem = Problem(model, "logistic", clip=1.0)
+    for m in METHODS:
+        out = clipped_diff_sum(problem, w, w.clone(), x, y, weights, 1.0, 0.0, m)
+        assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_a_model_subclass_with_its_own_forward_keeps_the_autograd_path():
+    """The written-out Linear/ReLU pass is Model's forward only: a subclass transforming its
+    outputs (the rates' SigmoidLinear) is clipped through its own forward, equal to the reference."""
+    from silodp.algorithms import grads
+    from silodp.verify.rates.families import SigmoidLinear
+
+    model = SigmoidLinear(4)
+    assert not grads._is_mlp(model) and grads._is_mlp(linear_model(4))
+    gen, x, y, w, weights = _case(model, (4,), 2, seed=6)
+    problem = Problem(model, "squared", clip=0.3)
+    w_old = w + 0.2 * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    assert torch.allclose(clipped_grad_sum(problem, w, x, y, weights, 0.3),
+                          clipped_grad_sum(problem, w, x, y, weights, 0.3, "materialize"), atol=1e-12, rtol=1e-9)
+    assert torch.allclose(clipped_diff_sum(problem, w, w_old, x, y, weights, 0.3, 0.1),
+                          clipped_diff_sum(problem, w, w_old, x, y, weights, 0.3, 0.1, "materialize"), atol=1e-12, rtol=1e-9)

@@ -19,14 +19,14 @@ def run(capsys, *argv):
 def test_epsilon_json(capsys):
     code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "1.0", "--steps", "100", "--delta", "1e-5",
                        "--sampling", "poisson", "--q", "0.01", "--accountant", "rdp", "--json")
-    assert code == 0 and set(json.loads(out)) == {"epsilon", "relation"} and json.loads(out)["epsilon"] > 0
+    assert code == 0 and set(json.loads(out)) == {"epsilon", "relation", "sensitivity", "units"} and json.loads(out)["epsilon"] > 0
 
 
 def test_epsilon_all_has_one_key_per_accountant(capsys):
     code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "2.0", "--steps", "10", "--delta", "1e-5",
                        "--accountant", "all", "--json")
     data = json.loads(out)
-    assert code == 0 and set(data) == {*ACCOUNTANTS, "relation", "pld_settings"}
+    assert code == 0 and set(data) == {*ACCOUNTANTS, "relation", "pld_settings", "sensitivity", "units"}
     assert data["pvec"] is None and data["pvec-pld"] is None  # P_vec accountants: no Gaussian steps
     assert data["gdp"] <= data["pld"] <= data["rdp"] <= data["advanced"]
 
@@ -68,7 +68,7 @@ def test_noise_json(capsys):
                        "without-replacement", "--q", "0.1", "--dataset-size", "1000", "--relation", "replace-one",
                        "--accountant", "rdp", "--json")
     data = json.loads(out)
-    assert code == 0 and set(data) == {"noise_multiplier", "epsilon", "accountant", "relation", "batch_size"}
+    assert code == 0 and set(data) == {"noise_multiplier", "epsilon", "accountant", "relation", "batch_size", "sensitivity", "units"}
     assert data["epsilon"] <= 1.0 and data["batch_size"] == 100
 
 
@@ -161,7 +161,7 @@ def test_default_accountant_is_the_tightest_for_sampling_with_replacement(capsys
     default = json.loads(out)["epsilon"]
     _, out, _ = run(capsys, "epsilon", "--noise-multiplier", str(z), *flags, "--accountant", "all")
     each = json.loads(out)
-    assert code == 0 and default == pytest.approx(each[best]) and default == min(v for k, v in each.items() if isinstance(v, float))
+    assert code == 0 and default == pytest.approx(each[best]) and default == min(v for k, v in each.items() if k in ACCOUNTANTS and isinstance(v, float))
     _, out, _ = run(capsys, "noise", "--epsilon", str(default * 1.5), *flags)
     assert json.loads(out)["epsilon"] <= default * 1.5
 
@@ -177,3 +177,21 @@ def test_noise_of_a_shuffle_algorithm_by_the_registered_pvec_pld(capsys):
     assert code == 0 and data["accountant"] == "pvec-pld" and 0.95 <= data["epsilon"] <= 1.0
     code, _, err = run(capsys, *argv, "--accountant", "rdp")  # refused, naming only those that certify P_vec
     assert code == 2 and "['pvec', 'pvec-pld'], not 'rdp'" in err
+
+
+def test_every_answer_says_which_units_it_read(capsys):
+    """Issue 38: the relation, the sensitivity applied (in units of C) and, where a dp-accounting
+    user could paste its RDP multiplier (replace-one, a fixed-size batch), how to convert it."""
+    base = ("--steps", "300", "--delta", "1e-5", "--sampling", "without-replacement", "--q", "0.1",
+            "--dataset-size", "5000", "--json")
+    _, out, _ = run(capsys, "epsilon", "--noise-multiplier", "4.5", "--relation", "replace-one", *base)
+    data = json.loads(out)
+    assert data["relation"] == "replace-one" and data["sensitivity"] == 2.0
+    assert "sigma / C" in data["units"] and "sigma / (2C)" in data["units"] and "twice" in data["units"]
+    _, out, _ = run(capsys, "noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100", "--sampling", "poisson",
+                    "--q", "0.01", "--json")
+    data = json.loads(out)
+    assert data["sensitivity"] == 1.0 and data["units"] == "noise_multiplier = sigma / C; sensitivity applied C (add-remove)"
+    code, out, _ = run(capsys, "epsilon", "--noise-multiplier", "4.5", "--relation", "replace-one",
+                       *base[:-1])
+    assert code == 0 and "sensitivity applied 2C (replace-one)" in out and "dp-accounting" in out

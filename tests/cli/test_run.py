@@ -54,3 +54,19 @@ def test_help_says_how_to_see_and_then_lists_the_generated_flags(command, capsys
     listed = capsys.readouterr().out
     assert stop.value.code == 0 and "--local-steps" in listed
     assert ("--server-momentum" in listed) == (command == "run")  # noise: the transcript's fields only
+
+
+def test_run_accountant_calibrates_and_certifies_with_the_named_one(capsys):
+    base = ["run", "--algorithm", "isrl-mb-sgd", "--dataset", "synthetic", "--epsilon", "2", "--rounds", "3",
+            "--batch-size", "5", "--json"]
+    results = {}
+    for accountant in ("rdp", "pld"):
+        assert main(base + ["--accountant", accountant]) == 0
+        results[accountant] = json.loads(capsys.readouterr().out)
+    assert all(r["accountant"] == a and r["epsilon"] <= 2 + 1e-9 for a, r in results.items())
+    assert results["rdp"]["noise"]["sigma"] > results["pld"]["noise"]["sigma"]  # rdp is looser here
+    assert main(base + ["--accountant", "pvec"]) == 2  # certifies no Gaussian step
+    assert "accountant" in capsys.readouterr().err
+    assert main(["run", "--algorithm", "mb-sgd", "--dataset", "synthetic", "--epsilon", "1", "--rounds", "3",
+                 "--accountant", "rdp", "--json"]) == 2
+    assert "--accountant" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from opacus import PrivacyEngine  # noqa: E402
 
 from silodp.accounting.gaussian import epsilon_for_delta  # noqa: E402
 from silodp.accounting.releases import BatchSampling  # noqa: E402
-from silodp.integrations.flower_opacus import opacus_release, poisson_batch  # noqa: E402
+from silodp.integrations.flower_opacus import harden, opacus_release, poisson_batch  # noqa: E402
 from silodp.integrations.flower_silo import SiloLedgerDB, SiloRefusal  # noqa: E402
 
 DELTA, Z, N, K, EPOCHS = 1e-5, 3.0, 64, 16, 2
@@ -31,9 +31,10 @@ def private_training(poisson: bool, engine: PrivacyEngine | None = None):
     model = torch.nn.Linear(5, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = torch.utils.data.DataLoader(data, batch_size=K, shuffle=True)
-    return (engine or PrivacyEngine(accountant="prv")).make_private(module=model, optimizer=optimizer, data_loader=loader,
-                                                        noise_multiplier=Z, max_grad_norm=1.0,
-                                                        poisson_sampling=poisson)
+    model, optimizer, loader = (engine or PrivacyEngine(accountant="prv")).make_private(
+        module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=Z, max_grad_norm=1.0,
+        poisson_sampling=poisson)
+    return model, harden(optimizer), loader
 
 
 def local_round(model, optimizer, loader) -> int:

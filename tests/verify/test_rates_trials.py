@@ -14,7 +14,7 @@ import torch
 
 from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
 from silodp.verify.rates.families import BallRidge, logistic_ridge, objective
-from silodp.verify.rates.trials import BATCH_SAFE, TrialContext, run_trials
+from silodp.verify.rates.trials import TrialContext, batch_safe, run_trials, stacks_trials
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +98,18 @@ def test_uniform_picks_are_independent_per_trial(family):
     assert len(ctx.iterates[1:3]) == 2  # slices still behave like a list
 
 
+def test_the_claim_is_the_class_that_defines_run():
+    """A subclass that overrides ``_run`` does not inherit ``stacked_trials`` (its loop is new)."""
+    from silodp.algorithms import ALGORITHMS
+
+    cls = next(c for _, c in sorted(ALGORITHMS.items()) if stacks_trials(c))
+    assert stacks_trials(type("Same", (cls,), {}))
+    assert not stacks_trials(type("NewLoop", (cls,), {"_run": lambda self, ctx, w: w}))
+
+
 def test_chunking_rules(family):
-    assert {"isrl-prox-sgd", "isrl-pl-svrg", "isrl-spider"} <= BATCH_SAFE and "isrl-local-sgd" not in BATCH_SAFE
+    safe = batch_safe()
+    assert {"isrl-prox-sgd", "isrl-pl-svrg", "isrl-spider"} <= safe and "isrl-local-sgd" not in safe
     data = lambda t, g: family.sample(16, t, g)  # noqa: E731
     per_trial = data(1, torch.Generator())[0][0].numel()
     batched = run_trials(get_algorithm("isrl-prox-sgd", rounds=2, batch_size=8, sigmas={"sigma": 0.1}),

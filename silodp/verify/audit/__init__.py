@@ -31,10 +31,11 @@ from silodp.verify.audit.audits import (
     detection_rate,
     judge,
     prepare,
+    scenario_for,
 )
 
 __all__ = [
     "AlgorithmGame", "AuditResult", "CANARIES", "Claim", "DEFAULT_DELTA", "MUTATION_SCENARIOS", "MUTATION_TRIALS",
     "PAPER_CALIBRATIONS", "SCENARIOS", "Scenario", "audit_algorithm", "audit_gaussian", "audit_papers", "audit_pvec",
-    "detection_rate", "judge", "prepare",
+    "detection_rate", "judge", "prepare", "scenario_for",
 ]

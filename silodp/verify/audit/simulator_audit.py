@@ -120,7 +120,6 @@ def audit_simulator(mutation: str, canaries: int | None = None, counterpart: boo
 def _audit_one_run(mutation: str, canaries: int, counterpart: bool, algorithm: str, epsilon: float | None,
                    delta: float, n: int, d: int, estimator: str | None, alpha: float, seed: int) -> SimulatorAudit:
     """:func:`audit_simulator` of a mutation of :data:`ONE_RUN_MUTATIONS`."""
-    import torch
 
     from silodp.algorithms import Problem, get_algorithm, linear_model
     from silodp.algorithms.privacy import calibrate_algorithm

@@ -43,6 +43,7 @@ import dataclasses
 from typing import Callable
 
 from silodp.verify.rates import runs
+from silodp.verify.rates.trials import stacks_trials
 
 #: the criteria a preset can state (see module docstring)
 CRITERIA = ("slope", "floor", "improves", "explicit", "epsilon")
@@ -86,7 +87,9 @@ class Mutation:
                 vars(self).update(saved)
             return ctx.first if mut.output == "first" else last
 
-        broken = type(cls.__name__, (cls,), {"_run": _run, "uniform_output": cls.uniform_output and mut.output is None})
+        # the wrapper runs cls._run itself: it stacks trials exactly when cls does
+        broken = type(cls.__name__, (cls,), {"_run": _run, "uniform_output": cls.uniform_output and mut.output is None,
+                                             "stacked_trials": stacks_trials(cls)})
         out = broken.__new__(broken)
         out.__dict__.update(vars(algo))
         return out

@@ -13,7 +13,7 @@ Alg 2 line 3); in a :class:`TrialContext` an integer index of ``iterates`` retur
 uniform pick *per trial* instead, so trials stay independent. SPIDER's noise and clipping depend
 on ``||w_r - w_{r-1}||``: on a ``[T, d]`` iterate it computes one norm per trial, and
 :class:`TrialContext` accepts per-trial noise scales, clip bounds and P_vec bounds.
-:data:`BATCH_SAFE` lists the algorithms whose ``_run`` is correct on stacked trials; the others
+:func:`stacks_trials` asks the algorithm class (its ``stacked_trials``) whether its ``_run`` is correct on stacked trials; the others
 (Local SGD and the DP-SCAFFOLD family keep per-silo local models ``[N, d]``) are refused. Output
 picks ``Unif(iterates)`` per trial.
 """
@@ -30,12 +30,21 @@ from silodp.algorithms.base import FederatedAlgorithm
 from silodp.algorithms.federation import Federation
 from silodp.verify.instruments import TrialContext, _pick_uniform
 
-__all__ = ["BATCH_SAFE", "TrialContext", "TrialOutcome", "run_trials"]
+__all__ = ["TrialContext", "TrialOutcome", "batch_safe", "run_trials", "stacks_trials"]
 
-#: Algorithms whose ``_run`` is correct on a ``[T, d]`` iterate (no per-run norms or picks).
-BATCH_SAFE = frozenset({"isrl-prox-sgd", "sdp-prox-sgd", "isrl-mb-sgd", "mb-sgd", "isrl-prox-svrg",
-                        "sdp-prox-svrg", "isrl-pl-svrg", "sdp-pl-svrg", "isrl-spider", "sdp-spider",
-                        "isrl-fed-spider"})
+def stacks_trials(cls: type) -> bool:
+    """Whether the algorithm class ``cls`` runs correctly on a ``[T, d]`` iterate: the
+    ``stacked_trials`` of the class that defines its ``_run`` (a subclass overriding ``_run`` does
+    not inherit the claim)."""
+    owner = next((k for k in cls.__mro__ if "_run" in vars(k)), None)
+    return owner is not None and bool(vars(owner).get("stacked_trials", False))
+
+
+def batch_safe() -> frozenset[str]:
+    """The registered algorithms that run as stacked trials (:func:`stacks_trials`)."""
+    from silodp.algorithms import ALGORITHMS
+
+    return frozenset(name for name, cls in ALGORITHMS.items() if stacks_trials(cls))
 
 DataFn = Callable[[int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
@@ -72,8 +81,8 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
     """
     if int(trials) < 1:
         raise ValueError(f"trials: must be >= 1, got {trials}")
-    if algorithm.name not in BATCH_SAFE:
-        raise ValueError(f"algorithm: {algorithm.name!r} cannot run as stacked trials; one of {sorted(BATCH_SAFE)}")
+    if not stacks_trials(type(algorithm)):
+        raise ValueError(f"algorithm: {algorithm.name!r} cannot run as stacked trials; one of {sorted(batch_safe())}")
     if algorithm.record_transcript:
         raise ValueError("record_transcript: not supported for stacked trials")
     gen = torch.Generator().manual_seed(int(seed))
