@@ -190,7 +190,13 @@ class Silo:
         self.ledger.release(run_id, as_declared(release, declared), "train")  # recorded before it leaves
         # fresh secret randomness: a seed the server could know would let it subtract the noise
         generator = torch.Generator().manual_seed(secrets.randbits(63))
-        message, _ = computed.silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size, generator)
+        from silodp.algorithms.release import Refusal as NotReleased
+
+        try:
+            message, _ = computed.silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size,
+                                               generator)
+        except NotReleased as exc:
+            raise Refusal("release", str(exc)) from None
         out = message.detach().numpy().astype(np.float64)
         if not np.isfinite(out).all():
             raise Refusal("release", "the release is not finite; nothing released")

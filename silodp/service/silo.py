@@ -25,6 +25,7 @@ from silodp.algorithms import Federation, Problem
 from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
 from silodp.algorithms.grads import clip_rows, clipped_grad_sum, clipped_per_sample
+from silodp.algorithms.release import gaussian_release
 from silodp.experiments.datasets import load_cached, model_for
 from silodp.service.plan import Settings
 
@@ -170,5 +171,6 @@ def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, 
         per = clip_rows(clipped_per_sample(problem, w, x, y, clip) - clipped_per_sample(problem, w_prev, x, y, clip),
                         bound)
         term = torch.einsum("nk,nkd->nd", weights, per)[0]
-    noise = torch.randn(term.shape, generator=generator, dtype=term.dtype) * std
-    return term + noise, release
+    # the one release primitive: noise added to the clipped term in float64; a non-finite result
+    # raises its Refusal and nothing is released
+    return gaussian_release(term, std, generator), release
