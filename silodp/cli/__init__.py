@@ -36,7 +36,8 @@ class _Parser(argparse.ArgumentParser):
 
 #: top-level modules of an optional extra, and the install that brings them
 _EXTRAS = {"torch": "torch", "matplotlib": "torch", "sklearn": "torch", "mlxtend": "torch",
-           "flwr": "flower", "flwr_datasets": "flower", "opacus": "opacus"}
+           "flwr": "flower", "flwr_datasets": "flower", "fastapi": "flower", "uvicorn": "flower", "httpx": "flower",
+           "opacus": "opacus"}
 
 
 def missing_extra(exc: BaseException) -> str | None:

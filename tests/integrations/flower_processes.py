@@ -218,6 +218,7 @@ def federation(directory: Path, silos: int = 2, budget_epsilon: float = 3.0, bud
     over it like any fixture; every process it starts is stopped even when the test fails."""
     from silodp.service.federation import down, up
 
+    directory.mkdir(parents=True, exist_ok=True)
     env = deployment_env(directory / "client-home")
     with _flwr_home(env["FLWR_HOME"]):
         info = up(directory, silos, budget_epsilon, budget_delta, dataset)

@@ -139,19 +139,27 @@ def test_a_killed_service_loses_no_ledger_entry(tmp_path):
 
 @pytest.mark.slow
 def test_federation_up_runs_the_example_and_down_leaves_nothing(tmp_path):
+    from silodp.integrations.flower_silo import certify_releases
+    from silodp.service.plan import Settings
+    from silodp.service.silo import silo_plan
+
+    config = 'rounds=2 epsilon=1.0 accountant="rdp"'
+    settings = Settings(rounds=2, epsilon=1.0, accountant="rdp")
+    one_run = certify_releases(silo_plan(settings, 0, 1e-4).releases, 1e-4)  # silo 0's certificate of a run
+    budget = 1.2 * one_run  # one run fits silo 0, two do not
     procs = Descendants()
     with procs:
-        with federation(tmp_path / "fed", silos=2, budget_epsilon=0.12, budget_delta=1e-4) as (info, env):
+        with federation(tmp_path / "fed", silos=2, budget_epsilon=budget, budget_delta=1e-4) as (info, env):
             assert set(info) == {"superlink", "silos", "connection"}
             assert all(set(s) == {"pid", "service_pid", "ledger", "port"} for s in info["silos"])
-            config = 'rounds=2 epsilon=1.0 accountant="rdp"'
             runs = [run_in_own_group([str(BIN / "flwr"), "run", str(ROOT / "examples" / "flower"), info["connection"],
                                       "--stream", "--run-config", config], env, timeout=300) for _ in range(2)]
             first, second = (r.stdout for r in runs)
             assert "2 rounds; test error" in first and "refused by 0 silos" in first, first[-3000:]
-            assert REFUSALS["budget"] in second, second[-3000:]  # silo 0 (0.098 a run) has no room for a second
+            assert REFUSALS["budget"] in second, second[-3000:]  # silo 0 has no room for a second run
             ledgers = [SiloLedgerDB(s["ledger"]).summary() for s in info["silos"]]
-            assert all(s["mode"] == MODE_SERVICE and s["epsilon_spent"] <= 0.12 for s in ledgers)
+            assert all(s["mode"] == MODE_SERVICE and s["epsilon_spent"] <= budget for s in ledgers)
+            assert ledgers[0]["epsilon_spent"] == ledgers[0]["runs"][0]["epsilon"] == one_run
             assert ledgers[0]["runs"][0]["releases"] == 2 and len(ledgers[0]["runs"]) == 1 and ledgers[0]["refused"] >= 1
             assert stat.S_IMODE(os.stat(Path(info["silos"][0]["ledger"]).parent / "token").st_mode) == 0o600
     procs.assert_none_left()

@@ -50,8 +50,10 @@ def _arrays(msg: Message):
     arrays = msg.content.array_records.get("arrays")
     config = msg.content.config_records.get("config")
     kind = str(config["kind"]) if config is not None and "kind" in config else ""
-    get = (lambda name: np.asarray(arrays[name].numpy(), dtype=np.float64) if arrays is not None and name in arrays
-           else None)
+
+    def get(name: str):
+        return np.asarray(arrays[name].numpy(), dtype=np.float64) if arrays is not None and name in arrays else None
+
     return get("w"), get("w_prev"), kind
 
 
