@@ -165,3 +165,77 @@ def test_federation_up_runs_the_example_and_down_leaves_nothing(tmp_path):
     procs.assert_none_left()
     assert not (tmp_path / "fed" / "federation.json").exists()
 
+
+
+USER = "silodp-supernode-test"
+
+
+@pytest.fixture
+def unprivileged_user():
+    """A user created for the test (removed after it), or a skip naming why it cannot be."""
+    import pwd
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("creating a user needs root and useradd")
+    created = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                             capture_output=True, text=True)
+    if created.returncode not in (0, 9):  # 9: exists already
+        pytest.skip(f"useradd failed: {created.stderr.strip()[:200]}")
+    try:
+        try:
+            probe = subprocess.run([sys.executable, "-c", "import silodp.service.client"], user=USER,
+                                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                   timeout=120)
+        except OSError as exc:
+            probe = subprocess.CompletedProcess([], 1, "", str(exc))
+        if probe.returncode != 0:
+            pytest.skip(f"this Python or checkout is not readable by another user: {probe.stderr.strip()[-200:]}")
+        yield pwd.getpwnam(USER)
+    finally:
+        if created.returncode == 0:
+            subprocess.run(["userdel", USER], capture_output=True)
+
+
+def test_the_os_boundary_the_client_app_reads_neither_records_nor_ledger(tmp_path, unprivileged_user):
+    """The service runs as root and owns the records and the ledger (0600 in a 0700 directory);
+    the ClientApp's process runs as another user: it cannot open either, and gets releases."""
+    from silodp.service.silo import SiloRecords
+
+    private = tmp_path / "silo"
+    private.mkdir(mode=0o700)
+    records = private / "records.npz"
+    SiloRecords.from_dataset("wbcd", 0, 0).save(records)
+    os.chmod(records, 0o600)
+    sock_dir = tmp_path / "run"
+    sock_dir.mkdir(mode=0o755)
+    os.chmod(tmp_path, 0o755)
+    (tmp_path / "silo.toml").write_text(
+        f'[records]\npath = "{records}"\n\n[ledger]\npath = "{private / "ledger.sqlite"}"\nbudget_epsilon = 2.0\n'
+        f'budget_delta = 1e-4\n\n[listen]\nsocket = "{sock_dir / "silo.sock"}"\nuser = "{USER}"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with started([sys.executable, "-m", "silodp", "silo", "serve", str(tmp_path / "silo.toml")], env,
+                 tmp_path / "service.log") as proc:
+        deadline = time.monotonic() + 120
+        while not (sock_dir / "silo.sock").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "service.log").read_text()[-2000:]
+            time.sleep(0.2)
+        assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+        probe = f"""
+import numpy as np
+from silodp.service.client import ServiceClient, proposal_of
+for path in ({str(records)!r}, {str(private / 'ledger.sqlite')!r}):
+    try:
+        open(path, 'rb')
+        print('READ', path)
+    except PermissionError:
+        print('denied')
+message, out = ServiceClient('unix:{sock_dir / "silo.sock"}').release(
+    '5', proposal_of({{'rounds': 3, 'epsilon': 1.0, 'accountant': 'rdp'}}), 'grad', np.zeros({DIM}))
+print(message.shape, np.isfinite(message).all())
+"""
+        out = subprocess.run([sys.executable, "-c", probe], user=USER, capture_output=True, text=True, env=env,
+                             timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:3] == ["denied", "denied", f"({DIM},) True"]
+    assert SiloLedgerDB(private / "ledger.sqlite").summary()["runs"][0]["releases"] == 1
