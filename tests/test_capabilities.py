@@ -22,6 +22,7 @@ REGISTRIES = {"silodp/accounting/accountants.py", "silodp/algorithms/registry.py
 #: (file, what) of the switches not yet replaced by a capability, and why they are still there
 KNOWN = {
     ("silodp/experiments/doctables.py", "parses a label"): "reads the CLI's JSON, which prints the label only",
+    ("silodp/experiments/doctables.py", "a table of names"): "a documented comparison of two named accountants",
     ("silodp/integrations/opacus.py", "a table of names"): "ACCOUNTANT_NAMES: the accountants Opacus gets by "
     "default (a choice of defaults, not a switch)",
     ("silodp/integrations/secagg.py", "a table of names"): "the SecAgg+ app's algorithms",

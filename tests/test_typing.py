@@ -56,6 +56,7 @@ def test_the_package_ships_py_typed():
     assert (PACKAGE / "py.typed").is_file()
     text = (PACKAGE.parent / "pyproject.toml").read_text()
     assert '"py.typed"' in text and "[tool.mypy]" in text and "[tool.ruff" in text
+    assert 'module = ["silodp.accounting", "silodp.accounting.*"]\ndisallow_untyped_defs = true' in text
     ci = (PACKAGE.parent / ".ci" / "run").read_text()
     assert "\nruff check .\n" in ci and "\nmypy\n" in ci
 

@@ -3,11 +3,14 @@ second, which the accounting CLI cannot afford). Same semantics as ``scipy.stats
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import bdtr, bdtrc, gammaln, xlog1py, xlogy
 
 
-def logpmf(k, n: int, p: float) -> np.ndarray:
+def logpmf(k: ArrayLike, n: int, p: float) -> np.ndarray:
     """log P[X = k] (``-inf`` outside 0..n)."""
     k = np.asarray(k, dtype=float)
     inside = (k >= 0) & (k <= n)
@@ -16,7 +19,7 @@ def logpmf(k, n: int, p: float) -> np.ndarray:
     return np.where(inside, out, -np.inf)
 
 
-def pmf(k, n: int, p: float) -> np.ndarray:
+def pmf(k: ArrayLike, n: int, p: float) -> np.ndarray:
     return np.exp(logpmf(k, n, p))
 
 
@@ -30,7 +33,7 @@ def sf(k: int, n: int, p: float) -> float:
     return 1.0 if k < 0 else 0.0 if k >= n else float(bdtrc(k, n, p))
 
 
-def _smallest(pred, n: int) -> int:
+def _smallest(pred: Callable[[int], bool], n: int) -> int:
     """Smallest k in 0..n with ``pred(k)`` true (``pred`` monotone, true at n)."""
     lo, hi = -1, n
     while hi - lo > 1:

@@ -17,6 +17,7 @@ import functools
 import math
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from silodp.accounting import events as ev
 
@@ -29,7 +30,7 @@ class UnsupportedEventError(ValueError):
     catches either library's refusal; silodp itself never imports dp-accounting (a slow import).
     """
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any) -> "UnsupportedEventError":
         theirs = sys.modules.get("dp_accounting.privacy_accountant")
         if cls is UnsupportedEventError and theirs is not None:
             cls = _compatible(theirs.UnsupportedEventError)

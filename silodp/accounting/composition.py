@@ -19,13 +19,14 @@ import math
 from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import gammaln, logsumexp
 
 from silodp._validation import check_count, check_delta, check_nonnegative, check_positive
 from silodp.accounting._numerics import monotone_root
 
 
-def dwork_roth_epsilon(epsilons, counts, delta_slack: float) -> float:
+def dwork_roth_epsilon(epsilons: ArrayLike, counts: ArrayLike, delta_slack: float) -> float:
     """eps' of Dwork-Roth Thm 3.20 (paper Thm D.1) for ``counts[i]`` steps at ``epsilons[i]``:
     sqrt(2 ln(1/delta') sum_i k_i eps_i^2) + sum_i k_i eps_i (e^eps_i - 1) (the heterogeneous form
     is Dwork, Rothblum & Vadhan 2010, Thm III.3); inf when e^eps overflows."""

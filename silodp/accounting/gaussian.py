@@ -17,6 +17,7 @@ Inverses round toward more privacy: sigma up, epsilon up, delta up.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr
@@ -81,7 +82,7 @@ _FORMULAS = {
 }
 
 
-def _formulas(method: str) -> tuple:
+def _formulas(method: str) -> tuple[Any, ...]:
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
     return _FORMULAS[method]

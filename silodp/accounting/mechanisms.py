@@ -41,7 +41,7 @@ KINDS = frozenset({Mechanism.LAPLACE, Mechanism.DISCRETE_LAPLACE, Mechanism.RAND
 _MAX_SUPPORT = 10_000_000
 
 
-def _max_loss(block: Block, relation) -> float:
+def _max_loss(block: Block, relation: ev.NeighboringRelation) -> float:
     shift = ev.sensitivity(relation)
     if block.kind == Mechanism.LAPLACE:
         return shift / block.noise_multiplier
@@ -55,12 +55,12 @@ def _max_loss(block: Block, relation) -> float:
     return math.log1p(k * (1.0 - p) / p)
 
 
-def _dgauss_support(block: Block, relation, log_tail: float) -> tuple[float, int, int]:
+def _dgauss_support(block: Block, relation: ev.NeighboringRelation, log_tail: float) -> tuple[float, int, int]:
     sigma, d = block.params[0], block.params[1] * int(ev.sensitivity(relation))
     return sigma, d, int(math.ceil(math.sqrt(-2.0 * log_tail) * sigma)) + d
 
 
-def check(block: Block, relation, interval: float) -> None:
+def check(block: Block, relation: ev.NeighboringRelation, interval: float) -> None:
     """UnsupportedEventError for a block this module cannot turn into a PLD (before allocating)."""
     if block.kind == Mechanism.DISCRETE_GAUSSIAN:
         sigma, d, k = _dgauss_support(block, relation, pld_lib.LOG_TAIL_MASS)
@@ -95,7 +95,7 @@ def _discrete(losses: np.ndarray, masses: np.ndarray, interval: float) -> pld_li
     return pld_lib.LossPmf(interval, first, out, 0.0)
 
 
-def pld(block: Block, relation, interval: float, log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
+def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
     """The pessimistic PLD of one step of ``block`` (module docstring)."""
     check(block, relation, interval)
     top = _max_loss(block, relation)

@@ -21,6 +21,8 @@ Lowy, Ghafelebashi & Razaviyayn (2023):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from silodp._validation import check_count, check_delta, check_positive
 
@@ -31,13 +33,14 @@ def _log_inv(delta: float) -> float:
 
 # -- the formulas, once: plain arithmetic, evaluated on numbers here and on sympy symbols by
 # -- silodp.bounds (which passes sympy's log and Max) -----------------------------------------------
-def e1_variance(eps, ln_inv_delta, clip, batch_size, constant=8):
+def e1_variance(eps: Any, ln_inv_delta: Any, clip: Any, batch_size: Any, constant: Any = 8) -> Any:
     """Thm E.1 proof: sigma^2 = 8 L^2 ln(1/delta) / (eps^2 K^2) (``constant`` 16: Prop D.2 at 2L/K)."""
     return constant * clip**2 * ln_inv_delta / (eps**2 * batch_size**2)
 
 
-def e2_variances(eps, delta, clip, n, epochs, rounds, restarts, log=math.log, sigma2_constant=1024,
-                 sigma2_log_argument=None):
+def e2_variances(eps: Any, delta: Any, clip: Any, n: Any, epochs: Any, rounds: Any, restarts: Any,
+                 log: Callable[[Any], Any] = math.log, sigma2_constant: Any = 1024,
+                 sigma2_log_argument: Any = None) -> tuple[Any, Any]:
     """Thm E.2 (Alg 2), R = E Q: sigma_1^2 = 256 L^2 S E ln(2/delta) ln(5E/delta) / (eps n)^2 and
     sigma_2^2 = 1024 L^2 S R ln(2/delta) ln(2.5 R/delta) / (eps n)^2 (``sigma2_log_argument`` replaces
     2.5 R, ``sigma2_constant`` 1024: the corrected form)."""
@@ -48,7 +51,8 @@ def e2_variances(eps, delta, clip, n, epochs, rounds, restarts, log=math.log, si
     return s1, s2
 
 
-def f1_variances(eps, ln_inv_delta, clip, beta, n, rounds, q, maximum=max, constant=16):
+def f1_variances(eps: Any, ln_inv_delta: Any, clip: Any, beta: Any, n: Any, rounds: Any, q: Any,
+                 maximum: Callable[..., Any] = max, constant: Any = 16) -> tuple[Any, Any, Any]:
     """Thm F.1 proof (Alg 3, K_1 = K_2 = n), with c = ``constant`` (16; 32 with the doubled zCDP
     budget): sigma_1^2 = c L^2 ln(1/delta) max(R/q, 1) / (eps n)^2, sigma_2^2 = c beta^2 R ln(1/delta)
     / (eps n)^2 (per unit ||w_r - w_{r-1}||), sigma_hat_2^2 = 4 c L^2 R ln(1/delta) / (eps n)^2."""

@@ -46,7 +46,7 @@ class CollinearPair:
     """P = sum_k w_k N(k d, s^2) (a sub-probability when truncated) against Q = N(0, s^2),
     ``w_k`` = ``weights[k]``, d = ``shift``."""
 
-    weights: tuple
+    weights: tuple[float, ...]
     shift: float
     s: float
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +67,8 @@ from silodp.accounting import events as ev
 from silodp.accounting import _binomial
 from silodp._validation import batch_from_rate, check_count, check_delta, check_positive, check_probability
 from silodp.accounting._numerics import monotone_root
-from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant
-from silodp.accounting.calibration import calibrate, pld_discretization
+from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, pld_discretization
+from silodp.accounting.calibration import calibrate
 
 class Participation(enum.Enum):
     """How the server's count of rounds treats user sampling (module docstring)."""
@@ -290,7 +291,7 @@ def _finite(x: float) -> float | None:
 
 def noise_report(epsilon: float, delta: float, num_users: int, records_per_user: int, rounds: int,
                  local_steps: int, user_sampling: float, data_sampling: float, clip: float = 1.0, *,
-                 warm_steps: int = 0, participation: str = "worst-case", accountant: str = "pld") -> dict:
+                 warm_steps: int = 0, participation: str = "worst-case", accountant: str = "pld") -> dict[str, Any]:
     """sigma_g toward the server and toward a third party (tight, from the accounting layer) beside
     the paper's closed form, and what each certifies. JSON-friendly; the library side of
     ``silodp noise --algorithm dp-scaffold`` (which adds the algorithm's name: the accounting layer knows

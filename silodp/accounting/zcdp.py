@@ -18,7 +18,7 @@ within a silo.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -42,7 +42,7 @@ def _log_delta_at(alpha: np.ndarray, rho: float, epsilon: float) -> np.ndarray:
     return (alpha - 1.0) * (rho * alpha - epsilon) + (alpha - 1.0) * np.log1p(-1.0 / alpha) - np.log(alpha)
 
 
-def _minimize_over_alpha(objective) -> float:
+def _minimize_over_alpha(objective: Callable[[np.ndarray], np.ndarray]) -> float:
     """Minimize objective(alpha) over alpha > 1: dense log grid, then a bounded Brent refinement."""
     from scipy.optimize import minimize_scalar  # lazy: keeps CLI start-up fast
     grid = 1.0 + np.logspace(-6, 7, 400)

@@ -58,6 +58,10 @@ def one_line(exc: BaseException) -> str:
         return extra
     if isinstance(exc, OverflowError):
         text = f"a value is too large to compute with ({exc})"
+    elif isinstance(exc, OSError) and exc.strerror:  # e.g. a 300-character path: no traceback, no echo of it
+        name = str(exc.filename or "")
+        shown = name if len(name) <= 80 else f"{name[:40]}...{name[-20:]}"
+        text = f"{exc.strerror}: {shown!r}" if name else exc.strerror
     elif isinstance(exc, (ValueError, CliError)):
         text = str(exc)
     else:
@@ -127,11 +131,100 @@ def check_writable(path: str, flag: str) -> None:
         raise ValueError(f"{flag}: {exc}") from None
 
 
+def _suggest(word: str, choices) -> str:
+    """`` (did you mean X?)`` for the closest of ``choices`` to a mistyped ``word``, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _command_parser(argv: Sequence[str], parser: argparse.ArgumentParser):
+    sub = parser._defaults.get("subparsers") if hasattr(parser, "_defaults") else None
+    for token in argv:
+        if token == "--":
+            return None
+        if sub is not None and token in sub.choices:
+            return sub.choices[token]
+    return None
+
+
+def _long_flags(command: argparse.ArgumentParser) -> list[str]:
+    return sorted({opt for action in command._actions for opt in action.option_strings if opt.startswith("--")})
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _precheck(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
+    """Errors argparse words poorly, caught before it runs: a mistyped flag (named with the
+    closest real one, before any 'required' complaint), ``--param n 1000`` (hint ``n=1000``).
+    Commands whose flags are generated on ``--algorithm`` leave unknown flags to argparse."""
+    command = _command_parser(argv, parser)
+    if command is None:
+        return
+    known = _long_flags(command)
+    generated = "parse_known_args" in vars(command)
+    tokens = list(argv)
+    for i, token in enumerate(tokens):
+        if token == "--":
+            break
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        if not generated and not any(k.startswith(name) for k in known):
+            raise CliError(f"{command.prog}: error: unrecognized arguments: {name}")
+        following = tokens[i + 1:i + 3]
+        if name == "--param" and "=" not in token and len(following) == 2 and "=" not in following[0] \
+                and not following[0].startswith("-") and _number(following[1]):
+            raise CliError(f"{command.prog}: error: --param expects NAME=VALUE: write --param {following[0]}={following[1]}")
+
+
+def _with_suggestion(message: str, argv: Sequence[str] = (), parser: argparse.ArgumentParser | None = None) -> str:
+    """argparse's ``invalid choice: 'x' (choose from ...)`` and ``unrecognized arguments: --x``
+    with the closest choice or flag named."""
+    u = re.search(r"unrecognized arguments: (--[^\s=]+)", message)
+    command = _command_parser(argv, parser) if parser is not None else None
+    if u and command is not None:
+        return message + _suggest(u[1], _long_flags(command))
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if not m:
+        return message
+    choices = re.findall(r"'([^']*)'", m[2]) or [c.strip() for c in m[2].split(",")]
+    return message + _suggest(m[1], choices)
+
+
+def cli_words(message: str, parser: argparse.ArgumentParser | None, typed: set[str]) -> str:
+    """A library message in the CLI's words: ``neighbouring=REPLACE_ONE`` as ``--relation
+    replace-one`` (where the command has ``--relation``); "no accountant certifies it" with each
+    distinct reason once, blamed on ``--event`` only when the user passed it."""
+    m = re.match(r"event: no accountant certifies it \((.*)\)$", message)
+    if m:
+        reasons = [r.split(": ", 1)[-1] for r in re.split(r"; (?=[a-z][a-z0-9-]*: )", m[1])]
+        what = "--event" if "--event" in typed else "this mechanism"
+        message = f"no accountant certifies {what}: " + "; ".join(dict.fromkeys(reasons))
+    known = {opt for action in parser._actions for opt in action.option_strings} if parser is not None else set()
+    if "--relation" in known:
+        message = re.sub(r"neighbou?ring=REPLACE_ONE", "--relation replace-one", message)
+        message = re.sub(r"neighbou?ring=ADD_OR_REMOVE_ONE", "--relation add-remove", message)
+        message = re.sub(r"\bREPLACE_ONE\b", "replace-one", message)
+        message = re.sub(r"\bADD_OR_REMOVE_ONE\b", "add-remove", message)
+    return message
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from silodp import __version__
+
     parser = _Parser(
         prog="silodp",
         description="Differentially private federated learning without a trusted server.",
     )
+    parser.add_argument("--version", action="version", version=f"silodp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parser.set_defaults(subparsers=sub)
     for name in _MODULES:
@@ -173,9 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        _precheck(argv, parser)
         args = parser.parse_args(argv)
     except CliError as exc:
-        print(one_line(exc), file=sys.stderr)
+        print(_with_suggestion(one_line(exc), argv, parser), file=sys.stderr)
+        return 2
+    except Exception as exc:  # a path argparse's type check could not even stat (too long, ...)
+        print(f"silodp: error: {one_line(exc)}", file=sys.stderr)
         return 2
     command = args.subparsers.choices.get(args.command)
     args.given = _typed_flags(argv, command) if command is not None else set()
@@ -184,7 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             code = int(args.handler(args) or 0)
         except Exception as exc:  # the contract: one line, exit 2, whatever failed
-            message = _flag_names(one_line(exc), command, getattr(args, "flag_aliases", None))
+            message = cli_words(one_line(exc), command, args.given)
+            message = _flag_names(message, command, getattr(args, "flag_aliases", None))
             print(f"silodp {args.command}: error: {message}", file=sys.stderr)
             return 2
     for text in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):  # a success: its warnings, once each

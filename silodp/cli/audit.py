@@ -14,6 +14,11 @@
 The last four are one-run audits of real training runs (:mod:`silodp.verify.audit.onerun`): they
 print ``claimed_epsilon``, ``epsilon_lower`` (per estimator), ``confidence``, ``canaries`` and
 ``verdict`` (``consistent`` / ``violated``).
+
+Exit status (so a CI step needs no JSON parsing): 0 when every audited claim is consistent, 1 when
+one is violated (``"violation": true`` or ``"verdict": "violated"``), 2 on an error. The two modes
+that measure the audit itself with deliberate bugs (``--repeats``, ``--shipped``) exit 1 only when a
+correct counterpart is flagged.
 """
 
 from __future__ import annotations
@@ -137,7 +142,7 @@ def handle(args) -> int:
         keys = ("formula", "target_epsilon", "certified_epsilon", "epsilon_lower_clopper_pearson", "epsilon_lower_gdp")
         emit(payload, args.json, columns(("formula", "target", "certified", "audit >= (cp)", "audit >= (gdp)"),
                                          [[r[k] for k in keys] for r in rows]))
-        return 0
+        return exit_code(payload)
     elif args.repeats is not None:
         if args.mutation not in audit.MUTATION_SCENARIOS:
             raise ValueError(f"--mutation: must be one of {sorted(audit.MUTATION_SCENARIOS)}, got {args.mutation!r}")
@@ -162,7 +167,17 @@ def handle(args) -> int:
         payload = {"algorithm": args.algorithm, **res.as_dict()}
     payload = strict_json(payload)
     emit(payload, args.json)
-    return 0
+    return 0 if args.repeats is not None else exit_code(payload)
+
+
+def exit_code(payload: dict) -> int:
+    """1 when ``payload`` reports a violated claim (``violation`` true, ``verdict`` violated, in
+    itself or any row of ``papers``; for ``shipped`` rows, only a violated correct counterpart),
+    else 0."""
+    rows = [payload, *payload.get("papers", ())]
+    bad = any(r.get("violation") is True or r.get("verdict") == "violated" for r in rows)
+    bad = bad or any(r.get("counterpart_verdict") == "violated" for r in payload.get("shipped", ()))
+    return 1 if bad else 0
 
 
 def _shuffled(name: str) -> bool:
@@ -198,14 +213,14 @@ def _one_run(args) -> int:
                               estimator=estimator, alpha=args.alpha, seed=args.seed)
         payload = strict_json(res.as_dict())
         emit(payload, args.json)
-        return 0
+        return exit_code(payload)
     names = shipped.table_names() if args.shipped else shipped.SHIPPED
     if args.mutation is not None and args.mutation not in names and args.flower_app is None:
         raise ValueError(f"--mutation: must be one of {sorted(names)}, got {args.mutation!r}")
     if args.shipped:
         rows = shipped.shipped_table([args.mutation] if args.mutation else None, estimator, args.alpha, args.seed)
         emit({"shipped": rows}, args.json, shipped.markdown(rows))
-        return 0
+        return exit_code({"shipped": rows})
     if args.flower_app is not None:
         from silodp.verify.audit.flower_audit import APP_MUTATIONS, audit_flower_app
 
@@ -220,4 +235,4 @@ def _one_run(args) -> int:
         res = shipped.audit_default_opacus(args.canaries or 1000, args.runs or 1, estimator, args.alpha, args.seed)
     payload = strict_json(res.as_dict())
     emit(payload, args.json)
-    return 0
+    return exit_code(payload)

@@ -84,6 +84,12 @@ class PathArg:
     def __call__(self, text: str) -> str:
         if not str(text).strip():
             raise argparse.ArgumentTypeError("must be a path, got ''")
+        try:
+            return self._check(str(text))
+        except OSError as exc:  # a name too long to stat, ...: one line, not a traceback
+            raise argparse.ArgumentTypeError(f"{exc.strerror or exc} ({len(str(text))} characters)") from None
+
+    def _check(self, text: str) -> str:
         path = Path(text)
         if self.kind == "in" and not path.is_file():
             raise argparse.ArgumentTypeError(f"no such file {text!r}")

@@ -29,7 +29,12 @@ def handle(args: argparse.Namespace) -> int:
     from silodp.cli import emit
     from silodp.integrations.flower_silo import SiloLedgerDB
 
-    out = SiloLedgerDB(args.path).summary()
+    import sqlite3
+
+    try:
+        out = SiloLedgerDB(args.path).summary()
+    except sqlite3.DatabaseError as exc:  # a text file, a corrupt file: say what the user gave
+        raise ValueError(f"path: {args.path!r} is not a silodp ledger ({exc})") from None
     lines = [f"mode:   {out['mode']}",
              f"budget: epsilon {out['budget_epsilon']:g} at delta {out['budget_delta']:g}",
              f"spent:  epsilon {num(out['epsilon_spent'])} (every release, all runs composed)"]

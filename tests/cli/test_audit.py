@@ -29,7 +29,7 @@ def test_gaussian_mechanism_json(capsys):
 def test_algorithm_with_mutation_is_flagged(capsys):
     code, out, _ = run(capsys, "--algorithm", "isrl-prox-sgd", "--mutation", "halve-noise", "--epsilon", "2", "--json")
     data = json.loads(out)
-    assert code == 0 and KEYS <= set(data)
+    assert code == 1 and KEYS <= set(data)  # exit 1: a violated claim fails a CI step without parsing JSON
     assert data["violation"] is True and data["epsilon_lower"] > data["epsilon_claimed"]
     assert data["trials"] == 100000 and data["mutation"] == "halve-noise"
 
@@ -77,3 +77,15 @@ def test_dp_scaffold_family_is_audited(capsys, name):
     assert code == 0 and KEYS <= set(data) and data["algorithm"] == name
     assert 0.99 * 2 <= data["epsilon_claimed"] <= 2 and data["violation"] is False
     assert 0 < data["epsilon_lower"] <= data["epsilon_claimed"]
+
+
+def test_exit_status_is_the_verdict():
+    """0 consistent, 1 violated, 2 error (docs/audit.md): the status follows the payload's verdict."""
+    from silodp.cli.audit import exit_code
+
+    assert exit_code({"violation": False}) == 0 and exit_code({"violation": True}) == 1
+    assert exit_code({"verdict": "consistent"}) == 0 and exit_code({"verdict": "violated"}) == 1
+    assert exit_code({"papers": [{"violation": False}, {"violation": True}]}) == 1
+    # the shipped-bugs table: the bugs are meant to be caught; only a flagged correct run fails
+    assert exit_code({"shipped": [{"verdict": "violated", "counterpart_verdict": "consistent"}]}) == 0
+    assert exit_code({"shipped": [{"verdict": "violated", "counterpart_verdict": "violated"}]}) == 1

@@ -102,7 +102,7 @@ def test_cli_one_run_audit(capsys):
 
     from silodp.cli import main
 
-    assert main(["audit", "--opacus", "--mutation", "public-seed-noise", "--canaries", "300", "--json"]) == 0
+    assert main(["audit", "--opacus", "--mutation", "public-seed-noise", "--canaries", "300", "--json"]) == 1  # violated
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "violated" and out["canaries"] == 300 and out["confidence"] == 0.95
     assert out["epsilon_lower"]["steinke"] > out["claimed_epsilon"]

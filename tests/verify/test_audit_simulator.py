@@ -117,12 +117,12 @@ def test_cli_simulator_audit(capsys):
 
     from silodp.cli import main
 
-    assert main(["audit", "--simulator", "--mutation", "shared-seed", "--canaries", "300", "--json"]) == 0
+    assert main(["audit", "--simulator", "--mutation", "shared-seed", "--canaries", "300", "--json"]) == 1  # violated
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "violated" and out["canaries"] == 300 and out["mutation"] == "shared-seed"
     assert set(out["epsilon_lower"]) == {"steinke", "fdp", "clopper-pearson", "gdp"}
     assert main(["audit", "--simulator"]) == 2
-    assert main(["audit", "--simulator", "--mutation", "median-clip", "--canaries", "400", "--json"]) == 0
+    assert main(["audit", "--simulator", "--mutation", "median-clip", "--canaries", "400", "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "violated" and out["canaries"] == 400 and out["runs"] == 1
     assert {"claimed_epsilon", "epsilon_lower", "confidence", "canaries", "verdict"} <= set(out)
