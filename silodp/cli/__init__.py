@@ -140,13 +140,16 @@ def _suggest(word: str, choices) -> str:
 
 
 def _command_parser(argv: Sequence[str], parser: argparse.ArgumentParser):
-    sub = parser._defaults.get("subparsers") if hasattr(parser, "_defaults") else None
+    """The innermost (sub)command parser ``argv`` names (``silodp silo serve``: serve's), or None."""
+    command = None
     for token in argv:
         if token == "--":
-            return None
-        if sub is not None and token in sub.choices:
-            return sub.choices[token]
-    return None
+            break
+        current = command or parser
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            command = subs[0].choices[token]
+    return command
 
 
 def _long_flags(command: argparse.ArgumentParser) -> list[str]:

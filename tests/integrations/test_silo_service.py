@@ -54,6 +54,15 @@ def test_config_names_the_bad_key(tmp_path):
             service_config.parse(bad, tmp_path)
 
 
+def test_nested_commands_take_their_own_flags_and_suggest_close_ones(tmp_path, capsys):
+    from silodp.cli import main
+
+    assert main(["silo", "admits", str(tmp_path / "none.toml"), "--run-confg", "x"]) == 2
+    assert "did you mean --run-config?" in capsys.readouterr().err
+    assert main(["federation", "down", str(tmp_path)]) == 2  # its own flags parse; no federation there
+    assert "no federation in" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     """One ``silodp silo serve`` process for the module, stopped by its PID."""
