@@ -98,8 +98,10 @@ def test_incremental_pld_equals_composing_all_at_once():
         acc.compose(e, count)
         acc.get_epsilon(DELTA)  # as a strategy asks each round
         reference.compose(ev.PoissonSampledDpEvent(e.sample_size / 100, ev.GaussianDpEvent(e.noise_multiplier)), count)
-    assert acc.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
-    assert acc.num_releases == 6 and acc.get_delta(2.0) == reference.get_delta(2.0)
+    # the pld accountant now composes its blocks as a tree (h37), the fold in order: equal up to
+    # the floating point of the convolutions
+    assert acc.get_epsilon(DELTA) == pytest.approx(reference.get_epsilon(DELTA), rel=1e-7)
+    assert acc.num_releases == 6 and acc.get_delta(2.0) == pytest.approx(reference.get_delta(2.0), rel=1e-6)
     restored = SilodpAccountant(cfg)
     restored.load_state_dict(json.loads(json.dumps(acc.state_dict())))
     assert restored.get_epsilon(DELTA) == acc.get_epsilon(DELTA)
@@ -109,8 +111,39 @@ def test_incremental_pld_equals_composing_all_at_once():
     assert acc.get_epsilon(DELTA) == pytest.approx(ref.get_epsilon(DELTA), rel=5e-3)
     # the projection of two more rounds is the certificate they would get, and commits nothing
     nxt = reference.compose(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.2)), 2).get_epsilon(DELTA)
-    assert not acc.would_exceed(event, max_epsilon=nxt, count=2)
-    assert acc.would_exceed(event, max_epsilon=nxt * (1 - 1e-9), count=2) and acc.num_releases == 6
+    assert not acc.would_exceed(event, max_epsilon=nxt * (1 + 1e-7), count=2)
+    assert acc.would_exceed(event, max_epsilon=nxt * (1 - 1e-6), count=2) and acc.num_releases == 6
+
+
+@pytest.mark.parametrize("sampling", [SamplingMethod.POISSON, SamplingMethod.NO_AMPLIFICATION])
+def test_a_long_run_keeps_a_bounded_grid_and_a_certificate(sampling):
+    # issue 34 item 6: past GROWTH times one call's grid points the kept composition's grid
+    # coarsens (losses rounded up), so 100 updates cost what one does (benchmarks/bench_flower.py
+    # ledger); the certificate stays above the fine one and within 0.3% of it, and of an
+    # independent reference (plain Gaussians: the exact composition, Dong-Roth-Su 2022 Cor 3.3).
+    cfg = _config(sampling, population=100)
+    event = GaussianPrivacyEvent(noise_multiplier=1.2, sample_size=10, population_size=100)
+    acc = SilodpAccountant(cfg)
+    fine = get_accountant("pld", ev.ADD_OR_REMOVE_ONE)
+    for _ in range(100):
+        acc.compose(event)
+        acc.get_epsilon(DELTA)
+        fine.compose(acc._event(event))
+    sizes = [sum(len(p.masses) for p in pld._directions()) for pld in (acc._fold, acc._block((event, 1)))]
+    assert sizes[0] <= SilodpAccountant.COARSE_GROWTH * sizes[1] and acc._factor > 1
+    ours, tight = acc.get_epsilon(DELTA), fine.get_epsilon(DELTA)
+    assert tight <= ours <= tight * 1.003
+    if sampling is SamplingMethod.POISSON:
+        ref = PLDAccountant(DpRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4).compose(
+            dpe.PoissonSampledDpEvent(0.1, dpe.GaussianDpEvent(1.2)), 100).get_epsilon(DELTA)
+        assert ours == pytest.approx(ref, rel=5e-3)
+    else:
+        exact = epsilon_for_delta(1.2 / math.sqrt(100), DELTA)
+        assert exact <= ours <= exact * 1.003
+    assert acc.get_delta(ours) <= DELTA * 1.001
+    restored = SilodpAccountant(cfg)
+    restored.load_state_dict(json.loads(json.dumps(acc.state_dict())))
+    assert restored.get_epsilon(DELTA) == ours
 
 
 def test_state_round_trip_and_mismatch():

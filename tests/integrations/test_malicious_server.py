@@ -1,0 +1,192 @@
+"""The malicious-server battery (issue 34 item 4): a server written against Flower's Message API
+(:mod:`silodp.verify.audit.malicious`) plays every attack class against the example's silos and
+records every reply. Asserted: every release received is finite; each silo's ledger counts
+exactly the releases the server received; spent <= budget; two silos that differ in one record
+(WBCD silo 0, record ``target`` replaced) give error texts that are identical (no text carries a
+number computed from records) and, with the noise off (the test-only hook :func:`noiseless`, a
+monkeypatch in this process, which no config can reach), releases whose centres differ by at
+most the declared sensitivity; every hostile run config is refused by every silo.
+
+The seam: the deployment under test is the ``federation`` fixture, which yields a grid (what the
+server sends through), the silos' ledger paths and node ids, and whether the noise can be turned
+off. Its ``inprocess`` parameter delivers each message to the real ClientApp with each node's own
+Context and node config, as a SuperNode would. A real localhost deployment (SuperLink and
+SuperNodes as separate processes, ``flower_processes.start_deployment``) and h34s's silo service
+(``silodp federation up``) are further parameters of the same fixture: each yields the same
+things (for a deployment, the battery runs as ``make_server_app`` in its own process and writes
+its records as JSON). Tests that failed before the release primitive and the hardened silos:
+``test_every_release_is_finite`` (the ``inf - inf`` model released NaN, issue 34 leak 1).
+"""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flower"))
+
+from test_flower_apps import InProcessGrid  # noqa: E402
+
+from silodp.integrations.flower_silo import SiloLedgerDB  # noqa: E402
+from silodp.verify.audit import malicious  # noqa: E402
+from silodp_flower.client_app import app as client_app  # noqa: E402
+from silodp_flower.task import Settings, SiloRecords, setup  # noqa: E402
+
+CONFIG = {"algorithm": "isrl-mb-sgd", "rounds": 6, "epsilon": 3.0, "delta": 1e-4, "accountant": "rdp"}
+BUDGET = 20.0
+NEIGHBOUR = 102  # node id of silo 0 with one record replaced
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch):
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for attr in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+
+
+def _aimed(settings):
+    """A record of silo 0 that a finite model can single out, and the model's parameters."""
+    x = SiloRecords.load(settings, 0).fed.x[0].numpy()
+    for target in range(len(x)):
+        aimed = malicious.aim_at_record(x, target)
+        if aimed is not None:
+            return target, aimed
+    pytest.fail("no record of silo 0 can be singled out by two features")
+
+
+class SuperNodeGrid(InProcessGrid):
+    """As a SuperNode does, an exception of the ClientApp becomes an error reply (Flower's own
+    text of the exception: the app's code, not the silo's, decides what it says)."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import Error, Message
+        from flwr.common.constant import ErrorCode
+
+        out = []
+        for m in messages:
+            try:
+                out.append(client_app(m, self.contexts[m.metadata.dst_node_id]))
+            except Exception as exc:  # noqa: BLE001 (what the SuperNode does)
+                out.append(Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"),
+                                   reply_to=m))
+        return out
+
+
+@dataclasses.dataclass
+class Federation:
+    grid: object
+    ledgers: dict  # node id -> ledger path
+    target: int
+    aimed: tuple
+    dim: int
+
+
+def noiseless(monkeypatch) -> None:
+    """The test-only hook: the example silo's noise off and its batch draw fixed (so neighbours
+    draw the same batch), in this process only; the ledger still records the calibrated noise."""
+    import secrets
+
+    import silodp_flower.task as task
+
+    real = task.silo_message
+    monkeypatch.setattr(task, "silo_message", lambda problem, fed, kind, w, w_prev, std, *rest:
+                        real(problem, fed, kind, w, w_prev, 0.0, *rest))
+    monkeypatch.setattr(secrets, "randbits", lambda bits: 12345)
+
+
+@pytest.fixture(params=["inprocess"])
+def federation(request, tmp_path):
+    settings = Settings.from_run_config(CONFIG)
+    target, aimed = _aimed(settings)
+    grid = SuperNodeGrid(3, CONFIG, tmp_path, BUDGET, settings.delta)
+    for ctx in grid.contexts.values():
+        ctx.node_config.update({"dataset": "wbcd", "seed": 0})  # each silo fixes its records
+    grid.contexts[NEIGHBOUR].node_config["partition-id"] = 0
+    own = SiloRecords.load(settings, 0)
+    other = SiloRecords.load(settings, 1)
+    x, y = own.fed.x.clone(), own.fed.y.clone()
+    x[0, target], y[0, target] = other.fed.x[0, 0], other.fed.y[0, 0]  # silo 0, record target replaced
+    from silodp.algorithms import Federation as Fed
+
+    n = int(own.fed.counts[0])
+    replaced = dataclasses.replace(own, fed=Fed.from_silos([x[0, :n]], [y[0, :n]]))
+    ledger = grid.ledgers[2]
+    replaced.save(ledger.with_name(f"{ledger.name}.records-wbcd-seed0-silo0.npz"))
+    yield Federation(grid, {100 + i: p for i, p in enumerate(grid.ledgers)}, target, aimed,
+                     setup(settings).problem.model.dim)
+
+
+def _battery(fed):
+    return malicious.play(fed.grid, malicious.attacks(fed.dim, fed.aimed))
+
+
+def test_the_aimed_model_singles_out_one_record(federation):
+    import torch
+
+    settings = Settings.from_run_config(CONFIG)
+    w = torch.from_numpy(malicious.crafted_models(federation.dim, federation.aimed)["inf-minus-inf"])
+    x = SiloRecords.load(settings, 0).fed.x[0]
+    logits = setup(settings).problem.model.forward(w, x).reshape(-1)
+    assert torch.isnan(logits).nonzero().reshape(-1).tolist() == [federation.target]
+
+
+def test_every_release_is_finite_and_counted(federation):
+    records = _battery(federation)
+    assert malicious.non_finite_releases(records) == []
+    received = malicious.releases_by_node(records)
+    for node, path in federation.ledgers.items():
+        s = SiloLedgerDB(path).summary()
+        assert sum(r["releases"] for r in s["runs"]) == received.get(node, 0)
+        assert s["epsilon_spent"] <= s["budget_epsilon"] == BUDGET
+    # past its plan of 6 a silo still answers while its budget holds, each release accounted
+    assert min(received.values()) > CONFIG["rounds"]
+
+
+def test_error_texts_do_not_depend_on_the_records(federation):
+    records = _battery(federation)
+    mine, neighbour = (malicious.error_texts(records, node) for node in (100, NEIGHBOUR))
+    assert [a for a, _ in mine] == [a for a, _ in neighbour]
+    assert mine == neighbour
+    assert any(e is not None for _, e in mine) and any(e is None for _, e in mine)
+
+
+def test_neighbours_releases_differ_by_at_most_the_declared_sensitivity(federation, monkeypatch):
+    noiseless(monkeypatch)
+    records = _battery(federation)
+    clip = Settings.from_run_config(CONFIG).clip
+    by = {(r["attack"], r["node"]): r for r in records}
+    compared = 0
+    for attack, node in list(by):
+        if node != 100 or by[attack, 100]["error"] is not None or by[attack, NEIGHBOUR]["error"] is not None:
+            continue
+        a, b = (np.asarray(by[attack, n]["arrays"]["message"]) for n in (100, NEIGHBOUR))
+        # a mean of K clipped gradients: replacing one record moves it by 2C per draw of that record (<= 2C)
+        assert np.linalg.norm(a - b) <= 2 * clip * (1 + 1e-9), attack
+        compared += 1
+    assert compared >= 1
+
+
+#: hostile run configs every silo refuses outright; the others (delta 0, clip 1e4 / 1e-300, another
+#: model, epsilon 1000) it may serve at its own delta, caps, calibration and budget, accounted
+REFUSED = ("batch-0", "epsilon-nan", "other-dataset", "rounds-20000", "unknown-accountant")
+
+
+@pytest.mark.parametrize("name", sorted(malicious.HOSTILE_RUN_CONFIGS))
+def test_a_hostile_run_config_is_refused_or_accounted(federation, name):
+    config = {**CONFIG, **malicious.HOSTILE_RUN_CONFIGS[name]}
+    federation.grid.new_run(7, config)
+    records = malicious.play(federation.grid, [("honest", "train", {"w": np.zeros(federation.dim)}, {"kind": "grad"})])
+    assert len(records) == 3 and malicious.non_finite_releases(records) == []
+    if name in REFUSED:
+        assert all(r["error"] for r in records), name
+    received = malicious.releases_by_node(records)
+    for node, path in federation.ledgers.items():
+        s = SiloLedgerDB(path).summary()
+        assert sum(r["releases"] for r in s["runs"]) == received.get(node, 0)
+        assert s["epsilon_spent"] <= s["budget_epsilon"]
