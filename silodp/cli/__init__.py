@@ -19,7 +19,8 @@ import warnings
 from typing import Sequence
 
 # Subcommand modules, in the order they appear in ``silodp --help``.
-_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce", "distributed", "ledger")
+_MODULES = ("accounting", "bounds", "run", "audit", "rates", "reproduce", "distributed", "ledger", "silo",
+            "federation")
 
 
 class CliError(Exception):
@@ -35,7 +36,8 @@ class _Parser(argparse.ArgumentParser):
 
 #: top-level modules of an optional extra, and the install that brings them
 _EXTRAS = {"torch": "torch", "matplotlib": "torch", "sklearn": "torch", "mlxtend": "torch",
-           "flwr": "flower", "flwr_datasets": "flower", "opacus": "opacus"}
+           "flwr": "flower", "flwr_datasets": "flower", "fastapi": "flower", "uvicorn": "flower", "httpx": "flower",
+           "opacus": "opacus"}
 
 
 def missing_extra(exc: BaseException) -> str | None:
@@ -138,13 +140,16 @@ def _suggest(word: str, choices) -> str:
 
 
 def _command_parser(argv: Sequence[str], parser: argparse.ArgumentParser):
-    sub = parser._defaults.get("subparsers") if hasattr(parser, "_defaults") else None
+    """The innermost (sub)command parser ``argv`` names (``silodp silo serve``: serve's), or None."""
+    command = None
     for token in argv:
         if token == "--":
-            return None
-        if sub is not None and token in sub.choices:
-            return sub.choices[token]
-    return None
+            break
+        current = command or parser
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and token in subs[0].choices:
+            command = subs[0].choices[token]
+    return command
 
 
 def _long_flags(command: argparse.ArgumentParser) -> list[str]:

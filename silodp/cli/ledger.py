@@ -2,7 +2,9 @@
 
     silodp ledger PATH [--json]
 
-The budget the silo's operator declared, the epsilon certified for everything the silo ever
+Who computes the silo's releases (``mode``: ``service``, the silo privacy service its operator
+runs, or ``in-process (the app bundle is trusted)``, the ClientApp the server ships), the budget
+the silo's operator declared, the epsilon certified for everything the silo ever
 released (all runs composed), each run's releases and epsilon, and how many messages the silo
 refused. Reads the file only (no Flower, no torch).
 """
@@ -33,7 +35,8 @@ def handle(args: argparse.Namespace) -> int:
         out = SiloLedgerDB(args.path).summary()
     except sqlite3.DatabaseError as exc:  # a text file, a corrupt file: say what the user gave
         raise ValueError(f"path: {args.path!r} is not a silodp ledger ({exc})") from None
-    lines = [f"budget: epsilon {out['budget_epsilon']:g} at delta {out['budget_delta']:g}",
+    lines = [f"mode:   {out['mode']}",
+             f"budget: epsilon {out['budget_epsilon']:g} at delta {out['budget_delta']:g}",
              f"spent:  epsilon {num(out['epsilon_spent'])} (every release, all runs composed)"]
     lines += [f"run {r['run_id']}: {r['releases']} releases, epsilon {num(r['epsilon'])}" for r in out["runs"]]
     lines.append(f"refused: {out['refused']} messages")

@@ -49,6 +49,9 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, releases_
 
 #: The metric each silo reports (and :func:`worst_silo_epsilon` maximizes).
 EPSILON_KEY = "silodp_epsilon"
+#: The one text the server gets when the app :class:`IsrlDpMod` wraps fails (raises or replies an
+#: error): nothing of the app's own message (a loss, a value computed from records) leaves.
+APP_FAILED = "the silo's app failed on this message; nothing released"
 #: Where :class:`SiloLedger` lives in a node's ``Context.state``.
 LEDGER_KEY = "silodp.ledger"
 _STATE_SCHEMA_VERSION = 1
@@ -367,8 +370,13 @@ class IsrlDpMod:
     ``silodp-budget-epsilon``, ``silodp-budget-delta``; or the host's environment does, for the
     simulation engine), the silo's persistent ledger file, across runs: the run's plan of
     ``rounds`` releases is admitted before its first message and each
-    release recorded before it leaves. Otherwise (e.g. a simulation without it) the node's
-    ``Context.state``, bounded by this mod's own ``epsilon``.
+    release recorded before it leaves; refusals are written to it. Without one the mod refuses
+    every message (issue 34: a ledger in ``Context.state`` starts empty with every run, so three
+    runs would each report one run's epsilon); ``in_state_ledger=True`` opts into that per-run
+    ledger, bounded by this mod's own ``epsilon``, for a single simulated run only.
+
+    Every exception or error reply of the wrapped app becomes the one text :data:`APP_FAILED`
+    (the app's own message, e.g. a divergence guard's loss, stays in the silo's ledger).
 
     Nothing else leaves: the server's arrays are checked finite before the silo trains on them
     (a NaN or inf weight would otherwise make the clip factor ``min(1, C / NaN)`` vanish); every
@@ -379,7 +387,9 @@ class IsrlDpMod:
     """
 
     def __init__(self, clipping_norm: float, epsilon: float, delta: float, rounds: int,
-                 accountant: str | None = None, public_metrics: dict[str, float] | None = None) -> None:
+                 accountant: str | None = None, public_metrics: dict[str, float] | None = None,
+                 in_state_ledger: bool = False) -> None:
+        self.in_state_ledger = bool(in_state_ledger)
         self.clipping_norm = check_positive("clipping_norm", clipping_norm)
         self.epsilon = check_positive("epsilon", epsilon)
         self.delta = check_delta("delta", delta)
@@ -405,6 +415,18 @@ class IsrlDpMod:
         """The silo's in-state ledger, evaluated by the calibration's accountant (its spec's name)."""
         return SiloLedger(context, self.accountant or self.calibration.spec.name)
 
+    def _record_refusal(self, ctxt: Context, reason: str) -> None:
+        """Write a refusal to the silo's ledger file, where the node config (or the simulation's
+        environment) declares one; the in-state ledger keeps no refusals."""
+        import contextlib
+        import os
+
+        from silodp.integrations.flower_silo import ENV_LEDGER_DIR, NODE_LEDGER, SiloPolicy, SiloRefusal
+
+        if NODE_LEDGER in ctxt.node_config or ENV_LEDGER_DIR in os.environ:
+            with contextlib.suppress(SiloRefusal, OSError, ValueError):
+                SiloPolicy.for_node(ctxt.node_config).open_ledger().refuse(str(ctxt.run_id), f"IsrlDpMod: {reason}")
+
     def _admit(self, ctxt: Context, release: GaussianRelease) -> Callable[[], float]:
         """Record ``release`` (before it leaves) or raise ``SiloRefusal``; returns how to read the
         silo's epsilon afterwards."""
@@ -412,7 +434,8 @@ class IsrlDpMod:
 
         from silodp.integrations.flower_silo import ENV_LEDGER_DIR, NODE_LEDGER, SiloPolicy, SiloRefusal
 
-        if NODE_LEDGER in ctxt.node_config or ENV_LEDGER_DIR in os.environ:  # declared: never falls back
+        if not self.in_state_ledger or NODE_LEDGER in ctxt.node_config or ENV_LEDGER_DIR in os.environ:
+            # declared, or required: never falls back to the run's state (which each run starts empty)
             policy = SiloPolicy.for_node(ctxt.node_config)
             db, run = policy.open_ledger(), str(ctxt.run_id)
             db.admit(run, [dataclasses.replace(release, count=self.rounds)], policy.run_epsilon)
@@ -429,8 +452,12 @@ class IsrlDpMod:
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         from silodp.integrations.flower_silo import SiloRefusal
 
-        def refuse(reason: str) -> Message:
-            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, f"IsrlDpMod: {reason}"), reply_to=msg)
+        def refuse(reason: str, sent_text: str | None = None, recorded: bool = False) -> Message:
+            """An error reply; the refusal is written to the silo's ledger file when it has one
+            (unless ``recorded`` already). ``sent_text``: what the server gets instead of ``reason``."""
+            if not recorded:
+                self._record_refusal(ctxt, reason)
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, f"IsrlDpMod: {sent_text or reason}"), reply_to=msg)
 
         if msg.metadata.message_type != MessageType.TRAIN:
             return refuse(f"a {msg.metadata.message_type} message releases nothing declared; refused")
@@ -444,10 +471,13 @@ class IsrlDpMod:
         try:
             epsilon = self._admit(ctxt, release)
         except SiloRefusal as exc:
-            return refuse(str(exc))
-        out = call_next(msg, ctxt)
+            return refuse(str(exc), recorded=exc.recorded)
+        try:
+            out = call_next(msg, ctxt)
+        except Exception as exc:  # noqa: BLE001 -- nothing of the app's error leaves the silo
+            return refuse(f"the wrapped app raised {type(exc).__name__}: {exc}", APP_FAILED)
         if out.has_error():
-            return out
+            return refuse(f"the wrapped app replied an error: {out.error.reason}", APP_FAILED)
         if len(out.content.array_records) != 1:
             return refuse("reply must hold one ArrayRecord")
         key, reply = next(iter(out.content.array_records.items()))

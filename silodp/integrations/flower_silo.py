@@ -51,6 +51,10 @@ NODE_RUN_EPSILON = "silodp-run-epsilon"
 #: The simulation engine gives its nodes no node config of their own (only ``partition-id``): there
 #: the host's environment declares the silos' budgets, a ledger file per partition in a directory.
 ENV_LEDGER_DIR, ENV_BUDGET_EPSILON, ENV_BUDGET_DELTA = "SILODP_LEDGER_DIR", "SILODP_BUDGET_EPSILON", "SILODP_BUDGET_DELTA"
+#: Who computes the releases a ledger records (its ``mode``, shown by ``silodp ledger``): the silo
+#: service, a process the silo's operator owns (:mod:`silodp.service`), or the ClientApp itself,
+#: in the process of the app bundle the server ships (the operator trusts that bundle).
+MODE_SERVICE, MODE_IN_PROCESS = "service", "in-process (the app bundle is trusted)"
 #: Caps on what the server proposes (node-config key -> (field, default)).
 NODE_CAPS = {"silodp-max-rounds": ("max_rounds", 10_000), "silodp-max-batch-size": ("max_batch_size", 100_000),
              "silodp-max-clip": ("max_clip", 1e3), "silodp-max-step-size": ("max_step_size", 1e3)}
@@ -152,8 +156,8 @@ class SiloPolicy:
         _finite("clip", clip, self.max_clip)
         _finite("step-size", step_size, self.max_step_size)
 
-    def open_ledger(self) -> "SiloLedgerDB":
-        return SiloLedgerDB(self.ledger, self.budget_epsilon, self.budget_delta)
+    def open_ledger(self, mode: str = MODE_IN_PROCESS) -> "SiloLedgerDB":
+        return SiloLedgerDB(self.ledger, self.budget_epsilon, self.budget_delta, mode=mode)
 
 
 def _key(release: GaussianRelease) -> tuple:
@@ -221,10 +225,11 @@ def load_releases(text: str) -> list[GaussianRelease]:
 
 class SiloLedgerDB:
     """The silo's persistent ledger (see the module docstring); ``budget_*`` None: read the budget
-    recorded in the file (e.g. by ``silodp ledger``)."""
+    recorded in the file (e.g. by ``silodp ledger``). ``mode``: who computes its releases
+    (:data:`MODE_SERVICE` or :data:`MODE_IN_PROCESS`), recorded in the file with the budget."""
 
     def __init__(self, path: str | Path, budget_epsilon: float | None = None, budget_delta: float | None = None,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 120.0, mode: str = MODE_IN_PROCESS) -> None:
         self.path = Path(path)
         self.timeout = float(timeout)
         if budget_epsilon is None:
@@ -236,13 +241,18 @@ class SiloLedgerDB:
                 self.budget_epsilon, self.budget_delta = float(meta["budget_epsilon"]), float(meta["budget_delta"])
             except KeyError:
                 raise ValueError(f"path: {str(self.path)!r} is not a silodp ledger (no budget recorded)") from None
+            self.mode = meta.get("mode", MODE_IN_PROCESS)  # ledgers before the service: in process
             return
+        if mode not in (MODE_SERVICE, MODE_IN_PROCESS):
+            raise ValueError(f"mode: must be {MODE_SERVICE!r} or {MODE_IN_PROCESS!r}, got {mode!r}")
+        self.mode = mode
         self.budget_epsilon = _finite(NODE_BUDGET_EPSILON, budget_epsilon)
         self.budget_delta = float(budget_delta)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._write() as db:  # the operator's latest budget is the one in force
             db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                           [("budget_epsilon", repr(self.budget_epsilon)), ("budget_delta", repr(self.budget_delta))])
+                           [("budget_epsilon", repr(self.budget_epsilon)), ("budget_delta", repr(self.budget_delta)),
+                            ("mode", self.mode)])
 
     # -- connections -------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -322,6 +332,11 @@ class SiloLedgerDB:
         hit = db.execute("SELECT value FROM cache WHERE key = ?", (self._cache_key(releases),)).fetchone()
         return float(hit[0]) if hit else math.inf
 
+    def recorded(self) -> list[GaussianRelease]:
+        """Every release recorded, all runs."""
+        with self._read() as db:
+            return self._rows(db)
+
     def spent(self) -> float:
         """The certified epsilon of everything this silo ever released."""
         with self._write() as db:
@@ -331,7 +346,7 @@ class SiloLedgerDB:
         """``silodp ledger``'s report: budget, spent, each run's releases and epsilon, refusals."""
         with self._read() as db:
             runs = [r for (r,) in db.execute("SELECT run_id FROM releases GROUP BY run_id ORDER BY MIN(id)")]
-            out = {"budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
+            out = {"mode": self.mode, "budget_epsilon": self.budget_epsilon, "budget_delta": self.budget_delta,
                    "epsilon_spent": self._certify(db, self._rows(db)),
                    "runs": [{"run_id": r, "releases": sum(x.count for x in self._rows(db, r)),
                              "epsilon": self._certify(db, self._rows(db, r))} for r in runs],
@@ -415,6 +430,7 @@ class SiloLedgerDB:
         raise self.refuse(run_id, refusal)
 
 
-__all__ = ["ENV_BUDGET_DELTA", "ENV_BUDGET_EPSILON", "ENV_LEDGER_DIR", "NODE_BUDGET_DELTA", "NODE_BUDGET_EPSILON",
+__all__ = ["ENV_BUDGET_DELTA", "ENV_BUDGET_EPSILON", "ENV_LEDGER_DIR", "MODE_IN_PROCESS", "MODE_SERVICE",
+           "NODE_BUDGET_DELTA", "NODE_BUDGET_EPSILON",
            "NODE_LEDGER", "NODE_RUN_EPSILON", "SiloLedgerDB", "SiloPolicy", "SiloRefusal", "as_declared",
            "bound_releases", "certify_releases", "dump_releases", "grouped", "load_releases"]

@@ -189,3 +189,44 @@ def start_deployment(stack: contextlib.ExitStack, node_configs: list[str], env: 
     (Path(env["FLWR_HOME"]) / "config.toml").write_text(f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
                                                         f'address = "127.0.0.1:{link}"\ninsecure = true\n')
     return nodes
+
+
+
+@contextlib.contextmanager
+def _flwr_home(home: str):
+    """``FLWR_HOME`` set to ``home`` in this process (where Flower's configuration is read and written)."""
+    saved = os.environ.get("FLWR_HOME")
+    os.environ["FLWR_HOME"] = home
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("FLWR_HOME", None)
+        else:
+            os.environ["FLWR_HOME"] = saved
+
+
+@contextlib.contextmanager
+def federation(directory: Path, silos: int = 2, budget_epsilon: float = 3.0, budget_delta: float = 1e-4,
+               dataset: str = "wbcd"):
+    """A local federation with silo privacy services (``silodp federation up``'s library call,
+    :func:`silodp.service.federation.up`) in ``directory``, stopped by PID on exit (``down``),
+    and asserted gone. Yields ``(info, env)``: ``info`` is ``up``'s JSON (``superlink``,
+    ``silos``: each ``pid``, ``service_pid``, ``ledger``, ``port``; ``connection``), ``env`` the
+    environment in which ``flwr run APP info["connection"]`` finds the connection (its own
+    ``FLWR_HOME``, ``directory / "client-home"``). For the malicious-server battery: parametrize
+    over it like any fixture; every process it starts is stopped even when the test fails."""
+    from silodp.service.federation import down, up
+
+    directory.mkdir(parents=True, exist_ok=True)
+    env = deployment_env(directory / "client-home")
+    with _flwr_home(env["FLWR_HOME"]):
+        info = up(directory, silos, budget_epsilon, budget_delta, dataset)
+    pids = [info["superlink"]["pid"]] + [p for s in info["silos"] for p in (s["pid"], s["service_pid"])]
+    try:
+        yield info, env
+    finally:
+        with _flwr_home(env["FLWR_HOME"]):
+            down(directory)
+        left = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"federation processes left running: {left}"

@@ -210,7 +210,8 @@ def _client(m, ctxt):  # a silo "training": moves far, so clipping binds
 
 def test_isrl_dp_mod_ledger_matches_silodp_and_refuses_at_budget():
     rounds, eps, accountant = 12, 2.0, "pld"
-    mod = IsrlDpMod(clipping_norm=0.5, epsilon=eps, delta=DELTA, rounds=rounds, accountant=accountant)
+    mod = IsrlDpMod(clipping_norm=0.5, epsilon=eps, delta=DELTA, rounds=rounds, accountant=accountant,
+                    in_state_ledger=True)
     ctxt = _context()
     w = np.zeros(4)
     for r in range(1, rounds + 1):
@@ -234,7 +235,7 @@ def test_isrl_dp_mod_ledger_matches_silodp_and_refuses_at_budget():
 
 
 def test_isrl_dp_mod_lets_nothing_unaccounted_out():
-    mod = IsrlDpMod(clipping_norm=0.5, epsilon=2.0, delta=DELTA, rounds=5)
+    mod = IsrlDpMod(clipping_norm=0.5, epsilon=2.0, delta=DELTA, rounds=5, in_state_ledger=True)
     ctxt = _context()
     trained = []
 
@@ -269,6 +270,42 @@ def test_isrl_dp_mod_ledger_file_outlives_runs(tmp_path):
     assert [(r["run_id"], r["releases"]) for r in summary["runs"]] == [("1", 3)] and summary["refused"] == 3
     assert summary["epsilon_spent"] == pytest.approx(mod.calibration.epsilon, rel=1e-3)
     assert summary["epsilon_spent"] <= 2.0
+
+
+def test_isrl_dp_mod_without_a_silo_ledger_refuses():
+    # issue 34 leak 3: with no node config and no environment it kept its ledger in the run's
+    # state, which every run starts empty (three runs each reported one run's epsilon)
+    mod = IsrlDpMod(clipping_norm=0.5, epsilon=2.0, delta=DELTA, rounds=3)
+    served = []
+    for run_id in (1, 2, 3):
+        ctxt = Context(run_id=run_id, node_id=7, node_config={}, state=RecordDict(), run_config={})
+        out = mod(_train_message(np.zeros(4)), ctxt, lambda m, c: served.append(m) or _client(m, c))
+        assert out.has_error() and "declares no silodp budget" in out.error.reason
+    assert served == []  # the wrapped app never ran
+
+
+@pytest.mark.parametrize("failure", ["raises", "error reply"])
+def test_isrl_dp_mod_sends_one_fixed_text_for_any_app_failure(tmp_path, failure):
+    # issue 34 leak 2: a divergence guard's message carried the silo's exact mean loss
+    from flwr.app import Error
+    from flwr.common.constant import ErrorCode
+
+    from silodp.integrations.flower import APP_FAILED
+    from silodp.integrations.flower_silo import SiloLedgerDB
+
+    secret = "local training diverged: loss 9846872.058086812"
+
+    def app(m, c):
+        if failure == "raises":
+            raise RuntimeError(secret)
+        return Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION, secret), reply_to=m)
+
+    node = {"silodp-ledger": str(tmp_path / "silo.sqlite"), "silodp-budget-epsilon": 2.5, "silodp-budget-delta": DELTA}
+    ctxt = Context(run_id=1, node_id=7, node_config=node, state=RecordDict(), run_config={})
+    out = IsrlDpMod(clipping_norm=0.5, epsilon=2.0, delta=DELTA, rounds=3)(_train_message(np.zeros(4)), ctxt, app)
+    assert out.has_error() and out.error.reason == f"IsrlDpMod: {APP_FAILED}"
+    assert "9846872" not in out.error.reason
+    assert SiloLedgerDB(node["silodp-ledger"]).summary()["refused"] == 1  # the refusal is in the ledger
 
 
 def test_privatize_refuses_a_non_finite_server_model_and_zeroes_a_non_finite_update():

@@ -156,7 +156,7 @@ def test_a_malicious_server_gets_nothing_unaccounted(tmp_path):
         out = reply(msg, **run_config)
         assert out.has_error(), (msg.metadata.message_type, run_config)
         if {"seed", "dataset"} & set(run_config):
-            assert "(its node config), the run proposes" in out.error.reason
+            assert "(fixed by its operator), the run proposes" in out.error.reason
     s = summaries(grid)[0]
     assert s["runs"] == [] and s["refused"] == len(hostile)
     # the server's own noise, clip and metric requests are ignored: the silo adds its calibrated

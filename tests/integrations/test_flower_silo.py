@@ -19,7 +19,14 @@ import pytest
 from silodp.accounting.gaussian import epsilon_for_delta
 from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.cli import main
-from silodp.integrations.flower_silo import SiloLedgerDB, SiloPolicy, SiloRefusal, as_declared
+from silodp.integrations.flower_silo import (
+    MODE_IN_PROCESS,
+    MODE_SERVICE,
+    SiloLedgerDB,
+    SiloPolicy,
+    SiloRefusal,
+    as_declared,
+)
 
 DELTA = 1e-5
 Z = 4.0
@@ -55,7 +62,8 @@ def test_certificate_is_the_exact_composition_across_runs(tmp_path, budget):
     with pytest.raises(SiloRefusal, match="declared no plan"):
         db.release("c", step(), "train")
     out = SiloLedgerDB(tmp_path / "l.sqlite").summary()  # the budget read back from the file
-    assert list(out) == ["budget_epsilon", "budget_delta", "epsilon_spent", "runs", "refused"]
+    assert list(out) == ["mode", "budget_epsilon", "budget_delta", "epsilon_spent", "runs", "refused"]
+    assert out["mode"] == MODE_IN_PROCESS  # the default: who computes the releases is labelled
     assert [(r["run_id"], r["releases"]) for r in out["runs"]] == [("a", 6), ("b", 4)]
     assert out["refused"] == 2 and out["budget_epsilon"] == budget
 
@@ -155,5 +163,11 @@ def test_cli_prints_the_ledger(tmp_path, budget, capsys):
     assert main(["ledger", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["runs"] == [{"run_id": "7", "releases": 2, "epsilon": pytest.approx(exact(2), rel=1e-6)}]
+    assert out["mode"] == MODE_IN_PROCESS
+    assert main(["ledger", str(path)]) == 0
+    assert "mode:   in-process (the app bundle is trusted)" in capsys.readouterr().out
+    SiloLedgerDB(path, budget, DELTA, mode=MODE_SERVICE)  # the silo service took the ledger over
+    assert main(["ledger", str(path)]) == 0
+    assert "mode:   service" in capsys.readouterr().out
     assert main(["ledger", str(tmp_path / "missing.sqlite")]) == 2
     assert "no silodp ledger" in capsys.readouterr().err

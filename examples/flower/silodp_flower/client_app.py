@@ -1,154 +1,133 @@
-"""The silo: owns its budget, its ledger and its noise, and replies only what it has accounted.
+"""The silo's ClientApp: a thin client of the silo's privacy service, or, where the silo's
+operator trusts this app bundle, the same silo code in process.
 
-Trust (see docs/integrations.md): the budget, the ledger file and the caps come from this
-SuperNode's own ``--node-config`` (:class:`~silodp.integrations.flower_silo.SiloPolicy`), never
-from the run config, which whoever calls ``flwr run`` writes. The run config only *proposes* an
-algorithm, rounds, batch size, step size, clip and a target epsilon; the silo checks them against
-its caps, calibrates its own noise for its own records (cached on its disk per plan), admits the
-run's whole declared plan against everything it ever released before the first message, records
-each release before it leaves (refusing the one that would exceed), and computes that release's
-noise from its own secret randomness. EVALUATE and QUERY messages carry no declared release: they
-are refused (and counted as refusals). A silo's records come from its node config: its
-``partition-id`` and, where the node config fixes them (:data:`DATA_KEYS`: ``dataset``,
-``seed``, which choose the split and the partition), a run proposing other records is refused,
-so the server cannot choose which records a silo trains on.
+Trust (see docs/integrations.md): this ClientApp ships inside the app bundle (FAB) that the
+server submits with ``flwr run``, so a silo that trusts no server runs the **silo privacy
+service** (``silodp silo serve CONFIG.toml``, :mod:`silodp.service`) as the records' owner and
+names it in its SuperNode's node config (``silodp-service``: ``unix:/path/silo.sock``, or
+``http://127.0.0.1:PORT`` with ``silodp-service-token``). This app then only forwards the
+server's proposal (the run config) and model to the service and returns what the service
+released: it never opens the records or the ledger and imports no torch. The service checks the
+proposal against its caps, calibrates its own noise, admits the run's whole plan against its
+ledger, records each release before it leaves, and answers every refusal with one fixed text.
 
-torch and the data load only where a message trains: the plan (calibration, declared releases)
-is cached on the silo's disk per (silo, plan), so a run refused at admission never imports them.
+In-process mode (the simulation engine, or an operator who accepts this bundle as trusted): with
+``silodp-ledger`` / ``silodp-budget-*`` in the node config (or the simulation's environment,
+:meth:`~silodp.integrations.flower_silo.SiloPolicy.for_node`) the same silo code
+(:class:`silodp.service.core.Silo`) runs here, on records saved beside the ledger; its ledger is
+labelled ``in-process (the app bundle is trusted)``. EVALUATE and QUERY messages carry no
+declared release: they are refused (and counted as refusals) in both modes.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import json
-import math
 
 from flwr.app import Array, ArrayRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from silodp.integrations.flower import EPSILON_KEY
-from silodp.integrations.flower_silo import (
-    SiloLedgerDB,
-    SiloPolicy,
-    SiloRefusal,
-    as_declared,
-    dump_releases,
-    load_releases,
-)
+from silodp.integrations.flower_silo import SiloPolicy, SiloRefusal
+from silodp.service.core import DATA_KEYS  # noqa: F401 (the node-config keys that fix the records)
 
 #: Reply metrics besides EPSILON_KEY: the silo's epsilon spent over all runs, and what is left.
 SPENT_KEY, LEFT_KEY = "silodp_spent", "silodp_left"
-#: Node-config keys that fix the silo's records (the run config may only propose the same).
-DATA_KEYS = ("dataset", "seed")
 
 
 def _refusal(msg: Message, reason: str) -> Message:
     return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, reason), reply_to=msg)
 
 
-def _model(arrays: ArrayRecord, name: str, dim: int):
-    """The server's array ``name`` as float64, refused unless present, of ``dim`` entries and finite:
-    checked before anything touches the silo's records."""
+def _reply(msg: Message, message, metrics: dict) -> Message:
+    out = MetricRecord({"num-examples": 1, EPSILON_KEY: metrics["epsilon_run"], SPENT_KEY: metrics["epsilon_spent"],
+                        LEFT_KEY: metrics["epsilon_left"]})
+    return Message(RecordDict({"arrays": ArrayRecord({"message": Array(message)}), "metrics": out}), reply_to=msg)
+
+
+def _arrays(msg: Message):
+    """The server's ``w`` and ``w_prev`` (None where absent) and the message kind, unchecked."""
     import numpy as np
 
-    if name not in arrays:
-        raise SiloRefusal(f"arrays: the message lacks {name!r}")
-    value = np.asarray(arrays[name].numpy(), dtype=np.float64)
-    if value.shape != (dim,):
-        raise SiloRefusal(f"arrays[{name!r}]: shape {value.shape}, expected ({dim},)")
-    if not np.isfinite(value).all():
-        raise SiloRefusal(f"arrays[{name!r}]: holds non-finite values")
-    return value
+    arrays = msg.content.array_records.get("arrays")
+    config = msg.content.config_records.get("config")
+    kind = str(config["kind"]) if config is not None and "kind" in config else ""
+
+    def get(name: str):
+        return np.asarray(arrays[name].numpy(), dtype=np.float64) if arrays is not None and name in arrays else None
+
+    return get("w"), get("w_prev"), kind
+
+
+def _forwarded(msg: Message, context: Context, settings, client, kind: str | None = None) -> Message:
+    """Service mode: the proposal and the model go to the service; its release (or its fixed
+    refusal) comes back. ``kind``: a message type the service refuses (and records)."""
+    import dataclasses
+
+    import numpy as np
+
+    from silodp.service.client import ServiceRefused, proposal_of
+
+    proposal = proposal_of(dataclasses.asdict(settings) if settings is not None else context.run_config)
+    w, w_prev, message_kind = _arrays(msg)
+    try:
+        message, out = client.release(str(context.run_id), proposal, kind or message_kind,
+                                      np.zeros(0) if w is None else w, w_prev)
+    except ServiceRefused as exc:
+        return _refusal(msg, str(exc))
+    finally:
+        client.close()
+    return _reply(msg, message, out.model_dump())
+
+
+def _in_process(context: Context, policy: SiloPolicy):
+    """The silo code of the in-process mode (the app bundle is trusted), records beside its ledger."""
+    from silodp.integrations.flower_silo import MODE_IN_PROCESS
+    from silodp.service.core import Silo
+
+    partition = int(context.node_config["partition-id"])
+    fixed = {k: context.node_config[k] for k in DATA_KEYS if k in context.node_config}
+
+    def records(settings):
+        from silodp.service.silo import SiloRecords
+
+        return SiloRecords.beside(policy.ledger, settings, partition)
+
+    return Silo(policy, records, fixed=fixed, partition=partition, mode=MODE_IN_PROCESS)
 
 
 def train(msg: Message, context: Context, settings=None, policy: SiloPolicy | None = None) -> Message:
     """Silo ``partition-id``'s reply to a train message: its noisy message, or a refusal."""
+    from silodp.service.client import ServiceClient
+
+    client = ServiceClient.for_node(context.node_config) if policy is None else None
+    if client is not None:
+        return _forwarded(msg, context, settings, client)
     try:
         policy = policy or SiloPolicy.for_node(context.node_config)
-        ledger = policy.open_ledger()
-    except (SiloRefusal, OSError) as exc:
+        silo = _in_process(context, policy)
+    except (SiloRefusal, OSError, KeyError, ValueError) as exc:
         return _refusal(msg, str(exc))
     run_id = str(context.run_id)
     try:
-        return _train(msg, context, settings, policy, ledger, run_id)
+        from silodp.service.plan import Settings
+
+        settings = settings or Settings.from_run_config(context.run_config)
+        w, w_prev, kind = _arrays(msg)
+        message, metrics = silo.release(run_id, settings, kind, w, w_prev)
     except SiloRefusal as exc:
-        return _refusal(msg, str(exc if exc.recorded else ledger.refuse(run_id, f"silo refuses run {run_id}: {exc}")))
+        return _refusal(msg, str(exc))  # recorded by the silo
     except (ValueError, KeyError, TypeError, OverflowError) as exc:
-        return _refusal(msg, str(ledger.refuse(run_id, f"silo refuses a train message of run {run_id}: {exc}")))
-
-
-def _plan_entry(settings, policy: SiloPolicy, partition_id: int) -> dict:
-    """What the silo caches on its disk per (silo, plan): its calibration, its declared releases
-    and the model's dimension (computing them needs torch and the data; reading them does not)."""
-    import torch
-
-    from silodp_flower.task import SiloRecords, silo_plan
-
-    records = SiloRecords.beside(policy.ledger, settings, partition_id)
-    plan = silo_plan(settings, partition_id, policy.budget_delta, records=records)
-    dim = plan.problem.model.init(torch.Generator().manual_seed(0), dtype=torch.float64).numel()
-    return {"sigmas": plan.sigmas, "releases": dump_releases(plan.releases), "dim": int(dim)}
-
-
-def _train(msg: Message, context: Context, settings, policy: SiloPolicy, ledger: SiloLedgerDB, run_id: str) -> Message:
-    from silodp_flower.settings import Settings
-
-    settings = settings or Settings.from_run_config(context.run_config)
-    policy.check_proposal(rounds=settings.rounds, batch_size=settings.batch_size, clip=settings.clip,
-                          step_size=settings.step_size)
-    if not (math.isfinite(settings.epsilon) and settings.epsilon > 0):
-        raise SiloRefusal(f"epsilon: must be positive and finite, got {settings.epsilon!r}")
-    for key in DATA_KEYS:
-        if key in context.node_config and str(context.node_config[key]) != str(getattr(settings, key)):
-            raise SiloRefusal(f"{key}: this silo's records are {key} {context.node_config[key]!s} (its node "
-                              f"config), the run proposes {getattr(settings, key)!s}")
-    if policy.run_epsilon is not None and settings.epsilon > policy.run_epsilon:
-        raise SiloRefusal(f"epsilon: the run asks for {settings.epsilon:g}, this silo allows one run "
-                          f"{policy.run_epsilon:g}")
-    arrays, config = msg.content["arrays"], msg.content["config"]
-    kind = str(config["kind"])
-    if kind not in ("grad", "diff"):
-        raise SiloRefusal(f"config['kind']: must be 'grad' or 'diff', got {kind!r}")
-    partition = int(context.node_config["partition-id"])
-    own = dataclasses.asdict(dataclasses.replace(settings, model_path=""))
-    entry = ledger.cached(f"plan|{json.dumps(own, sort_keys=True)}|{partition}|{policy.budget_delta!r}",
-                          lambda: _plan_entry(settings, policy, partition))
-    declared = load_releases(entry["releases"])
-    w = _model(arrays, "w", entry["dim"])
-    w_prev = _model(arrays, "w_prev", entry["dim"]) if kind == "diff" else None
-    ledger.admit(run_id, declared, policy.run_epsilon)  # the whole plan, before the first release
-    return _release(msg, settings, policy, ledger, run_id, partition, entry["sigmas"], declared, kind, w, w_prev)
-
-
-def _release(msg, settings, policy, ledger, run_id, partition, sigmas, declared, kind, w, w_prev) -> Message:
-    """The admitted run's release: accounted, then computed on the silo's records."""
-    import secrets
-
-    import torch
-
-    from silodp_flower.task import SiloRecords, silo_message, silo_plan, silo_release
-
-    records = SiloRecords.beside(policy.ledger, settings, partition)  # from its disk: no dataset load
-    plan = silo_plan(settings, partition, policy.budget_delta, sigmas, records)
-    w = torch.from_numpy(w).to(plan.fed.x.dtype)
-    w_prev = None if w_prev is None else torch.from_numpy(w_prev).to(plan.fed.x.dtype)
-    std = plan.std(kind, w, w_prev)  # the silo's noise, from its calibration and the server's model only
-    _, release = silo_release(plan.problem, kind, w, w_prev, std, settings.batch_size, plan.fed.min_size)
-    ledger.release(run_id, as_declared(release, declared), "train")  # recorded before it leaves
-    # fresh secret randomness: a seed the server could know would let it subtract the noise
-    generator = torch.Generator().manual_seed(secrets.randbits(63))
-    message, _ = silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size, generator)
-    run_eps, spent = ledger.epsilons(run_id)
-    metrics = MetricRecord({"num-examples": 1, EPSILON_KEY: run_eps, SPENT_KEY: spent,
-                            LEFT_KEY: max(0.0, policy.budget_epsilon - spent)})
-    return Message(RecordDict({"arrays": ArrayRecord({"message": Array(message.numpy())}), "metrics": metrics}),
-                   reply_to=msg)
+        return _refusal(msg, str(silo.refuse(run_id, exc)))
+    return _reply(msg, message, metrics)
 
 
 def unreleased(msg: Message, context: Context, policy: SiloPolicy | None = None) -> Message:
     """An EVALUATE or QUERY message: no declared release answers it, so the silo refuses it (and
     records the refusal); nothing computed on its records leaves."""
+    from silodp.service.client import ServiceClient
+
+    client = ServiceClient.for_node(context.node_config) if policy is None else None
+    if client is not None:
+        return _forwarded(msg, context, None, client, kind=str(msg.metadata.message_type))
     reason = f"silo refuses a {msg.metadata.message_type} message: it releases only its declared train messages"
     try:
         (policy or SiloPolicy.for_node(context.node_config)).open_ledger().refuse(str(context.run_id), reason)
@@ -159,8 +138,8 @@ def unreleased(msg: Message, context: Context, policy: SiloPolicy | None = None)
 
 def make_app(settings=None, policy_for=None) -> ClientApp:
     """The silo's ClientApp; ``settings`` (else the run config's) and ``policy_for(node_config)``
-    (else the node config's :class:`SiloPolicy`) are for Python callers such as the simulation
-    engine, whose nodes have no node config of their own."""
+    (else the node config's service, or its :class:`SiloPolicy`) are for Python callers such as
+    the simulation engine, whose nodes have no node config of their own."""
     app = ClientApp()
 
     def policy(context: Context) -> SiloPolicy | None:

@@ -172,10 +172,12 @@ _MUTATED_MESSAGES = {"public-seed-noise": _public_seed_message, "halve-noise": _
 def _switch(mutation: str | None, round_: int) -> None:
     """In this silo's process: ``silodp_flower.task.silo_message`` with ``mutation`` on for
     ``round_``, or the app's own (``None``)."""
+    from silodp.service import silo as computed  # where the silo's code lives; the app re-exports it
     from silodp_flower import task
 
-    original = getattr(task.silo_message, "original", task.silo_message)
-    task.silo_message = original if mutation is None else _MUTATED_MESSAGES[mutation](original, round_)
+    original = getattr(computed.silo_message, "original", computed.silo_message)
+    computed.silo_message = task.silo_message = (
+        original if mutation is None else _MUTATED_MESSAGES[mutation](original, round_))
 
 
 def _apps(settings, results: list, mutation: str | None = None):

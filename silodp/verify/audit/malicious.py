@@ -129,9 +129,16 @@ def _reply(attack: str, msg) -> Reply:
     return out
 
 
-def attacks(dim: int, aimed=None, extra_rounds: int = 3) -> list[tuple[str, str, dict, dict]]:
-    """The battery of one run: (name, message type, arrays, config) for every attack, then the
-    honest model ``extra_rounds`` times past a plan (the silo's plan bounds what it answers)."""
+#: the attacks of :func:`attacks` ``(short=True)``: one of each class, for a deployment whose
+#: SuperNodes start a process per message (seconds each)
+SHORT = ("model:inf-minus-inf", "model:plus-max", "arrays:nan", "arrays:wrong-shape", "type:train.leak",
+         "type:query", "round:0")
+
+
+def attacks(dim: int, aimed=None, extra_rounds: int = 3, short: bool = False) -> list[tuple[str, str, dict, dict]]:
+    """The battery of one run: (name, message type, arrays, config) for every attack (``short``:
+    those of :data:`SHORT`), then the honest model ``extra_rounds`` times past a plan (the silo's
+    plan bounds what it answers)."""
     out: list[tuple[str, str, dict, dict]] = [(f"model:{name}", "train", {"w": w}, {"kind": "grad"})
                                               for name, w in crafted_models(dim, aimed).items()]
     out += [(f"arrays:{name}", "train", arrays, {"kind": "grad"}) for name, arrays in malformed_arrays(dim).items()]
@@ -139,7 +146,7 @@ def attacks(dim: int, aimed=None, extra_rounds: int = 3) -> list[tuple[str, str,
             ("config:kind-records", "train", {"w": np.zeros(dim)}, {"kind": "records"})]
     out += [(f"type:{t}", t, {"w": np.zeros(dim)}, {"kind": "grad"}) for t in MESSAGE_TYPES]
     out += [(f"round:{r}", "train", {"w": np.zeros(dim)}, {"kind": "grad", "round": r}) for r in range(extra_rounds)]
-    return out
+    return [a for a in out if a[0] in SHORT] if short else out
 
 
 def play(grid, battery: Iterable[tuple[str, str, dict, dict]], nodes: list[int] | None = None) -> list[dict]:
@@ -160,7 +167,8 @@ def play(grid, battery: Iterable[tuple[str, str, dict, dict]], nodes: list[int] 
 def make_server_app(battery_for: Callable[[int], list] | None = None):
     """A ``ServerApp`` that plays :func:`attacks` (or ``battery_for(dim)``) on every node of its
     grid and writes the records (JSON) to the run config's ``battery-out``. The model size comes
-    from the run config's ``battery-dim``; the aimed model from ``battery-aim`` ("a,b,t_a,t_b")."""
+    from the run config's ``battery-dim``; the aimed model from ``battery-aim`` ("a,b,t_a,t_b");
+    ``battery-size`` "short" plays :data:`SHORT` only."""
     from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
 
@@ -173,7 +181,8 @@ def make_server_app(battery_for: Callable[[int], list] | None = None):
         aim = str(cfg.get("battery-aim", ""))
         aimed = tuple(float(v) for v in aim.split(",")) if aim else None
         aimed = (int(aimed[0]), int(aimed[1]), aimed[2], aimed[3]) if aimed else None
-        battery = battery_for(dim) if battery_for is not None else attacks(dim, aimed)
+        short = str(cfg.get("battery-size", "full")) == "short"
+        battery = battery_for(dim) if battery_for is not None else attacks(dim, aimed, short=short)
         wanted = int(cfg.get("battery-nodes", 0))
         import time
 
@@ -207,5 +216,5 @@ def error_texts(records: list[dict], node: int) -> list[tuple[str, str | None]]:
     return [(r["attack"], r["error"]) for r in records if r["node"] == node]
 
 
-__all__ = ["HOSTILE_RUN_CONFIGS", "MAX", "MESSAGE_TYPES", "Reply", "aim_at_record", "attacks", "crafted_models",
+__all__ = ["HOSTILE_RUN_CONFIGS", "MAX", "MESSAGE_TYPES", "Reply", "SHORT", "aim_at_record", "attacks", "crafted_models",
            "error_texts", "make_server_app", "malformed_arrays", "non_finite_releases", "play", "releases_by_node"]
