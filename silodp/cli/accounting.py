@@ -178,10 +178,51 @@ def _for_each(args, compute, event=None):
     return out
 
 
+DPSGD_FLAGS = ("--batch-size", "--epochs")
+
+
+def _dpsgd(args) -> dict | None:
+    """``--dataset-size N --batch-size B --epochs E`` (TensorFlow Privacy's
+    ``compute_dp_sgd_privacy`` inputs) as the equivalent Poisson call: rate ``q = B / N`` and
+    ``steps = ceil(E N / B)`` (rounded up, toward more privacy loss), set on ``args``; returns the
+    statement's facts, or None when neither flag was given."""
+    from silodp.cli import given, refuse
+
+    if not given(args, *DPSGD_FLAGS):
+        return None
+    refuse(args, ("--steps", "--q", "--sampling", "--event"),
+           "with --batch-size/--epochs (they set Poisson sampling at q = B/N and steps = ceil(E N / B))")
+    missing = [f for f, v in (("--dataset-size", args.dataset_size), ("--batch-size", args.batch_size),
+                              ("--epochs", args.epochs)) if v is None]
+    if missing:
+        raise ValueError(f"{missing[0]}: required with --batch-size/--epochs (--dataset-size N --batch-size B "
+                         "--epochs E)")
+    n, b = args.dataset_size, args.batch_size
+    if b > n:
+        raise ValueError(f"--batch-size: must be at most --dataset-size ({n}), got {b}")
+    args.sampling, args.q, args.dataset_size = Sampling.POISSON.value, b / n, None
+    args.steps = math.ceil(args.epochs * n / b)
+    return {"dataset_size": n, "batch_size": b, "epochs": args.epochs, "sampling": args.sampling, "q": args.q,
+            "steps": args.steps}
+
+
+def _statement(facts: dict, payload: dict, delta: float) -> str:
+    """The human privacy statement of a ``--dataset-size/--batch-size/--epochs`` call."""
+    name = payload.get("accountant") or "each accountant below"
+    return (f"DP-SGD privacy statement: {facts['dataset_size']} examples, batches of {facts['batch_size']} "
+            f"expected (Poisson sampling at rate q = B/N = {num(facts['q'])}), {num(facts['epochs'])} epochs = "
+            f"{facts['steps']} steps (ceil(E N / B)), noise_multiplier {num(payload['noise_multiplier'])} "
+            f"(sigma / C).\nRecord-level ({payload['relation']}) guarantee, certified by {name} at "
+            f"delta={num(delta)}; it assumes Poisson batches (shuffled fixed-size batches are not "
+            f"covered: see silodp-pld-shuffled) and says nothing of hyperparameter tuning runs.\n")
+
+
 def _epsilon(args) -> int:
     from silodp.accounting import epsilon, tightest_epsilon
     from silodp._validation import check_delta, check_positive
 
+    facts = _dpsgd(args)
+    head = ""
     delta = check_delta("delta", args.delta)
     _pld_settings(args)  # refuses pld settings another accountant would ignore
     event = _event_file(args)
@@ -192,18 +233,24 @@ def _epsilon(args) -> int:
     if args.accountant is None:  # the tightest certificate among the accountants that support it
         eps, name = tightest_epsilon(event, delta, _relation(args), _pld_settings(args))
         payload = {"epsilon": eps, "accountant": name, "relation": args.relation}
+        if facts:
+            payload.update(facts, noise_multiplier=args.noise_multiplier)
+            head = _statement(facts, payload, delta)
         _with_settings(args, payload, [name])
         batch = _batch(args, payload) + _units(args, payload, args.event)
-        emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n"
+        emit(payload, args.json, f"{head}epsilon at delta={num(delta)} ({args.relation}{batch})\n"
                                  + columns(("accountant", "epsilon"), [(name, eps)]))
         return 0
     results = _for_each(args, lambda name: epsilon(event, delta, name, _relation(args), **_kwargs(args, name)), event)
     payload = {"epsilon": results[_names(args)[0]]} if args.accountant != "all" else dict(results)
     payload["relation"] = args.relation
+    if facts:
+        payload.update(facts, noise_multiplier=args.noise_multiplier, accountant=args.accountant)
+        head = _statement(facts, payload, delta)
     _with_settings(args, payload, [n for n in _names(args) if results[n] is not None])
     batch = _batch(args, payload) + _units(args, payload, args.event)
     human = columns(("accountant", "epsilon"), [(k, "unsupported" if v is None else v) for k, v in results.items()])
-    emit(payload, args.json, f"epsilon at delta={num(delta)} ({args.relation}{batch})\n{human}")
+    emit(payload, args.json, f"{head}epsilon at delta={num(delta)} ({args.relation}{batch})\n{human}")
     return 0
 
 
@@ -344,6 +391,10 @@ def register(sub) -> None:
                    help="a dp-accounting event as JSON (to_named_tuple's fields, docs/cli.md) instead of "
                         "--noise-multiplier/--steps/--sampling")
     _mechanism_flags(p)
+    g = p.add_argument_group("DP-SGD statement (TensorFlow Privacy's compute_dp_sgd_privacy)")
+    g.add_argument("--batch-size", type=COUNT, default=None,
+                   help="B, with --dataset-size N and --epochs E: Poisson sampling at q = B/N, ceil(E N / B) steps")
+    g.add_argument("--epochs", type=Real(0.0, closed=""), default=None, help="E (with --batch-size)")
     p.set_defaults(handler=_epsilon)
 
     p = sub.add_parser("noise", help="noise multiplier for a budget, or noise of a paper's algorithm")

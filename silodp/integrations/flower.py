@@ -28,7 +28,12 @@ from collections.abc import Callable
 from logging import INFO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+
+try:
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+except ModuleNotFoundError as _missing:  # name the extra, not only "No module named 'flwr'"
+    raise ModuleNotFoundError("silodp.integrations.flower needs flwr, which is not installed: "
+                              "pip install 'silodp[flower]'", name="flwr") from _missing
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common.constant import ErrorCode
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
