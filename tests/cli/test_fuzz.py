@@ -232,6 +232,8 @@ def _bases(store: str, out: str) -> dict:
         "distributed": ["--mechanism", "skellam", "--dimension", "10", "--clip", "1", "--silos", "3", "--bits", "16",
                         "--epsilon", "1", "--delta", "1e-5"],
         "ledger": [store],  # its one value is the positional path (no generated cases)
+        "silo": ["admits", out + ".toml"],  # nested subcommands: their flags are checked in test_silo_service
+        "federation": ["down", out],
     }
 
 

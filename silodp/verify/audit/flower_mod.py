@@ -105,7 +105,8 @@ def _run(mod_cls, sc: ModScenario, signs: np.ndarray, delta: float, subtract_pub
 
     from silodp.integrations.flower import EPSILON_KEY
 
-    mod = mod_cls(clipping_norm=1.0, epsilon=sc.epsilon, delta=delta, rounds=sc.rounds)
+    mod = mod_cls(clipping_norm=1.0, epsilon=sc.epsilon, delta=delta, rounds=sc.rounds,
+                  in_state_ledger=True)  # one audited run: the per-run state ledger (no silo file)
     if calibration is not None:
         mod.__dict__["calibration"] = calibration  # the cached_property's value: same config, same noise
     ctxt = Context(run_id=0, node_id=1, node_config={}, state=RecordDict(), run_config={})
