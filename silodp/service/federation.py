@@ -49,7 +49,8 @@ def _program(name: str) -> str:
     return str(beside) if beside.exists() else name
 
 
-def _healthy(port: int) -> bool:
+def healthy(port: int) -> bool:
+    """Whether a Flower process or silo service answers on 127.0.0.1:``port``/health."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
             return response.status == 200
@@ -156,7 +157,7 @@ def up(directory: str | Path, silos: int, budget_epsilon: float, budget_delta: f
 
 def _wait(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while not _healthy(port):
+    while not healthy(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"{Path(proc.args[0]).name} {' '.join(proc.args[1:4])} did not start: {tail}")

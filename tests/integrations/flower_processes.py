@@ -10,11 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
+
+from silodp.service.federation import healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # this venv's flwr, flower-superlink, flower-supernode
@@ -115,14 +116,6 @@ def run_in_own_group(cmd: list[str], env: dict, timeout: float) -> subprocess.Co
         stdout, _ = proc.communicate()
         pytest.fail(f"{cmd[:2]} ran past {timeout} s:\n{stdout[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout)
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
