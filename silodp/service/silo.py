@@ -24,7 +24,7 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.algorithms import Federation, Problem
 from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
-from silodp.algorithms.grads import clip_rows, clipped_grad_sum, clipped_per_sample
+from silodp.algorithms.grads import clipped_diff_sum, clipped_grad_sum
 from silodp.algorithms.release import gaussian_release
 from silodp.experiments.datasets import load_cached, model_for
 from silodp.service.plan import Settings
@@ -167,10 +167,8 @@ def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, 
     clip = problem.clip
     if kind == "grad":
         term = clipped_grad_sum(problem, w, x, y, weights, clip, "ghost")[0]
-    else:
-        per = clip_rows(clipped_per_sample(problem, w, x, y, clip) - clipped_per_sample(problem, w_prev, x, y, clip),
-                        bound)
-        term = torch.einsum("nk,nkd->nd", weights, per)[0]
+    else:  # the simulator's kernel: differences clipped to the bound, no [K, d] tensor
+        term = clipped_diff_sum(problem, w, w_prev, x, y, weights, clip, bound, "ghost")[0]
     # the one release primitive: noise added to the clipped term in float64; a non-finite result
     # raises its Refusal and nothing is released
     return gaussian_release(term, std, generator), release
