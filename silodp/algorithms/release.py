@@ -193,9 +193,9 @@ def check_model(problem, w: torch.Tensor, input_bound: float) -> None:
     ``|x_i| <= input_bound``: interval arithmetic forward through the layers, then back
     (``|g_in| <= |W|^T |g_out|``; ReLU and max-pool pass at most ``|g_out|``; a weight's gradient is
     at most ``|g_out| |a|``). The check reads only ``w``, the architecture and the public bound, never
-    a record: a refusal reveals nothing about the silo's data. The caller keeps its records inside
-    the box (the silo service clamps them when it loads them); a record outside it is still safe, as
-    a non-finite term is a zero contribution (:func:`clip_rows`)."""
+    a record: a refusal reveals nothing about the silo's data. The box should hold the caller's records
+    (the silo service uses ``silodp.service.core.INPUT_BOUND``); a record outside it is still safe,
+    as a non-finite term is a zero contribution (:func:`clip_rows`)."""
     if not (math.isfinite(float(input_bound)) and float(input_bound) > 0):
         raise ValueError(f"input_bound: must be positive and finite, got {input_bound!r}")
     model: Model = problem.model

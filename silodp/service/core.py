@@ -43,6 +43,11 @@ from silodp.service.plan import Settings
 
 #: Keys that fix the silo's records (a proposal may only name the same).
 DATA_KEYS = ("dataset", "seed")
+#: The public input box of :func:`silodp.algorithms.release.check_model`: a server model must be
+#: finite (forward, backward, parameter gradients) for every input with |x_i| <= this. The silos'
+#: standardized features lie far inside it; a record outside it is still safe (a non-finite term
+#: contributes zero).
+INPUT_BOUND = 1e3
 #: The message kinds each algorithm sends.
 KINDS = {"isrl-mb-sgd": ("grad",), "isrl-spider": ("grad", "diff")}
 
@@ -185,13 +190,20 @@ class Silo:
         plan = self.plan(settings, entry["sigmas"])
         w = torch.from_numpy(w).to(plan.fed.x.dtype)
         w_prev = None if w_prev is None else torch.from_numpy(w_prev).to(plan.fed.x.dtype)
+        from silodp.algorithms.release import Refusal as NotReleased
+        from silodp.algorithms.release import check_model
+
+        try:  # a model the silo cannot evaluate finitely on its public input box: refused, no record read
+            for point in (w, w_prev):
+                if point is not None:
+                    check_model(plan.problem, point, INPUT_BOUND)
+        except NotReleased as exc:
+            raise Refusal("model", str(exc)) from None
         std = plan.std(kind, w, w_prev)  # the silo's noise, from its calibration and the server's model only
         _, release = computed.silo_release(plan.problem, kind, w, w_prev, std, settings.batch_size, plan.fed.min_size)
         self.ledger.release(run_id, as_declared(release, declared), "train")  # recorded before it leaves
         # fresh secret randomness: a seed the server could know would let it subtract the noise
         generator = torch.Generator().manual_seed(secrets.randbits(63))
-        from silodp.algorithms.release import Refusal as NotReleased
-
         try:
             message, _ = computed.silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size,
                                                generator)

@@ -267,3 +267,15 @@ def test_the_battery_against_the_silo_service(tmp_path):
 
     with service_federation(tmp_path / "fed", silos=2, budget_epsilon=BUDGET) as (info, env):
         _deployed_battery(tmp_path, info["connection"], env, 2, [Path(s["ledger"]) for s in info["silos"]])
+
+
+def test_models_the_silo_cannot_evaluate_on_its_input_box_are_refused(federation):
+    """``release.check_model`` in the service core: the aimed ``inf - inf`` model and the ±MAX models
+    are refused by every silo before a record is read (the same text for the neighbours), while the
+    ordinary finite ones are answered."""
+    records = _battery(federation)
+    for node in federation.ledgers:
+        replies = dict(malicious.error_texts(records, node))
+        for attack in ("model:inf-minus-inf", "model:plus-max", "model:minus-max", "model:alternating-max"):
+            assert replies[attack] is not None, (node, attack)
+        assert replies["model:subnormal"] is None and replies["model:1e7-e0"] is None
