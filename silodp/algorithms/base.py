@@ -622,12 +622,9 @@ class Context:
             if w_old is None:
                 return _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method), bound
             return _grads.clipped_diff_sum(problem, w, w_old, x, y, weights, clip, dc, self._algo.grad_method), bound
-        out = _grads.clipped_per_sample(problem, w, x, y, clip)
-        if w_old is not None:
-            out = out - _grads.clipped_per_sample(problem, w_old, x, y, clip)
-            if dc is not None:
-                out = _grads.clip_rows(out, dc)
-        return out, bound
+        if w_old is not None:  # a record non-finite at either point: its whole difference is zero
+            return _grads.clipped_per_sample_diff(problem, w, w_old, x, y, clip, dc), bound
+        return _grads.clipped_per_sample(problem, w, x, y, clip), bound
 
     def _expand(self, w):
         """The query point of every silo (stacked trials: one per trial, repeated per silo)."""
