@@ -491,7 +491,8 @@ class PldAccountant(Accountant):
         if block.kind == Mechanism.EPSILON_DELTA:
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
         elif block.kind in mechanisms.KINDS:  # Laplace, discrete Laplace, randomized response
-            one = mechanisms.pld(block, self.neighbouring, disc, bound)
+            # a composition of one discrete mechanism alone: on its own lattice (exact, few points)
+            one = mechanisms.pld(block, self.neighbouring, disc, bound, lattice=self._alone(block))
         elif block.kind == Mechanism.BALLS_IN_BINS:  # one epoch (silodp.accounting.allocation)
             from silodp.accounting import allocation
 
@@ -513,6 +514,11 @@ class PldAccountant(Accountant):
         else:
             one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
         return one.astype(dtype).self_compose(block.count, direct_work)
+
+    def _alone(self, block: Block) -> bool:
+        """Whether every block of this accountant is ``block`` (up to its count)."""
+        one = dataclasses.replace(block, count=1)
+        return all(type(b) is type(block) and dataclasses.replace(b, count=1) == one for b in self._blocks)
 
     def _pld(self, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         """The composition of every block, computed in ``dtype`` (float64, or :data:`pld.EXTENDED`);
