@@ -480,6 +480,20 @@ class PldAccountant(Accountant):
                     f"noise_multiplier={block.noise_multiplier:g} is too small for the pld accountant at "
                     f"discretization {self.value_discretization_interval:g} (epsilon is huge); use 'rdp' "
                     "or a coarser grid")
+        self._check_grid(block)
+
+    def _check_grid(self, block: Block) -> None:
+        """Refuse, before allocating, the with-replacement and balls-in-bins PLDs whose grids would not fit
+        (:func:`silodp.accounting.with_replacement.check_grid`, :func:`silodp.accounting._allocation_rounded.check`)."""
+        if block.kind == Mechanism.GAUSSIAN and block.sampling == Sampling.WITH_REPLACEMENT:
+            from silodp.accounting import with_replacement
+
+            with_replacement.check_grid(block.noise_multiplier, block.sample_size, block.dataset_size,
+                                        self.value_discretization_interval, self.log_mass_truncation_bound)
+        elif block.kind == Mechanism.BALLS_IN_BINS and ev.relation(self.neighbouring) != ev.REPLACE_ONE:
+            from silodp.accounting import _allocation_rounded
+
+            _allocation_rounded.check(block.noise_multiplier, block.sample_size)
 
     def _block_pld(self, block: Block, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
