@@ -47,8 +47,10 @@ def build_silo(config: ServiceConfig) -> Silo:
         from pathlib import Path
 
         records = SiloRecords.read(Path(config.records_path))
-    else:
+    elif config.dataset is not None:
         records = SiloRecords.from_dataset(config.dataset, config.partition, config.seed)
+    else:
+        raise ValueError("[records]: give either path (a saved records file) or dataset")
     noiseless = os.environ.get(ENV_TEST_NOISELESS) == "1"
     if noiseless:
         log.warning("silo service: %s=1: the noise is OFF (a test-only hook; the ledger records the calibrated "

@@ -30,6 +30,7 @@ import json
 import math
 import secrets
 from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 
@@ -157,7 +158,7 @@ class Silo:
     def entry(self, settings: Settings) -> dict:
         own = dataclasses.asdict(dataclasses.replace(settings, model_path=""))
         key = f"plan|{json.dumps(own, sort_keys=True)}|{self.partition}|{self.policy.budget_delta!r}"
-        return self.ledger.cached(key, lambda: self._plan_entry(settings))
+        return cast(dict, self.ledger.cached(key, lambda: self._plan_entry(settings)))
 
     def plan(self, settings: Settings, sigmas: dict | None = None):
         """The silo's :class:`~silodp.service.silo.SiloPlan` of ``settings`` (kept warm)."""

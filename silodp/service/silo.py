@@ -16,6 +16,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -117,7 +118,8 @@ def silo_plan(settings: Settings, partition_id: int, delta: float, sigmas: dict 
     silo's disk)."""
     own = dataclasses.replace(settings, delta=delta)
     records = records or SiloRecords.load(own, partition_id)
-    problem = Problem(model_for(records, own.model), records.loss, clip=own.clip)
+    # SiloRecords has what model_for reads of a dataset (name, input_shape, num_outputs)
+    problem = Problem(model_for(cast(FederatedData, records), own.model), records.loss, clip=own.clip)
     fed = records.fed
     if own.algorithm == UPDATE:
         if sigmas is None:
@@ -166,19 +168,28 @@ def silo_release(problem: Problem, kind: str, w: torch.Tensor, w_prev: torch.Ten
     ``kind="update"``: the local model update clipped to L (:func:`silo_update`): one
     contribution of norm <= L (:func:`~silodp.service.plan.update_release`).
     """
-    clip = problem.clip
+    clip = _clip(problem)
     if kind == "update":
         return clip, update_release(std / clip if clip > 0 else math.inf)
     if kind == "grad":
         bound = clip
     elif kind == "diff":
         bound = 2 * clip
+        if w_prev is None:
+            raise ValueError("w_prev: a 'diff' message needs the server's previous model")
         if problem.beta is not None:
             bound = min(bound, problem.beta * float((w - w_prev).norm()))
     else:
         raise ValueError(f"kind must be 'grad', 'diff' or 'update', got {kind!r}")
     z = std / (bound / batch_size) if bound > 0 else math.inf
     return bound, GaussianRelease(kind, 1, z, BatchSampling.WITH_REPLACEMENT, batch_size, dataset_size)
+
+
+def _clip(problem: Problem) -> float:
+    """The silo's clip norm L (every silo problem clips)."""
+    if problem.clip is None:
+        raise ValueError("clip: a silo's problem must clip its contributions")
+    return float(problem.clip)
 
 
 def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None,
@@ -188,11 +199,13 @@ def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, 
     idx = BatchSampler(fed.counts, batch_size, True, generator).next()
     x, y = fed.gather(idx)
     weights = torch.full(idx.shape, 1.0 / batch_size, dtype=fed.x.dtype)
-    clip = problem.clip
+    clip = _clip(problem)
     if kind == "grad":
         term = clipped_grad_sum(problem, w, x, y, weights, clip, "ghost")[0]
-    else:  # the simulator's kernel: differences clipped to the bound, no [K, d] tensor
+    elif w_prev is not None:  # the simulator's kernel: differences clipped to the bound, no [K, d] tensor
         term = clipped_diff_sum(problem, w, w_prev, x, y, weights, clip, bound, "ghost")[0]
+    else:
+        raise ValueError("w_prev: a 'diff' message needs the server's previous model")
     # the one release primitive: noise added to the clipped term in float64; a non-finite result
     # raises its Refusal and nothing is released
     return gaussian_release(term, std, generator), release
@@ -212,5 +225,5 @@ def silo_update(problem: Problem, fed: Federation, w: torch.Tensor, local_steps:
     for _ in range(int(local_steps)):
         v = v - float(step_size) * problem.full_gradient(v, fed)
     with torch.no_grad():
-        clipped = clip_update((v.to(torch.float64) - w.to(torch.float64)), problem.clip)
+        clipped = clip_update((v.to(torch.float64) - w.to(torch.float64)), _clip(problem))
         return gaussian_release(clipped, std, generator, w.to(torch.float64)), release
