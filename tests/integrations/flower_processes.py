@@ -118,6 +118,25 @@ def run_in_own_group(cmd: list[str], env: dict, timeout: float) -> subprocess.Co
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout)
 
 
+def run_all_in_own_groups(cmds: list[list[str]], env: dict, timeout: float) -> list[subprocess.CompletedProcess]:
+    """Each of ``cmds`` at once (concurrently), each in its own process group; on timeout every
+    group (and only those) is killed."""
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for cmd in cmds]
+    deadline = time.monotonic() + timeout
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        tails = [proc.communicate()[0][-2000:] for proc in procs]
+        pytest.fail(f"{cmds[0][:2]} ran past {timeout} s:\n" + "\n---\n".join(tails))
+    return [subprocess.CompletedProcess(cmd, proc.returncode, out) for cmd, proc, out in zip(cmds, procs, outs)]
+
+
 @contextlib.contextmanager
 def started(cmd: list[str], env: dict, log: Path):
     """``cmd`` in its own process group (its children with it); stopped by its PID on exit."""

@@ -20,6 +20,15 @@ cores) and ``test_the_battery_against_the_silo_service`` (h34s's ``flower_proces
 skipped where ``silodp.service.federation`` is absent) check the same properties from the JSON,
 matching nodes to ledgers by their counts of the run's releases. Tests that failed before the release primitive and the hardened silos:
 ``test_every_release_is_finite`` (the ``inf - inf`` model released NaN, issue 34 leak 1).
+
+Against services (round 7): ``test_neighbour_services_differ_by_at_most_the_declared_sensitivity``
+compares two ``silodp silo serve`` processes whose records differ in one record, with the noise
+off through the operator's test-only environment variable (``SILODP_SERVICE_TEST_NOISELESS``,
+read once at start; no message reaches it); ``test_isrl_dp_mod_forwards_...`` runs ``IsrlDpMod``'s
+service mode in a fresh process; ``test_isrl_dp_mod_silos_and_a_record_reader_in_two_concurrent_runs``
+ships a server's own ClientApp (``IsrlDpMod`` and a record reader) to the module's one
+``silodp federation up`` deployment in two concurrent runs (kept to two messages a run: a
+SuperNode answers one message at a time, a process each).
 """
 
 import dataclasses
@@ -200,21 +209,35 @@ def test_a_hostile_run_config_is_refused_or_accounted(federation, name):
 
 
 # -- the same battery in real localhost deployments (separate processes, stopped by PID) ----------
-def _battery_app(into: Path) -> Path:
-    """A copy of the example whose ServerApp is :func:`malicious.make_server_app` (the ClientApp
-    is the example's: the silo under test)."""
+def _battery_app(into: Path, server: str = "make_server_app()", client: str | None = None) -> Path:
+    """A copy of the example whose ServerApp is :func:`malicious.make_server_app` (``server``: the
+    expression of :mod:`malicious` that makes it); the ClientApp is the example's (the silo under
+    test) or ``client``'s (an expression of :mod:`malicious`: a ClientApp the server ships)."""
     import shutil
 
-    app = into / "battery-app"
+    app = into / ("battery-app" if client is None else "mod-battery-app")
     shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "flower", app,
                     ignore=shutil.ignore_patterns("__pycache__"))
     (app / "silodp_flower" / "battery_server.py").write_text(
-        "from silodp.verify.audit.malicious import make_server_app\n\napp = make_server_app()\n")
+        f"from silodp.verify.audit.malicious import *  # noqa: F403\n\napp = {server}\n")
     toml = app / "pyproject.toml"
     text = toml.read_text().replace('"silodp_flower.server_app:app"', '"silodp_flower.battery_server:app"')
+    if client is not None:
+        (app / "silodp_flower" / "battery_client.py").write_text(
+            f"from silodp.verify.audit.malicious import *  # noqa: F403\n\napp = {client}\n")
+        text = text.replace('"silodp_flower.client_app:app"', '"silodp_flower.battery_client:app"')
     toml.write_text(text.replace("[tool.flwr.app.config]\n", '[tool.flwr.app.config]\nbattery-out = ""\n'
                                  'battery-dim = 0\nbattery-aim = ""\nbattery-nodes = 0\nbattery-size = "full"\n', 1))
     return app
+
+
+def _run_config(out: Path, nodes: int) -> str:
+    """The ``--run-config`` of a battery run writing its records to ``out``."""
+    settings = Settings.from_run_config(CONFIG)
+    _, aimed = _aimed(settings)
+    return " ".join([*(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items()),
+                     f'battery-out="{out}"', f"battery-dim={setup(settings).problem.model.dim}",
+                     f'battery-aim="{",".join(map(str, aimed))}"', f"battery-nodes={nodes}", 'battery-size="short"'])
 
 
 def _deployed_battery(tmp_path, connection: str, env: dict, nodes: int, ledgers: list[Path]):
@@ -223,12 +246,8 @@ def _deployed_battery(tmp_path, connection: str, env: dict, nodes: int, ledgers:
 
     from flower_processes import BIN, run_in_own_group
 
-    settings = Settings.from_run_config(CONFIG)
-    _, aimed = _aimed(settings)
     out = tmp_path / "battery.json"
-    run_config = " ".join([*(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in CONFIG.items()),
-                           f'battery-out="{out}"', f"battery-dim={setup(settings).problem.model.dim}",
-                           f'battery-aim="{",".join(map(str, aimed))}"', f"battery-nodes={nodes}", 'battery-size="short"'])
+    run_config = _run_config(out, nodes)
     done = run_in_own_group([str(BIN / "flwr"), "run", str(_battery_app(tmp_path)), connection, "--stream",
                              "--run-config", run_config], env, timeout=240)
     assert done.returncode == 0 and out.is_file(), done.stdout[-3000:]
@@ -262,14 +281,71 @@ def test_the_battery_in_a_localhost_deployment(tmp_path):
         procs.assert_none_left()
 
 
-@pytest.mark.slow
-def test_the_battery_against_the_silo_service(tmp_path):
-    """h34s's silo service (``silodp federation up``): skipped until that branch is merged."""
-    pytest.importorskip("silodp.service.federation")
-    from flower_processes import federation as service_federation
+@pytest.fixture(scope="module")
+def service_federation(tmp_path_factory):
+    """One local federation with silo services (``silodp federation up``'s library call) for the
+    module's deployment tests, stopped by PID (and asserted gone) after the last."""
+    from flower_processes import federation
 
-    with service_federation(tmp_path / "fed", silos=2, budget_epsilon=BUDGET) as (info, env):
-        _deployed_battery(tmp_path, info["connection"], env, 2, [Path(s["ledger"]) for s in info["silos"]])
+    tmp = tmp_path_factory.mktemp("service-federation")
+    with federation(tmp / "fed", silos=2, budget_epsilon=BUDGET) as (info, env):
+        yield info, env
+
+
+@pytest.mark.slow
+def test_the_battery_against_the_silo_service(service_federation, tmp_path):
+    """The example's thin ClientApp against the services of ``silodp federation up``."""
+    info, env = service_federation
+    _deployed_battery(tmp_path, info["connection"], env, 2, [Path(s["ledger"]) for s in info["silos"]])
+
+
+@pytest.mark.slow
+def test_isrl_dp_mod_silos_and_a_record_reader_in_two_concurrent_runs(service_federation, tmp_path):
+    """A server ships its own ClientApp (:func:`malicious.make_mod_client_app`: ``IsrlDpMod``
+    around an app that would train on records, and a record reader) to the services' SuperNodes
+    and starts two runs at once (two new run ids). Per run and silo, the ledger counts exactly the
+    releases the server received (the reader's own calls under its own run id, also counted);
+    every release is finite; spent <= budget across all runs; every refusal is a fixed text; and
+    the reader got no records and no un-noised value: its node config names only the partition and
+    the service (no path), the in-process policy is refused, the service refuses every other kind
+    and an extra (noise) field, its status carries the ledger's summary only, and two releases at
+    the same model differ."""
+    import json
+
+    from flower_processes import BIN, run_all_in_own_groups
+
+    from silodp.service.wire import REFUSALS, Status
+
+    info, env = service_federation
+    app = _battery_app(tmp_path, "make_server_app(mod_attacks)", "make_mod_client_app()")
+    outs = [tmp_path / f"mod-battery-{i}.json" for i in range(2)]
+    runs = run_all_in_own_groups([[str(BIN / "flwr"), "run", str(app), info["connection"], "--stream",
+                                   "--run-config", _run_config(out, 2)] for out in outs], env, timeout=420)
+    for done, out in zip(runs, outs):
+        assert done.returncode == 0 and out.is_file(), done.stdout[-3000:]
+    results = [json.loads(out.read_text()) for out in outs]
+    assert len({r["run_id"] for r in results}) == 2  # two runs, each its own id
+    ledgers = [SiloLedgerDB(s["ledger"]).summary() for s in info["silos"]]
+    fixed = set(REFUSALS.values())
+    for result in results:
+        records, run = result["records"], str(result["run_id"])
+        assert malicious.non_finite_releases(records) == []
+        readers = {r["node"]: r["config"] for r in records if r["attack"] == "probe:reader"}
+        assert len(readers) == 2
+        received = malicious.releases_by_node(records)
+        for node, found in readers.items():
+            counted = {r["run_id"]: r["releases"] for r in ledgers[int(found["partition"])]["runs"]}
+            assert counted.get(run, 0) == received.get(node, 0) == 1  # the mod's update, through the service
+            assert counted[malicious.READER_RUN.format(run_id=run)] == 2  # the reader's two grad releases
+            assert found["node-config"] == "partition-id,silodp-service,silodp-service-token" and found["paths"] == ""
+            assert found["policy"] == "refused" and found["repeat-differs"] == "True"
+            assert found["status-fields"] == ",".join(sorted(Status.model_fields))
+            assert {found[f"kind-{k}"] for k in ("records", "loss", "evaluate", "plain")} == {REFUSALS["kind"]}
+            assert found["noise-field"] == REFUSALS["request"]
+        for r in records:
+            if r["error"] is not None:
+                assert r["error"].removeprefix("IsrlDpMod: ") in fixed, r
+    assert all(s["epsilon_spent"] <= s["budget_epsilon"] == BUDGET for s in ledgers)
 
 
 def test_models_the_silo_cannot_evaluate_on_its_input_box_are_refused(federation):

@@ -152,17 +152,18 @@ def attacks(dim: int, aimed=None, extra_rounds: int = 3, short: bool = False) ->
     return [a for a in out if a[0] in SHORT] if short else out
 
 
-def mod_attacks(dim: int, rounds: int = 2) -> list[tuple[str, str, dict, dict]]:
-    """The battery of one run against an ``IsrlDpMod`` silo in service mode (:func:`make_mod_client_app`,
-    planned for ``rounds`` releases): honest updates one past the plan, a ``+MAX`` model and a NaN
-    array (the service refuses both), and the record reader's probe (:func:`record_reader`)."""
+def mod_attacks(dim: int, updates: int = 1, hostile: bool = False) -> list[tuple[str, str, dict, dict]]:
+    """The battery of one run against an ``IsrlDpMod`` silo in service mode (:func:`make_mod_client_app`):
+    ``updates`` honest updates, with ``hostile`` a ``+MAX`` model and a NaN array (the service refuses
+    both), then the record reader's probe (:func:`record_reader`). Short by default: a SuperNode
+    answers one message at a time, each in a process of its own."""
     out: list[tuple[str, str, dict, dict]] = [(f"update:{r}", "train", {"w": np.zeros(dim)}, {"round": r})
-                                              for r in range(rounds + 1)]
-    nan = np.zeros(dim)
-    nan[0] = math.nan
-    out += [("model:plus-max", "train", {"w": np.full(dim, MAX)}, {}), ("arrays:nan", "train", {"w": nan}, {}),
-            ("probe:reader", "train", {"w": np.zeros(dim)}, {"probe": "reader"})]
-    return out
+                                              for r in range(updates)]
+    if hostile:
+        nan = np.zeros(dim)
+        nan[0] = math.nan
+        out += [("model:plus-max", "train", {"w": np.full(dim, MAX)}, {}), ("arrays:nan", "train", {"w": nan}, {})]
+    return out + [("probe:reader", "train", {"w": np.zeros(dim)}, {"probe": "reader"})]
 
 
 #: the run id under which :func:`record_reader` calls the service (its own run, accounted as one)
@@ -303,10 +304,10 @@ def non_finite_releases(records: list[dict]) -> list[dict]:
 
 
 def releases_by_node(records: list[dict]) -> dict[int, int]:
-    """How many releases (replies without error) each node sent."""
+    """How many releases (replies without error that carry arrays) each node sent."""
     out: dict[int, int] = {}
     for r in records:
-        if r["error"] is None:
+        if r["error"] is None and r["arrays"]:
             out[r["node"]] = out.get(r["node"], 0) + 1
     return out
 
