@@ -144,14 +144,10 @@ class FederatedAlgorithm:
         (``epsilon=None``: the structure only, budgets ``inf``)."""
         raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
 
-    @staticmethod
-    def sampling(cfg: Any) -> BatchSampling:
-        """Minibatches of :class:`~silodp.algorithms.federation.BatchSampler`: i.i.d. draws, or
-        disjoint batches through one permutation per epoch; or balls-in-bins batches
-        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
-        if getattr(cfg, "balls_in_bins", False):
-            return BatchSampling.BALLS_IN_BINS
-        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+    @classmethod
+    def sampling(cls, cfg: Any) -> BatchSampling:
+        """The batch sampling of the class's minibatches (:meth:`Plan.sampling <silodp.algorithms.plan.Plan.sampling>`)."""
+        return cls.plan.sampling(cfg)
 
     @staticmethod
     def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: Any,

@@ -45,8 +45,7 @@ from .privacy import NoiseCalibration
 from .release import gaussian_release
 from .shuffle import BinomialParams, analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
-if TYPE_CHECKING:
-    from .base import Batch, Context, FederatedAlgorithm, Term
+if TYPE_CHECKING:  # (base imports this module: its Context, Batch, Term and algorithm are typed Any here)
     from .federation import Federation
     from .problems import Problem
 
@@ -71,7 +70,7 @@ class GaussianChannel:
     #: balls-in-bins batches are accounted for Gaussian messages
     balls_in_bins: ClassVar[bool] = True
 
-    def terms(self, ctx: Context, data: Batch, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
+    def terms(self, ctx: Any, data: Any, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
         """The weighted sums ``[N, d]`` of every silo's clipped per-record terms (differences
         clipped to ``diff_clip``)."""
         problem, clip = ctx._problem, ctx._problem.clip
@@ -84,7 +83,7 @@ class GaussianChannel:
         """Messages summed per release (a shuffler's count; none here)."""
         return 0
 
-    def sent(self, ctx: Context, group: str, data: Batch, std: Any, bound: Any, messages: int) -> Sent:
+    def sent(self, ctx: Any, group: str, data: Any, std: Any, bound: Any, messages: int) -> Sent:
         """The ledger entry: noise multiplier ``std`` over the contribution bound, the term's l2
         bound times the largest batch weight (the smallest multiplier over silos and stacked runs)."""
         z = math.inf
@@ -97,7 +96,7 @@ class GaussianChannel:
             z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, noise_multiplier=z)
 
-    def release(self, ctx: Context, group: str, values: torch.Tensor, term: Term, a: torch.Tensor, std: Any,
+    def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
                 offset: torch.Tensor | None, replayed: dict | None) -> tuple:
         """(aggregate, released [N, d], messages): every silo's noised message, the replayed ones
         in their place when replaying, and the server's aggregate of the available silos."""
@@ -119,7 +118,7 @@ class ShuffleChannel:
 
     balls_in_bins: ClassVar[bool] = False
 
-    def terms(self, ctx: Context, data: Batch, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
+    def terms(self, ctx: Any, data: Any, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
         """The per-record vectors ``[N, K, d]`` clipped to the clip norm (differences of clipped
         vectors, clipped again to ``diff_clip``)."""
         problem, clip = ctx._problem, ctx._problem.clip
@@ -134,12 +133,12 @@ class ShuffleChannel:
         """The records summed by one invocation: every batch member of every available silo."""
         return int(((weights > 0).to(a.dtype) * a[:, None]).sum())
 
-    def sent(self, ctx: Context, group: str, data: Batch, std: Any, bound: Any, messages: int) -> Sent:
+    def sent(self, ctx: Any, group: str, data: Any, std: Any, bound: Any, messages: int) -> Sent:
         """The ledger entry: the protocol parameters (g, b, p, rotate) and the messages summed."""
         params = ctx._shuffle[group]
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, params=params.key(), messages=messages)
 
-    def release(self, ctx: Context, group: str, values: torch.Tensor, term: Term, a: torch.Tensor, std: Any,
+    def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
                 offset: torch.Tensor | None, replayed: dict | None) -> tuple:
         """(aggregate, None, the analyzer's view or None)."""
         bound = torch.clamp(term.bound, min=1e-12) if isinstance(term.bound, torch.Tensor) else max(term.bound, 1e-12)
@@ -149,7 +148,7 @@ class ShuffleChannel:
         return agg, None, view
 
     @staticmethod
-    def pvec(ctx: Context, term: torch.Tensor, bound: Any, params: BinomialParams, sent: torch.Tensor) -> tuple:
+    def pvec(ctx: Any, term: torch.Tensor, bound: Any, params: BinomialParams, sent: torch.Tensor) -> tuple:
         """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
         when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
         returns (estimate, the analyzer's view or None). The view, recorded in the transcript, is
@@ -184,14 +183,17 @@ class Plan:
     #: whether the class releases through the shuffler (read by the CLI, the experiments and the audits)
     shuffled: ClassVar[bool] = False
 
-    def __init__(self, cls: type[FederatedAlgorithm], algo: FederatedAlgorithm | None = None) -> None:
-        self.cls, self._algo = cls, algo
+    def __init__(self, cls: type, algo: Any = None) -> None:
+        #: the algorithm class and the configured instance (typed Any: a Config's fields are
+        #: instance attributes set from the dataclass)
+        self.cls: Any = cls
+        self._algo: Any = algo
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.cls.__name__})"
 
     @property
-    def algo(self) -> FederatedAlgorithm:
+    def algo(self) -> Any:
         """The configured instance (a run's plan; ``cls.plan`` has none)."""
         if self._algo is None:
             raise TypeError(f"{self!r}: this needs a configured algorithm (use an instance's plan)")
@@ -236,6 +238,15 @@ class Plan:
         return self.declaration(cfg, {k: 1.0 for k in self.cls.noise_keys})
 
     # -- the declaration ----------------------------------------------------------------------
+    def sampling(self, cfg: Any) -> BatchSampling:
+        """The batch sampling of the minibatches the class draws: those of
+        :class:`~silodp.algorithms.federation.BatchSampler` (i.i.d. draws, or disjoint batches
+        through one permutation per epoch), or balls-in-bins batches
+        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
+        if getattr(cfg, "balls_in_bins", False):
+            return BatchSampling.BALLS_IN_BINS
+        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+
     def declaration(self, cfg: Any, sigmas: dict) -> list:
         """What one silo releases over the whole run, one release per message group (a
         non-private algorithm releases its messages without noise)."""
@@ -467,7 +478,8 @@ class ShufflePlan(Plan):
         a = self.algo
         delta = a.delta if a.delta is not None else 1.0 / federation.min_size ** 2
         draws = sum(r.count for r in self.cls.declare_shuffle(cfg, None, None))
-        floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
+        floor, charge = availability_floor(federation.num_silos, int(federation.silos_per_round or federation.num_silos),
+                                           max(draws, 1),
                                            self.availability_share * delta)
         return {"silos_per_round": floor, "charged_delta": charge}
 
@@ -577,6 +589,10 @@ class ParticipationPlan(GaussianPlan):
                               accountant=accountant or "pld")
         return {**report, "algorithm": self.cls.name}
 
+    def sampling(self, cfg: Any) -> BatchSampling:
+        """Every local step draws a fresh uniform subset of m records (Noble et al. Alg 1)."""
+        return BatchSampling.SUBSET
+
     def declare(self, cfg: Any, sigmas: dict) -> list:
         """K T noisy gradients "grad" (and the warm start's "warm"), each the mean of m records
         of a fresh subset, multiplier sigma / (C / m) = 2 sigma_g; the same event as
@@ -653,12 +669,12 @@ class ParticipationPlan(GaussianPlan):
 class PlanOf:
     """``cls.plan``: the plan of the class; ``algo.plan``: the plan of the configured instance."""
 
-    def __get__(self, algo: Any, cls: type) -> Plan:
-        return cls.Plan(cls, algo)
+    def __get__(self, algo: Any, cls: Any) -> Plan:
+        return cls.Plan(cls, algo)  # type: ignore[no-any-return]
 
 
 class ShuffledOf:
     """``cls.shuffled``: whether the class's plan releases through the shuffler (read-only)."""
 
-    def __get__(self, algo: Any, cls: type) -> bool:
+    def __get__(self, algo: Any, cls: Any) -> bool:
         return bool(cls.Plan.shuffled)
