@@ -1,4 +1,4 @@
-"""Shared machinery: the algorithm base class (parameters, calibration) and the per-run context
+"""Shared machinery: the algorithm base class (its Config, _run and plan) and the per-run context
 (randomness, minibatches, the Gaussian or shuffled channel, transcripts, metrics).
 
 Every silo message goes through :meth:`Context.send`, which draws the noise of all N silos in one
@@ -82,9 +82,11 @@ class FederatedAlgorithm:
     default_replacement: ClassVar[bool] = True
     #: the calibration methods a target epsilon can be met with (``silodp noise --method``)
     calibration_methods: ClassVar[tuple[str, ...]] = ("tight", "paper")
-    #: the transcript dataclass of the plan (a family whose own ``param(transcript=True)`` fields
-    #: the shared one lacks subclasses it; rebuilt from plain data by silodp.experiments)
-    Transcript: ClassVar[type] = TranscriptConfig
+    #: the transcript dataclass of the plan: the shared :class:`TranscriptConfig` plus the
+    #: ``param(transcript=True)`` fields of :attr:`Config` it lacks, derived
+    #: (:func:`silodp.algorithms.plan.derived_transcript`; a class may name its own); rebuilt from
+    #: plain data by silodp.experiments
+    Transcript = _plan.TranscriptOf()
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
     paper_formula: ClassVar = None
     #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
@@ -324,7 +326,8 @@ class Context:
     :class:`Term`) and sends them (:meth:`send`), receiving only noised releases; offsets must be
     values the channel released. Public state: :attr:`num_silos`, :attr:`min_size`, :attr:`clip`,
     :attr:`beta`, :attr:`dtype`, :attr:`eta`, :attr:`sigmas`, :attr:`iterates`. Gaussian and shuffle
-    releases go through :meth:`send`, which dispatches on the algorithm's kind.
+    releases go through :meth:`send`, through the channel its algorithm's plan gives it
+    (:class:`~silodp.algorithms.plan.GaussianChannel` or :class:`~silodp.algorithms.plan.ShuffleChannel`).
 
     Instruments (stacked trials, audit recordings, mutations) subclass it in
     :data:`INSTRUMENTS_MODULE` only, overriding the narrow hooks ``_expand``, ``_scale``,

@@ -41,7 +41,7 @@ from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, Sent, shuffle_invocations
 
 from . import grads as _grads
-from .privacy import NoiseCalibration
+from .privacy import NoiseCalibration, TranscriptConfig
 from .release import gaussian_release
 from .shuffle import BinomialParams, analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
@@ -664,6 +664,41 @@ class ParticipationPlan(GaussianPlan):
         out = {"sigma_g": sigmas["sigma"] / cfg.noise_std(1.0), "epsilon_server": None, "epsilon_third_party": None}
         out.update(super().noise_details(cfg, sigmas, calibration))
         return {**out, "batch_size": cfg.batch_size}
+
+
+#: the derived transcript class of each algorithm class (one class object, so transcripts compare equal)
+_TRANSCRIPTS: dict = {}
+
+
+def derived_transcript(cls: Any) -> type:
+    """The transcript dataclass of an algorithm class that names none: the shared
+    :class:`~silodp.algorithms.privacy.TranscriptConfig` plus the ``Config`` fields marked
+    ``param(transcript=True)`` that it lacks (default: the field's ``noise_default``, else its
+    default), so a family's own transcript field needs no parallel ``Transcript`` class."""
+    from .config import own_fields
+
+    shared = {f.name for f in dataclasses.fields(TranscriptConfig)}
+    extra = tuple((f.name, f.type, f.metadata["noise_default"] if f.metadata["noise_default"] is not None else f.default)
+                  for f in own_fields(cls.Config) if f.metadata["transcript"] and f.name not in shared)
+    if not extra:
+        return TranscriptConfig
+    key = (cls.Config, extra)
+    if key not in _TRANSCRIPTS:
+        fields = [(name, kind, dataclasses.field(default=default)) for name, kind, default in extra]
+        made = dataclasses.make_dataclass(f"{cls.Config.__name__}Transcript", fields, bases=(TranscriptConfig,),
+                                          frozen=True)
+        made.__module__ = cls.Config.__module__
+        made.__doc__ = f"The shared transcript and {cls.Config.__name__}'s own transcript fields (derived)."
+        _TRANSCRIPTS[key] = made
+    return _TRANSCRIPTS[key]
+
+
+class TranscriptOf:
+    """``cls.Transcript`` where a class names none: :func:`derived_transcript` (a class may still
+    name one, e.g. DP-SCAFFOLD's :class:`~silodp.accounting.scaffold.ScaffoldConfig`)."""
+
+    def __get__(self, algo: Any, cls: Any) -> type:
+        return derived_transcript(cls)
 
 
 class PlanOf:

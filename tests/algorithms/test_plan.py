@@ -84,3 +84,40 @@ def test_no_module_state_marks_the_unchecked_instruments():
     assert getattr(checked, "_unchecked_by", None) is not checked
     with pytest.raises(TypeError, match="instruments"):
         base._unchecked_instrument(base.Context)
+
+
+def test_a_transcript_field_of_the_config_needs_no_transcript_class():
+    """A ``param(transcript=True)`` field the shared TranscriptConfig lacks enters a derived
+    transcript class (one per Config, so transcripts compare equal), with its noise default."""
+    import dataclasses
+
+    from silodp.accounting.releases import BatchSampling
+    from silodp.algorithms.config import AlgorithmConfig, param
+    from silodp.algorithms.privacy import TranscriptConfig, certify
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class PassesConfig(AlgorithmConfig):
+        passes: int = param(1, help="noisy full gradients per round", domain="count", transcript=True,
+                            noise_default=2)
+
+    class Passes(base.FederatedAlgorithm):
+        name = "passes"
+        Config = PassesConfig
+
+        @classmethod
+        def declare_gaussian(cls, cfg, sigmas):
+            return [cls.gaussian("grad", cfg.rounds * cfg.passes, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg,
+                                 BatchSampling.FULL)]
+
+    kind = Passes.Transcript
+    assert kind is Passes.Transcript and issubclass(kind, TranscriptConfig) and kind is not TranscriptConfig
+    assert ALGORITHMS["isrl-prox-sgd"].Transcript is TranscriptConfig  # nothing to add
+    one = Passes.noise_transcript({"n": 50, "rounds": 4, "batch_size": 50, "passes": 1})
+    assert Passes.noise_transcript({"n": 50, "rounds": 4, "batch_size": 50}).passes == 2  # its noise default
+    four = dataclasses.replace(one, passes=4)
+    (release,) = Passes.declaration(four, {"sigma": 0.1})
+    assert release.count == 16
+    # four passes are the same release as one pass over four times the rounds: the same certificate
+    same = dataclasses.replace(one, rounds=16)
+    assert certify(Passes, four, {"sigma": 0.1}, 1e-5) == certify(Passes, same, {"sigma": 0.1}, 1e-5)
+    assert certify(Passes, four, {"sigma": 0.1}, 1e-5)[0] > certify(Passes, one, {"sigma": 0.1}, 1e-5)[0]
