@@ -34,11 +34,20 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLe
 from . import plan as _plan
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BallsInBinsSampler, BatchSampler, Federation, SubsetSampler
-from .privacy import NoiseCalibration, TranscriptConfig
+from .privacy import TranscriptConfig
 from .result import RunResult
 
 if TYPE_CHECKING:
     from .problems import Problem
+
+
+#: What the plan owns: a class that defines one of these (as the privacy hooks families used to
+#: override) is refused, since the plan, not the class, is what the run, the calibration and the
+#: certificate call (an override here would be silently ignored).
+PLAN_OWNED = ("declaration", "shuffle_declaration", "paper_noise", "noise_shape", "noise_transcript",
+              "transcript_signature", "noise_report", "transcript_config", "run_declaration", "resolve_noise",
+              "_validate", "sampling", "calibrate", "calibration_settings", "certify_noise", "targeted_epsilon",
+              "noise_details", "config_fields")
 
 
 class FederatedAlgorithm:
@@ -172,11 +181,6 @@ class FederatedAlgorithm:
         return cls.plan.shuffle_declaration(cfg, budgets, params)
 
     @classmethod
-    def paper_noise(cls, cfg: Any, epsilon: float, delta: float) -> dict:
-        """The paper's closed-form noise (ValueError where the paper gives none)."""
-        return cls.plan.paper_noise(cfg, epsilon, delta)
-
-    @classmethod
     def noise_shape(cls, cfg: Any, epsilon: float, delta: float) -> dict:
         """The noise shape a tight calibration scales."""
         return cls.plan.noise_shape(cfg, epsilon, delta)
@@ -205,26 +209,6 @@ class FederatedAlgorithm:
         """The releases this run must stay within (None: not private, nothing to check)."""
         return self.plan.run_declaration(problem, federation, sigmas, shuffle)
 
-    def calibrate(self, cfg: Any, epsilon: float, delta: float) -> NoiseCalibration:
-        """The noise of this run at the target (``epsilon``, ``delta``)."""
-        return self.plan.calibrate(cfg, epsilon, delta)
-
-    def calibration_settings(self) -> dict:
-        """The parameters besides the transcript, the target and ``calibration`` that the calibration reads."""
-        return self.plan.calibration_settings()
-
-    def certify_noise(self, cfg: Any, sigmas: dict, delta: float) -> float:
-        """What Gaussian noise ``sigmas`` certifies at ``delta``."""
-        return self.plan.certify_noise(cfg, sigmas, delta)
-
-    def targeted_epsilon(self, cfg: Any, sigmas: dict, delta: float, certified: float) -> float:
-        """The guarantee a target epsilon was met for by noise ``sigmas`` certifying ``certified``."""
-        return self.plan.targeted_epsilon(cfg, sigmas, delta, certified)
-
-    def noise_details(self, cfg: Any, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
-        """Family-specific facts about the noise that ran (``RunResult.details``)."""
-        return self.plan.noise_details(cfg, sigmas, calibration)
-
     def resolve_noise(self, problem: Problem, federation: Federation) -> tuple[dict, float | None, float | None, dict | None]:
         """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
         return self.plan.resolve(problem, federation)[:4]
@@ -237,6 +221,10 @@ class FederatedAlgorithm:
         super().__init_subclass__(**kwargs)
         if "run" in cls.__dict__:
             raise TypeError(f"{cls.__name__}: run is the channel's verb and cannot be overridden; implement _run")
+        owned = sorted(set(cls.__dict__) & set(PLAN_OWNED))
+        if owned:
+            raise TypeError(f"{cls.__name__}: {owned} belong to the plan (silodp.algorithms.plan); "
+                            "write a Plan subclass and set Plan = ... on the class")
 
     # -- the verb ------------------------------------------------------------------------------
     def run(self, problem: Problem, federation: Federation, seed: int = 0, replay: RunResult | None = None,

@@ -256,7 +256,7 @@ class Plan:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.cls.private:
             return None
-        return self.declaration(self.algo.transcript_config(problem, federation), sigmas)
+        return self.declaration(self.transcript_config(problem, federation), sigmas)
 
     def paper_noise(self, cfg: Any, epsilon: float, delta: float) -> dict:
         """The paper's closed-form noise (``paper_formula``; ValueError where the paper gives none)."""
@@ -340,20 +340,19 @@ class Plan:
 
     def resolve(self, problem: Problem, federation: Federation) -> tuple:
         """``(sigmas, epsilon, delta, shuffle, details)`` of this run: explicit, calibrated or
-        non-private. A run's configured hooks (``calibrate``, ``certify_noise``, ``noise_details``
-        on the instance) are the ones called."""
+        non-private."""
         a = self.algo
         if not self.cls.private:
             return {k: 0.0 for k in self.cls.noise_keys}, math.inf, None, None, {}
         explicit = self.explicit()
         if explicit is not None:
             sigmas, eps, delta, shuffle = self.certify_explicit(problem, federation, explicit)
-            return sigmas, eps, delta, shuffle, a.noise_details(a.transcript_config(problem, federation), sigmas, None)
-        cfg = a.transcript_config(problem, federation)
+            return sigmas, eps, delta, shuffle, self.noise_details(self.transcript_config(problem, federation), sigmas, None)
+        cfg = self.transcript_config(problem, federation)
         delta = a.delta if a.delta is not None else 1.0 / federation.min_size ** 2
-        cal = a.calibrate(cfg, float(a.epsilon), float(delta))
+        cal = self.calibrate(cfg, float(a.epsilon), float(delta))
         sigmas = dict(cal.sigmas)
-        return sigmas, float(cal.epsilon), float(cal.delta), self.shuffle_of(cal), a.noise_details(cfg, sigmas, cal)
+        return sigmas, float(cal.epsilon), float(cal.delta), self.shuffle_of(cal), self.noise_details(cfg, sigmas, cal)
 
     def explicit(self) -> dict | None:
         """The run's explicit noise parameters (None: calibrate to the target)."""
@@ -385,8 +384,7 @@ class Plan:
         if bad:
             raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
         sigmas = {k: float(explicit[k]) for k in keys}
-        a = self.algo
-        return sigmas, a.certify_noise(a.transcript_config(problem, federation), sigmas, delta), None
+        return sigmas, self.certify_noise(self.transcript_config(problem, federation), sigmas, delta), None
 
     # -- the channel --------------------------------------------------------------------------
     def channel(self) -> Any:
@@ -507,7 +505,7 @@ class ShufflePlan(Plan):
     def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         if not self.cls.private:
             return None
-        cfg = self.algo.transcript_config(problem, federation)
+        cfg = self.transcript_config(problem, federation)
         return self.shuffle_declaration(cfg, None, {g: p.key() for g, p in (shuffle or {}).items()})
 
     def calibrate_target(self, cfg: Any, epsilon: float, delta: float, method: str,
@@ -533,7 +531,7 @@ class ShufflePlan(Plan):
 
         a = self.algo
         shuffle = shuffle_groups(explicit, self.cls.message_groups)
-        eps, _ = certify_shuffle(self.cls, a.transcript_config(problem, federation),
+        eps, _ = certify_shuffle(self.cls, self.transcript_config(problem, federation),
                                  {g: p.key() for g, p in shuffle.items()}, delta, a.accountant, a.epsilon)
         return {}, eps, shuffle
 

@@ -62,7 +62,7 @@ def test_dp_scaffold_overrides_no_privacy_hook():
         assert not set(HOOKS) & set(vars(cls)), cls.__name__
     scaffold = ALGORITHMS["dp-scaffold"](local_steps=2, epsilon=1.0, delta=1e-5)
     assert isinstance(scaffold.plan, plan.ParticipationPlan) and scaffold.plan.algo is scaffold
-    assert scaffold.calibration_settings() == {"privacy_against": "server", "participation": "worst-case"}
+    assert scaffold.plan.calibration_settings() == {"privacy_against": "server", "participation": "worst-case"}
 
 
 def test_an_instance_plan_is_bound_to_its_current_parameters():
@@ -121,3 +121,11 @@ def test_a_transcript_field_of_the_config_needs_no_transcript_class():
     same = dataclasses.replace(one, rounds=16)
     assert certify(Passes, four, {"sigma": 0.1}, 1e-5) == certify(Passes, same, {"sigma": 0.1}, 1e-5)
     assert certify(Passes, four, {"sigma": 0.1}, 1e-5)[0] > certify(Passes, one, {"sigma": 0.1}, 1e-5)[0]
+
+
+@pytest.mark.parametrize("hook", base.PLAN_OWNED)
+def test_a_class_cannot_override_what_its_plan_owns(hook):
+    """An override of a privacy hook on the class would be silently ignored by the run, the
+    calibration and the certificate (they call the plan): it is refused when the class is made."""
+    with pytest.raises(TypeError, match="belong to the plan"):
+        type("Overrides", (ALGORITHMS["isrl-prox-sgd"],), {hook: lambda *a: None})
