@@ -1,6 +1,6 @@
 """One run of a sweep: data, model, noise, algorithm, metrics -- and the calibration it needs.
 
-Noise comes from the algorithm's own hooks (``calibrate``, ``certify_noise``) as in a run, but
+Noise comes from the algorithm's plan (``calibrate``, ``certify_noise``) as in a run, but
 a sweep calibrates each distinct *transcript* once instead of once per run: the accounting
 config of a run (its ``Transcript``, built by the algorithm itself, and the
 ``calibration_settings`` its hooks read) is taken with clip L = 1, and the resulting noise standard deviations are
@@ -98,7 +98,7 @@ def prepare(cfg: RunConfig) -> Prepared:
 
 def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | None:
     """The calibration a private run needs, as plain data (None when it is not private): the
-    algorithm's transcript at clip 1 and its :meth:`~silodp.algorithms.base.FederatedAlgorithm.calibration_settings`
+    algorithm's transcript at clip 1 and its :meth:`~silodp.algorithms.plan.Plan.calibration_settings`
     (key ``settings``, where it has any). Runs differing only in step size and clip share it."""
     prep = prep or prepare(cfg)
     if not prep.private:
