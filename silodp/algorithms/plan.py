@@ -122,12 +122,9 @@ class ShuffleChannel:
         """The per-record vectors ``[N, K, d]`` clipped to the clip norm (differences of clipped
         vectors, clipped again to ``diff_clip``)."""
         problem, clip = ctx._problem, ctx._problem.clip
-        out = _grads.clipped_per_sample(problem, w, data._x, data._y, clip)
-        if w_old is not None:
-            out = out - _grads.clipped_per_sample(problem, w_old, data._x, data._y, clip)
-            if diff_clip is not None:
-                out = _grads.clip_rows(out, diff_clip)
-        return out
+        if w_old is not None:  # a record non-finite at either point: its whole difference is zero
+            return _grads.clipped_per_sample_diff(problem, w, w_old, data._x, data._y, clip, diff_clip)
+        return _grads.clipped_per_sample(problem, w, data._x, data._y, clip)
 
     def messages(self, weights: torch.Tensor, a: torch.Tensor) -> int:
         """The records summed by one invocation: every batch member of every available silo."""

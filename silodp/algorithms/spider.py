@@ -88,6 +88,9 @@ class IsrlSpider(FederatedAlgorithm):
     stacked_trials = True
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
+    #: what a silo service computes (:mod:`silodp.service`): kind -> the noise key of its std, or
+    #: the method giving it from (sigmas, ||w_r - w_{r-1}||) (Alg 3 line 10's difference noise)
+    silo_noise = {"grad": "sigma1", "diff": "diff_noise"}
     uniform_output = True
     Config = SpiderConfig
     paper_formula = staticmethod(_spider_paper)
