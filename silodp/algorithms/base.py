@@ -1,4 +1,4 @@
-"""Shared machinery: the algorithm base class (parameters, calibration) and the per-run context
+"""Shared machinery: the algorithm base class (its Config, _run and plan) and the per-run context
 (randomness, minibatches, the Gaussian or shuffled channel, transcripts, metrics).
 
 Every silo message goes through :meth:`Context.send`, which draws the noise of all N silos in one
@@ -34,11 +34,20 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLe
 from . import plan as _plan
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BallsInBinsSampler, BatchSampler, Federation, SubsetSampler
-from .privacy import NoiseCalibration, TranscriptConfig
+from .privacy import TranscriptConfig
 from .result import RunResult
 
 if TYPE_CHECKING:
     from .problems import Problem
+
+
+#: What the plan owns: a class that defines one of these (as the privacy hooks families used to
+#: override) is refused, since the plan, not the class, is what the run, the calibration and the
+#: certificate call (an override here would be silently ignored).
+PLAN_OWNED = ("declaration", "shuffle_declaration", "paper_noise", "noise_shape", "noise_transcript",
+              "transcript_signature", "noise_report", "transcript_config", "run_declaration", "resolve_noise",
+              "_validate", "sampling", "calibrate", "calibration_settings", "certify_noise", "targeted_epsilon",
+              "noise_details", "config_fields")
 
 
 class FederatedAlgorithm:
@@ -82,9 +91,11 @@ class FederatedAlgorithm:
     default_replacement: ClassVar[bool] = True
     #: the calibration methods a target epsilon can be met with (``silodp noise --method``)
     calibration_methods: ClassVar[tuple[str, ...]] = ("tight", "paper")
-    #: the transcript dataclass of the plan (a family whose own ``param(transcript=True)`` fields
-    #: the shared one lacks subclasses it; rebuilt from plain data by silodp.experiments)
-    Transcript: ClassVar[type] = TranscriptConfig
+    #: the transcript dataclass of the plan: the shared :class:`TranscriptConfig` plus the
+    #: ``param(transcript=True)`` fields of :attr:`Config` it lacks, derived
+    #: (:func:`silodp.algorithms.plan.derived_transcript`; a class may name its own); rebuilt from
+    #: plain data by silodp.experiments
+    Transcript = _plan.TranscriptOf()
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
     paper_formula: ClassVar = None
     #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
@@ -144,14 +155,10 @@ class FederatedAlgorithm:
         (``epsilon=None``: the structure only, budgets ``inf``)."""
         raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
 
-    @staticmethod
-    def sampling(cfg: Any) -> BatchSampling:
-        """Minibatches of :class:`~silodp.algorithms.federation.BatchSampler`: i.i.d. draws, or
-        disjoint batches through one permutation per epoch; or balls-in-bins batches
-        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
-        if getattr(cfg, "balls_in_bins", False):
-            return BatchSampling.BALLS_IN_BINS
-        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+    @classmethod
+    def sampling(cls, cfg: Any) -> BatchSampling:
+        """The batch sampling of the class's minibatches (:meth:`Plan.sampling <silodp.algorithms.plan.Plan.sampling>`)."""
+        return cls.plan.sampling(cfg)
 
     @staticmethod
     def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: Any,
@@ -172,11 +179,6 @@ class FederatedAlgorithm:
     def shuffle_declaration(cls, cfg: Any, budgets: dict | None, params: dict | None = None) -> list:
         """:meth:`ShufflePlan.shuffle_declaration <silodp.algorithms.plan.ShufflePlan.shuffle_declaration>`."""
         return cls.plan.shuffle_declaration(cfg, budgets, params)
-
-    @classmethod
-    def paper_noise(cls, cfg: Any, epsilon: float, delta: float) -> dict:
-        """The paper's closed-form noise (ValueError where the paper gives none)."""
-        return cls.plan.paper_noise(cfg, epsilon, delta)
 
     @classmethod
     def noise_shape(cls, cfg: Any, epsilon: float, delta: float) -> dict:
@@ -207,26 +209,6 @@ class FederatedAlgorithm:
         """The releases this run must stay within (None: not private, nothing to check)."""
         return self.plan.run_declaration(problem, federation, sigmas, shuffle)
 
-    def calibrate(self, cfg: Any, epsilon: float, delta: float) -> NoiseCalibration:
-        """The noise of this run at the target (``epsilon``, ``delta``)."""
-        return self.plan.calibrate(cfg, epsilon, delta)
-
-    def calibration_settings(self) -> dict:
-        """The parameters besides the transcript, the target and ``calibration`` that the calibration reads."""
-        return self.plan.calibration_settings()
-
-    def certify_noise(self, cfg: Any, sigmas: dict, delta: float) -> float:
-        """What Gaussian noise ``sigmas`` certifies at ``delta``."""
-        return self.plan.certify_noise(cfg, sigmas, delta)
-
-    def targeted_epsilon(self, cfg: Any, sigmas: dict, delta: float, certified: float) -> float:
-        """The guarantee a target epsilon was met for by noise ``sigmas`` certifying ``certified``."""
-        return self.plan.targeted_epsilon(cfg, sigmas, delta, certified)
-
-    def noise_details(self, cfg: Any, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
-        """Family-specific facts about the noise that ran (``RunResult.details``)."""
-        return self.plan.noise_details(cfg, sigmas, calibration)
-
     def resolve_noise(self, problem: Problem, federation: Federation) -> tuple[dict, float | None, float | None, dict | None]:
         """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
         return self.plan.resolve(problem, federation)[:4]
@@ -239,6 +221,10 @@ class FederatedAlgorithm:
         super().__init_subclass__(**kwargs)
         if "run" in cls.__dict__:
             raise TypeError(f"{cls.__name__}: run is the channel's verb and cannot be overridden; implement _run")
+        owned = sorted(set(cls.__dict__) & set(PLAN_OWNED))
+        if owned:
+            raise TypeError(f"{cls.__name__}: {owned} belong to the plan (silodp.algorithms.plan); "
+                            "write a Plan subclass and set Plan = ... on the class")
 
     # -- the verb ------------------------------------------------------------------------------
     def run(self, problem: Problem, federation: Federation, seed: int = 0, replay: RunResult | None = None,
@@ -328,7 +314,8 @@ class Context:
     :class:`Term`) and sends them (:meth:`send`), receiving only noised releases; offsets must be
     values the channel released. Public state: :attr:`num_silos`, :attr:`min_size`, :attr:`clip`,
     :attr:`beta`, :attr:`dtype`, :attr:`eta`, :attr:`sigmas`, :attr:`iterates`. Gaussian and shuffle
-    releases go through :meth:`send`, which dispatches on the algorithm's kind.
+    releases go through :meth:`send`, through the channel its algorithm's plan gives it
+    (:class:`~silodp.algorithms.plan.GaussianChannel` or :class:`~silodp.algorithms.plan.ShuffleChannel`).
 
     Instruments (stacked trials, audit recordings, mutations) subclass it in
     :data:`INSTRUMENTS_MODULE` only, overriding the narrow hooks ``_expand``, ``_scale``,

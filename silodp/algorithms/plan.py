@@ -41,12 +41,11 @@ from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, Sent, shuffle_invocations
 
 from . import grads as _grads
-from .privacy import NoiseCalibration
+from .privacy import NoiseCalibration, TranscriptConfig
 from .release import gaussian_release
 from .shuffle import BinomialParams, analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
-if TYPE_CHECKING:
-    from .base import Batch, Context, FederatedAlgorithm, Term
+if TYPE_CHECKING:  # (base imports this module: its Context, Batch, Term and algorithm are typed Any here)
     from .federation import Federation
     from .problems import Problem
 
@@ -71,7 +70,7 @@ class GaussianChannel:
     #: balls-in-bins batches are accounted for Gaussian messages
     balls_in_bins: ClassVar[bool] = True
 
-    def terms(self, ctx: Context, data: Batch, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
+    def terms(self, ctx: Any, data: Any, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
         """The weighted sums ``[N, d]`` of every silo's clipped per-record terms (differences
         clipped to ``diff_clip``)."""
         problem, clip = ctx._problem, ctx._problem.clip
@@ -84,7 +83,7 @@ class GaussianChannel:
         """Messages summed per release (a shuffler's count; none here)."""
         return 0
 
-    def sent(self, ctx: Context, group: str, data: Batch, std: Any, bound: Any, messages: int) -> Sent:
+    def sent(self, ctx: Any, group: str, data: Any, std: Any, bound: Any, messages: int) -> Sent:
         """The ledger entry: noise multiplier ``std`` over the contribution bound, the term's l2
         bound times the largest batch weight (the smallest multiplier over silos and stacked runs)."""
         z = math.inf
@@ -97,7 +96,7 @@ class GaussianChannel:
             z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, noise_multiplier=z)
 
-    def release(self, ctx: Context, group: str, values: torch.Tensor, term: Term, a: torch.Tensor, std: Any,
+    def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
                 offset: torch.Tensor | None, replayed: dict | None) -> tuple:
         """(aggregate, released [N, d], messages): every silo's noised message, the replayed ones
         in their place when replaying, and the server's aggregate of the available silos."""
@@ -119,7 +118,7 @@ class ShuffleChannel:
 
     balls_in_bins: ClassVar[bool] = False
 
-    def terms(self, ctx: Context, data: Batch, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
+    def terms(self, ctx: Any, data: Any, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
         """The per-record vectors ``[N, K, d]`` clipped to the clip norm (differences of clipped
         vectors, clipped again to ``diff_clip``)."""
         problem, clip = ctx._problem, ctx._problem.clip
@@ -131,12 +130,12 @@ class ShuffleChannel:
         """The records summed by one invocation: every batch member of every available silo."""
         return int(((weights > 0).to(a.dtype) * a[:, None]).sum())
 
-    def sent(self, ctx: Context, group: str, data: Batch, std: Any, bound: Any, messages: int) -> Sent:
+    def sent(self, ctx: Any, group: str, data: Any, std: Any, bound: Any, messages: int) -> Sent:
         """The ledger entry: the protocol parameters (g, b, p, rotate) and the messages summed."""
         params = ctx._shuffle[group]
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, params=params.key(), messages=messages)
 
-    def release(self, ctx: Context, group: str, values: torch.Tensor, term: Term, a: torch.Tensor, std: Any,
+    def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
                 offset: torch.Tensor | None, replayed: dict | None) -> tuple:
         """(aggregate, None, the analyzer's view or None)."""
         bound = torch.clamp(term.bound, min=1e-12) if isinstance(term.bound, torch.Tensor) else max(term.bound, 1e-12)
@@ -146,7 +145,7 @@ class ShuffleChannel:
         return agg, None, view
 
     @staticmethod
-    def pvec(ctx: Context, term: torch.Tensor, bound: Any, params: BinomialParams, sent: torch.Tensor) -> tuple:
+    def pvec(ctx: Any, term: torch.Tensor, bound: Any, params: BinomialParams, sent: torch.Tensor) -> tuple:
         """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
         when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
         returns (estimate, the analyzer's view or None). The view, recorded in the transcript, is
@@ -181,14 +180,17 @@ class Plan:
     #: whether the class releases through the shuffler (read by the CLI, the experiments and the audits)
     shuffled: ClassVar[bool] = False
 
-    def __init__(self, cls: type[FederatedAlgorithm], algo: FederatedAlgorithm | None = None) -> None:
-        self.cls, self._algo = cls, algo
+    def __init__(self, cls: type, algo: Any = None) -> None:
+        #: the algorithm class and the configured instance (typed Any: a Config's fields are
+        #: instance attributes set from the dataclass)
+        self.cls: Any = cls
+        self._algo: Any = algo
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.cls.__name__})"
 
     @property
-    def algo(self) -> FederatedAlgorithm:
+    def algo(self) -> Any:
         """The configured instance (a run's plan; ``cls.plan`` has none)."""
         if self._algo is None:
             raise TypeError(f"{self!r}: this needs a configured algorithm (use an instance's plan)")
@@ -233,6 +235,15 @@ class Plan:
         return self.declaration(cfg, {k: 1.0 for k in self.cls.noise_keys})
 
     # -- the declaration ----------------------------------------------------------------------
+    def sampling(self, cfg: Any) -> BatchSampling:
+        """The batch sampling of the minibatches the class draws: those of
+        :class:`~silodp.algorithms.federation.BatchSampler` (i.i.d. draws, or disjoint batches
+        through one permutation per epoch), or balls-in-bins batches
+        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
+        if getattr(cfg, "balls_in_bins", False):
+            return BatchSampling.BALLS_IN_BINS
+        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+
     def declaration(self, cfg: Any, sigmas: dict) -> list:
         """What one silo releases over the whole run, one release per message group (a
         non-private algorithm releases its messages without noise)."""
@@ -242,7 +253,7 @@ class Plan:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.cls.private:
             return None
-        return self.declaration(self.algo.transcript_config(problem, federation), sigmas)
+        return self.declaration(self.transcript_config(problem, federation), sigmas)
 
     def paper_noise(self, cfg: Any, epsilon: float, delta: float) -> dict:
         """The paper's closed-form noise (``paper_formula``; ValueError where the paper gives none)."""
@@ -326,20 +337,19 @@ class Plan:
 
     def resolve(self, problem: Problem, federation: Federation) -> tuple:
         """``(sigmas, epsilon, delta, shuffle, details)`` of this run: explicit, calibrated or
-        non-private. A run's configured hooks (``calibrate``, ``certify_noise``, ``noise_details``
-        on the instance) are the ones called."""
+        non-private."""
         a = self.algo
         if not self.cls.private:
             return {k: 0.0 for k in self.cls.noise_keys}, math.inf, None, None, {}
         explicit = self.explicit()
         if explicit is not None:
             sigmas, eps, delta, shuffle = self.certify_explicit(problem, federation, explicit)
-            return sigmas, eps, delta, shuffle, a.noise_details(a.transcript_config(problem, federation), sigmas, None)
-        cfg = a.transcript_config(problem, federation)
+            return sigmas, eps, delta, shuffle, self.noise_details(self.transcript_config(problem, federation), sigmas, None)
+        cfg = self.transcript_config(problem, federation)
         delta = a.delta if a.delta is not None else 1.0 / federation.min_size ** 2
-        cal = a.calibrate(cfg, float(a.epsilon), float(delta))
+        cal = self.calibrate(cfg, float(a.epsilon), float(delta))
         sigmas = dict(cal.sigmas)
-        return sigmas, float(cal.epsilon), float(cal.delta), self.shuffle_of(cal), a.noise_details(cfg, sigmas, cal)
+        return sigmas, float(cal.epsilon), float(cal.delta), self.shuffle_of(cal), self.noise_details(cfg, sigmas, cal)
 
     def explicit(self) -> dict | None:
         """The run's explicit noise parameters (None: calibrate to the target)."""
@@ -371,8 +381,7 @@ class Plan:
         if bad:
             raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
         sigmas = {k: float(explicit[k]) for k in keys}
-        a = self.algo
-        return sigmas, a.certify_noise(a.transcript_config(problem, federation), sigmas, delta), None
+        return sigmas, self.certify_noise(self.transcript_config(problem, federation), sigmas, delta), None
 
     # -- the channel --------------------------------------------------------------------------
     def channel(self) -> Any:
@@ -464,7 +473,8 @@ class ShufflePlan(Plan):
         a = self.algo
         delta = a.delta if a.delta is not None else 1.0 / federation.min_size ** 2
         draws = sum(r.count for r in self.cls.declare_shuffle(cfg, None, None))
-        floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
+        floor, charge = availability_floor(federation.num_silos, int(federation.silos_per_round or federation.num_silos),
+                                           max(draws, 1),
                                            self.availability_share * delta)
         return {"silos_per_round": floor, "charged_delta": charge}
 
@@ -492,7 +502,7 @@ class ShufflePlan(Plan):
     def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         if not self.cls.private:
             return None
-        cfg = self.algo.transcript_config(problem, federation)
+        cfg = self.transcript_config(problem, federation)
         return self.shuffle_declaration(cfg, None, {g: p.key() for g, p in (shuffle or {}).items()})
 
     def calibrate_target(self, cfg: Any, epsilon: float, delta: float, method: str,
@@ -518,7 +528,7 @@ class ShufflePlan(Plan):
 
         a = self.algo
         shuffle = shuffle_groups(explicit, self.cls.message_groups)
-        eps, _ = certify_shuffle(self.cls, a.transcript_config(problem, federation),
+        eps, _ = certify_shuffle(self.cls, self.transcript_config(problem, federation),
                                  {g: p.key() for g, p in shuffle.items()}, delta, a.accountant, a.epsilon)
         return {}, eps, shuffle
 
@@ -573,6 +583,10 @@ class ParticipationPlan(GaussianPlan):
                               data_sampling=cfg.data_sampling, clip=cfg.clip, warm_steps=cfg.warm_steps,
                               accountant=accountant or "pld")
         return {**report, "algorithm": self.cls.name}
+
+    def sampling(self, cfg: Any) -> BatchSampling:
+        """Every local step draws a fresh uniform subset of m records (Noble et al. Alg 1)."""
+        return BatchSampling.SUBSET
 
     def declare(self, cfg: Any, sigmas: dict) -> list:
         """K T noisy gradients "grad" (and the warm start's "warm"), each the mean of m records
@@ -647,15 +661,50 @@ class ParticipationPlan(GaussianPlan):
         return {**out, "batch_size": cfg.batch_size}
 
 
+#: the derived transcript class of each algorithm class (one class object, so transcripts compare equal)
+_TRANSCRIPTS: dict = {}
+
+
+def derived_transcript(cls: Any) -> type:
+    """The transcript dataclass of an algorithm class that names none: the shared
+    :class:`~silodp.algorithms.privacy.TranscriptConfig` plus the ``Config`` fields marked
+    ``param(transcript=True)`` that it lacks (default: the field's ``noise_default``, else its
+    default), so a family's own transcript field needs no parallel ``Transcript`` class."""
+    from .config import own_fields
+
+    shared = {f.name for f in dataclasses.fields(TranscriptConfig)}
+    extra = tuple((f.name, f.type, f.metadata["noise_default"] if f.metadata["noise_default"] is not None else f.default)
+                  for f in own_fields(cls.Config) if f.metadata["transcript"] and f.name not in shared)
+    if not extra:
+        return TranscriptConfig
+    key = (cls.Config, extra)
+    if key not in _TRANSCRIPTS:
+        fields = [(name, kind, dataclasses.field(default=default)) for name, kind, default in extra]
+        made = dataclasses.make_dataclass(f"{cls.Config.__name__}Transcript", fields, bases=(TranscriptConfig,),
+                                          frozen=True)
+        made.__module__ = cls.Config.__module__
+        made.__doc__ = f"The shared transcript and {cls.Config.__name__}'s own transcript fields (derived)."
+        _TRANSCRIPTS[key] = made
+    return _TRANSCRIPTS[key]
+
+
+class TranscriptOf:
+    """``cls.Transcript`` where a class names none: :func:`derived_transcript` (a class may still
+    name one, e.g. DP-SCAFFOLD's :class:`~silodp.accounting.scaffold.ScaffoldConfig`)."""
+
+    def __get__(self, algo: Any, cls: Any) -> type:
+        return derived_transcript(cls)
+
+
 class PlanOf:
     """``cls.plan``: the plan of the class; ``algo.plan``: the plan of the configured instance."""
 
-    def __get__(self, algo: Any, cls: type) -> Plan:
-        return cls.Plan(cls, algo)
+    def __get__(self, algo: Any, cls: Any) -> Plan:
+        return cls.Plan(cls, algo)  # type: ignore[no-any-return]
 
 
 class ShuffledOf:
     """``cls.shuffled``: whether the class's plan releases through the shuffler (read-only)."""
 
-    def __get__(self, algo: Any, cls: type) -> bool:
+    def __get__(self, algo: Any, cls: Any) -> bool:
         return bool(cls.Plan.shuffled)
