@@ -76,6 +76,9 @@ MAX_LOSS = 600.0
 #: Most products (coefficients x masses) :meth:`LossPmf._direct_powers` may spend on one
 #: composition when asked to (``direct_work``): about a second.
 DIRECT_WORK = 4_000_000
+#: Supports of a self-composition below this many points are kept whole (no Chernoff window: one
+#: small FFT, no tail cut or charged).
+SMALL_SUPPORT = 1 << 14
 #: Grid points per piece in which a single step's curve is evaluated (temporaries stay in cache:
 #: 2-4x faster than one pass over 10^6 points).
 _CHUNK = 1 << 13
@@ -499,8 +502,11 @@ class LossPmf:
         if count == 1:
             return self
         first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
-        lower, upper = self._chernoff_window(count, log_mass_truncation_bound)
-        lo, hi = max(first, lower), min(last, upper)
+        if last - first < SMALL_SUPPORT:  # the whole support: no window to search, nothing wraps
+            lo, hi = first, last
+        else:
+            lower, upper = self._chernoff_window(count, log_mass_truncation_bound)
+            lo, hi = max(first, lower), min(last, upper)
         n = hi - lo + 1
         if n > MAX_POINTS:
             raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points "
@@ -615,9 +621,11 @@ class GaussianPair:
             if self.a == 1.0 and self.b == 0.0:  # the plain Gaussian (P = N(1, s^2), Q = N(0, s^2)): 2 tails, not 3
                 log_p, log_q = log_ndtr((1.0 - x) / s), log_ndtr(-x / s)
             else:
-                tail0 = log_ndtr(-x / s)
-                log_p = np.logaddexp(_log(1.0 - self.a) + tail0, _log(self.a) + log_ndtr((1.0 - x) / s))
-                log_q = np.logaddexp(_log(1.0 - self.b) + tail0, _log(self.b) + log_ndtr((-1.0 - x) / s))
+                tail0 = log_ndtr(-x / s)  # a component of weight 0 adds log(0) = -inf: skipped (same values)
+                log_p = tail0 if self.a == 0.0 else np.logaddexp(_log(1.0 - self.a) + tail0,
+                                                                 _log(self.a) + log_ndtr((1.0 - x) / s))
+                log_q = tail0 if self.b == 0.0 else np.logaddexp(_log(1.0 - self.b) + tail0,
+                                                                 _log(self.b) + log_ndtr((-1.0 - x) / s))
             d = np.exp(log_p) * -np.expm1(np.minimum(eps + log_q - log_p, 0.0))
         return np.where(np.isposinf(x), 0.0, np.where(np.isneginf(x), -np.expm1(eps), d))
 

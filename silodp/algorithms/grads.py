@@ -314,15 +314,10 @@ def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Ten
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
-def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
-    """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
-    message, so it needs them), clipped by the primitive's :func:`.release.clip_rows` (a
-    non-finite row is zero). ``"ghost"``: one batched forward/backward, each layer's per-record
-    gradient formed from its factors (no ``vmap(grad)``); ``"materialize"``: the ``vmap``
-    reference."""
-    w = _per_silo(w, x)
+def _per_record(problem, w, x, y, method: str) -> torch.Tensor:
+    """Unclipped per-record gradients ``[N, K, d]`` by ``method`` (``w`` per silo)."""
     if method == "materialize":
-        return clip_rows(per_sample_grads(problem, w, x, y), clip)
+        return per_sample_grads(problem, w, x, y)
     if method != "ghost":
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
     index, terms, _ = _layer_terms(problem, w, x, y)
@@ -333,4 +328,27 @@ def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.T
         sw, sb = problem.model.slices[i]
         out[..., sw] = gw.reshape(n, k, -1)
         out[..., sb] = gb
-    return clip_rows(out, clip)
+    return out
+
+
+def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
+    """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
+    message, so it needs them), clipped by the primitive's :func:`.release.clip_rows` (a
+    non-finite row is zero). ``"ghost"``: one batched forward/backward, each layer's per-record
+    gradient formed from its factors (no ``vmap(grad)``); ``"materialize"``: the ``vmap``
+    reference."""
+    return clip_rows(_per_record(problem, _per_silo(w, x), x, y, method), clip)
+
+
+def clipped_per_sample_diff(problem, w, w_old, x, y, clip, diff_clip=None, method: str = "ghost") -> torch.Tensor:
+    """The shuffle path's per-record differences ``[N, K, d]``: ``clip(grad f0(w, x_k)) -
+    clip(grad f0(w_old, x_k))``, clipped again to ``diff_clip`` (None: not clipped), each of l2 norm
+    at most ``min(2 clip, diff_clip)``. A record whose gradient is not finite at *either* point is a
+    zero contribution of that record (its whole difference is zero, as in :func:`clipped_diff_sum`,
+    the Gaussian path), never the finite side alone: the finite side would be a term the
+    non-finite one decided to release."""
+    w, w_old = _per_silo(w, x), _per_silo(w_old, x)
+    g1, g0 = _per_record(problem, w, x, y, method), _per_record(problem, w_old, x, y, method)
+    keep = torch.isfinite(g1).all(-1) & torch.isfinite(g0).all(-1)
+    out = clip_rows(_release.mask_rows(g1, keep), clip) - clip_rows(_release.mask_rows(g0, keep), clip)
+    return out if diff_clip is None else clip_rows(out, diff_clip)

@@ -146,6 +146,18 @@ def stop(*procs: subprocess.Popen, timeout: float = 20.0) -> None:
             proc.wait()
 
 
+@contextlib.contextmanager
+def silo_service(config: Path, env: dict, log: Path, sock: Path, timeout: float = 120.0):
+    """``silodp silo serve config`` (listening on the Unix socket ``sock``) in its own process
+    group, yielded once the socket exists; stopped by its PID on exit."""
+    with started([sys.executable, "-m", "silodp", "silo", "serve", str(config)], env, log) as proc:
+        deadline = time.monotonic() + timeout
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        yield proc
+
+
 def wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
     """Wait until ``proc`` answers on ``port``'s /health (it must not exit meanwhile)."""
     deadline = time.monotonic() + timeout

@@ -104,6 +104,17 @@ def noiseless(monkeypatch) -> None:
     monkeypatch.setattr(secrets, "randbits", lambda bits: 12345)
 
 
+def _replaced(settings, target: int):
+    """Silo 0's records with record ``target`` replaced by silo 1's first (its neighbour)."""
+    from silodp.algorithms import Federation as Fed
+
+    own, other = SiloRecords.load(settings, 0), SiloRecords.load(settings, 1)
+    x, y = own.fed.x.clone(), own.fed.y.clone()
+    x[0, target], y[0, target] = other.fed.x[0, 0], other.fed.y[0, 0]
+    n = int(own.fed.counts[0])
+    return dataclasses.replace(own, fed=Fed.from_silos([x[0, :n]], [y[0, :n]]))
+
+
 @pytest.fixture(params=["inprocess"])
 def federation(request, tmp_path):
     settings = Settings.from_run_config(CONFIG)
@@ -112,16 +123,8 @@ def federation(request, tmp_path):
     for ctx in grid.contexts.values():
         ctx.node_config.update({"dataset": "wbcd", "seed": 0})  # each silo fixes its records
     grid.contexts[NEIGHBOUR].node_config["partition-id"] = 0
-    own = SiloRecords.load(settings, 0)
-    other = SiloRecords.load(settings, 1)
-    x, y = own.fed.x.clone(), own.fed.y.clone()
-    x[0, target], y[0, target] = other.fed.x[0, 0], other.fed.y[0, 0]  # silo 0, record target replaced
-    from silodp.algorithms import Federation as Fed
-
-    n = int(own.fed.counts[0])
-    replaced = dataclasses.replace(own, fed=Fed.from_silos([x[0, :n]], [y[0, :n]]))
     ledger = grid.ledgers[2]
-    replaced.save(ledger.with_name(f"{ledger.name}.records-wbcd-seed0-silo0.npz"))
+    _replaced(settings, target).save(ledger.with_name(f"{ledger.name}.records-wbcd-seed0-silo0.npz"))
     yield Federation(grid, {100 + i: p for i, p in enumerate(grid.ledgers)}, target, aimed,
                      setup(settings).problem.model.dim)
 
@@ -279,3 +282,128 @@ def test_models_the_silo_cannot_evaluate_on_its_input_box_are_refused(federation
         for attack in ("model:inf-minus-inf", "model:plus-max", "model:minus-max", "model:alternating-max"):
             assert replies[attack] is not None, (node, attack)
         assert replies["model:subnormal"] is None and replies["model:1e7-e0"] is None
+
+
+# -- neighbours across processes: two services, noise off by the operator's test-only hook --------
+@pytest.fixture(scope="module")
+def neighbour_services(tmp_path_factory):
+    """Two ``silodp silo serve`` processes, silo 0's records and the same with record ``target``
+    replaced, each started with the test-only :data:`~silodp.service.core.ENV_TEST_NOISELESS`
+    (an environment variable of the process: no message or proposal reaches it); stopped by PID."""
+    import contextlib
+    import os
+
+    from flower_processes import ROOT, silo_service
+
+    from silodp.service.core import ENV_TEST_NOISELESS
+
+    tmp = tmp_path_factory.mktemp("neighbours")
+    settings = Settings.from_run_config(CONFIG)
+    target, aimed = _aimed(settings)
+    SiloRecords.load(settings, 0).save(tmp / "silo0.npz")
+    _replaced(settings, target).save(tmp / "neighbour.npz")
+    env = {**os.environ, ENV_TEST_NOISELESS: "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "examples" / "flower")])}
+    socks = {}
+    with contextlib.ExitStack() as stack:
+        for name in ("silo0", "neighbour"):
+            (tmp / f"{name}.toml").write_text(
+                f'[records]\npath = "{name}.npz"\n\n[ledger]\npath = "{name}.sqlite"\nbudget_epsilon = 1000.0\n'
+                f'budget_delta = 1e-4\n\n[listen]\nsocket = "{name}.sock"\n')
+            socks[name] = tmp / f"{name}.sock"
+            stack.enter_context(silo_service(tmp / f"{name}.toml", env, tmp / f"{name}.log", socks[name]))
+        yield socks, aimed, setup(settings).problem.model.dim, tmp
+
+
+def test_neighbour_services_differ_by_at_most_the_declared_sensitivity(neighbour_services):
+    """Across processes (the test is the server, each service its own process): for every crafted
+    model both services answer, the centres of a ``grad`` release (a mean of K clipped gradients,
+    the same batch drawn) and of an ``update`` release (IsrlDpMod's: local steps, the update
+    clipped to C) differ by at most 2C, the declared replace-one sensitivity; the models neither
+    evaluates are refused by both with the same fixed text."""
+    from silodp.service.client import ServiceClient, ServiceRefused, proposal_of
+    from silodp.service.plan import UPDATE
+
+    socks, aimed, dim, _ = neighbour_services
+    clients = {name: ServiceClient(f"unix:{sock}") for name, sock in socks.items()}
+    clip = 1.0
+    proposals = {"grad": proposal_of({**CONFIG, "rounds": 20, "clip": clip}),
+                 "update": proposal_of({**CONFIG, "algorithm": UPDATE, "rounds": 20, "clip": clip, "local-steps": 3})}
+    compared, moved = 0, 0.0
+    for kind, proposal in proposals.items():
+        for name, w in {"zeros": np.zeros(dim), **malicious.crafted_models(dim, aimed)}.items():
+            answers = {}
+            for silo, client in clients.items():
+                try:
+                    answers[silo] = client.release(f"neighbours-{kind}", proposal, kind, w)[0]
+                except ServiceRefused as exc:
+                    answers[silo] = str(exc)
+            a, b = answers.values()
+            if isinstance(a, str) or isinstance(b, str):
+                assert a == b, (kind, name)  # refused by both, with the same fixed text
+                continue
+            assert np.isfinite(a).all() and np.isfinite(b).all(), (kind, name)
+            assert np.linalg.norm(a - b) <= 2 * clip * (1 + 1e-9), (kind, name)
+            if kind == "update":
+                assert np.linalg.norm(a - w) <= clip * (1 + 1e-9), name  # noise off: w + the clipped update
+            compared += 1
+            moved = max(moved, float(np.linalg.norm(a - b)))
+    assert compared >= 4 and moved > 0  # the records do matter to some release: the comparison bites
+
+
+def test_isrl_dp_mod_forwards_to_the_service_without_training_or_torch(neighbour_services):
+    """``IsrlDpMod`` with ``silodp-service`` in its node config, in a fresh process (as a SuperNode
+    runs the ClientApp): the TRAIN message's arrays go to the service as an ``update``, the reply
+    is the service's release reshaped into the sent arrays (noise off here: ``w`` plus an update
+    clipped to C), the wrapped app never runs, torch is never imported, and an EVALUATE message
+    gets the service's fixed refusal; the service's ledger counts the one release."""
+    import os
+    import subprocess
+
+    from flower_processes import ROOT
+
+    from silodp.service.client import ServiceClient
+    from silodp.service.wire import REFUSALS
+
+    socks, _, dim, _ = neighbour_services
+    before = ServiceClient(f"unix:{socks['silo0']}").status()
+    probe = f"""
+import sys, numpy as np
+from flwr.app import Array, ArrayRecord, Context, Message, MessageType, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.supercore.task_identity import TaskIdentity
+for attr in ("_run_id", "_task_id", "_node_id"):
+    setattr(TaskIdentity, attr, 1)
+from silodp.integrations.flower import EPSILON_KEY, IsrlDpMod
+called = []
+app = ClientApp(mods=[IsrlDpMod(clipping_norm=1.0, epsilon=1.0, delta=1e-5, rounds=3)])
+@app.train()
+@app.evaluate()
+def train(msg, ctx):
+    called.append(1)
+    raise RuntimeError("the wrapped app must not run in service mode")
+ctx = Context(run_id=41, node_id=1, node_config={{"partition-id": 0, "silodp-service": "unix:{socks['silo0']}"}},
+              state=RecordDict(), run_config={{"local-steps": 2, "step-size": 0.5}})
+w = {{"weight": np.linspace(-0.1, 0.1, {dim - 1}).astype(np.float32), "bias": np.zeros(1)}}
+replies = []
+for kind in (MessageType.TRAIN, MessageType.EVALUATE):
+    msg = Message(RecordDict({{"params": ArrayRecord({{k: Array(v) for k, v in w.items()}})}}), dst_node_id=1,
+                  message_type=kind)
+    msg.metadata.__dict__["_message_id"] = msg.object_id
+    replies.append(app(msg, ctx))
+out, ev = replies
+arr = out.content["params"]
+got = {{k: arr[k].numpy() for k in arr.keys()}}
+step = np.concatenate([(got[k].astype(np.float64) - w[k]).ravel() for k in w])
+print(out.has_error(), list(got), [str(v.dtype) for v in got.values()], 0 < np.linalg.norm(step) <= 1.0 + 1e-6,
+      0 < out.content["metrics"][EPSILON_KEY] <= 1.0, bool(called), "torch" in sys.modules)
+print(ev.error.reason)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "examples" / "flower")])}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().split("\n")
+    assert lines[-2] == "False ['weight', 'bias'] ['float32', 'float64'] True True False False", proc.stdout
+    assert lines[-1] == f"IsrlDpMod: {REFUSALS['kind']}"
+    after = ServiceClient(f"unix:{socks['silo0']}").status()
+    assert (after.releases, after.refused) == (before.releases + 1, before.refused + 1)

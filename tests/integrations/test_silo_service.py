@@ -248,3 +248,28 @@ print(message.shape, np.isfinite(message).all())
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:3] == ["denied", "denied", f"({DIM},) True"]
     assert SiloLedgerDB(private / "ledger.sqlite").summary()["runs"][0]["releases"] == 1
+
+
+def test_the_service_asks_the_algorithm_classes_what_it_computes():
+    """The algorithms a service computes and the noise of each message kind come from the
+    registered classes (``silo_noise``, declared on the class itself), never from a table of
+    names; IsrlDpMod's ``update`` plan is certified at the requested epsilon with at least the
+    mod's own noise (the same calibration, rounded toward more noise)."""
+    from silodp.integrations.flower import IsrlDpMod
+    from silodp.integrations.flower_silo import certify_releases
+    from silodp.service.plan import UPDATE, service_algorithms, silo_noise
+    from silodp.service.plan import Settings
+    from silodp.service.silo import silo_plan
+
+    assert service_algorithms() == ("isrl-mb-sgd", "isrl-spider", UPDATE)
+    assert silo_noise("isrl-spider") == {"grad": "sigma1", "diff": "diff_noise"} and silo_noise(UPDATE) == {"update": "sigma"}
+    for name in ("mb-sgd", "sdp-spider", "isrl-prox-sgd", "no-such"):  # non-private, shuffled, not opted in, unknown
+        with pytest.raises(ValueError, match="algorithm: must be one of"):
+            silo_noise(name)
+    plan = silo_plan(Settings(algorithm=UPDATE, rounds=4, epsilon=1.0, clip=2.0, accountant="rdp"), 0, 1e-4)
+    (declared,) = plan.releases
+    mod = IsrlDpMod(clipping_norm=2.0, epsilon=1.0, delta=1e-4, rounds=4, accountant="rdp")
+    assert declared.count == 4 and declared.noise_multiplier >= mod.noise_multiplier
+    assert declared.noise_multiplier == pytest.approx(mod.noise_multiplier, rel=1e-12)
+    assert plan.sigmas["sigma"] / 2.0 == declared.noise_multiplier
+    assert certify_releases(plan.releases, 1e-4) <= 1.0
