@@ -501,12 +501,20 @@ class PldAccountant(Accountant):
             mix = pld_lib.mixture([(w, self._compose(blocks, dtype, direct_work) or pld_lib.identity(disc, bound))
                                    for w, blocks in block.components])
             return mix.self_compose(block.count, direct_work) if block.count > 1 else mix
+        lattice = block.kind in mechanisms.KINDS and self._alone(block)
+        key = (type(self), dataclasses.replace(block, count=1), self.neighbouring, disc, bound, lattice)
+        one = pld_lib.cached_step(key, lambda: self._step_pld(block, lattice))
+        return one.astype(dtype).self_compose(block.count, direct_work)
+
+    def _step_pld(self, block: Block, lattice: bool) -> pld_lib.PrivacyLossDistribution:
+        """The PLD of one step of ``block`` (``lattice``: a discrete mechanism alone, on its own lattice)."""
+        disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
         z = block.noise_multiplier
         if block.kind == Mechanism.EPSILON_DELTA:
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
         elif block.kind in mechanisms.KINDS:  # Laplace, discrete Laplace, randomized response
             # a composition of one discrete mechanism alone: on its own lattice (exact, few points)
-            one = mechanisms.pld(block, self.neighbouring, disc, bound, lattice=self._alone(block))
+            one = mechanisms.pld(block, self.neighbouring, disc, bound, lattice=lattice)
         elif block.kind == Mechanism.BALLS_IN_BINS:  # one epoch (silodp.accounting.allocation)
             from silodp.accounting import allocation
 
@@ -527,7 +535,7 @@ class PldAccountant(Accountant):
             one = pld_lib.from_without_replacement_gaussian(z, block.q, disc, bound)
         else:
             one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
-        return one.astype(dtype).self_compose(block.count, direct_work)
+        return one
 
     def _alone(self, block: Block) -> bool:
         """Whether every block of this accountant is ``block`` (up to its count)."""
