@@ -127,11 +127,14 @@ def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: t
     :class:`Refusal` "non-finite" when the result is not finite: nothing is released."""
     if not isinstance(std, torch.Tensor) and not (math.isfinite(float(std)) and float(std) >= 0):
         raise Refusal("noise")
-    t = term.to(torch.float64)
     if noise is None:
         scale = std.to(torch.float64) if isinstance(std, torch.Tensor) else float(std)
-        noise = torch.randn(t.shape, generator=generator, dtype=torch.float64, device=t.device) * scale
-    out = t + noise.to(torch.float64)
+        noise = torch.randn(term.shape, generator=generator, dtype=torch.float64, device=term.device) * scale
+    if noise.shape == term.shape:  # a fresh float64 copy, the noise added in place (in float64)
+        out = term.to(torch.float64, copy=True)
+        out += noise
+    else:
+        out = term.to(torch.float64) + noise.to(torch.float64)
     if offset is not None:
         out = offset.to(torch.float64) + out
     if not bool(torch.isfinite(out).all()):
