@@ -249,6 +249,10 @@ class Plan:
         non-private algorithm releases its messages without noise)."""
         return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in self.cls.message_groups]
 
+    def shuffle_declaration(self, cfg: Any, budgets: dict | None, params: dict | None = None) -> list:
+        """Shuffle-DP's protocol invocations (:class:`ShufflePlan`; none here)."""
+        raise NotImplementedError(f"{self.cls.__name__} declares no shuffle invocations")
+
     def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""
         if not self.cls.private:
