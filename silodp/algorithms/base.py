@@ -124,7 +124,7 @@ class FederatedAlgorithm:
         the transcript (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
         shared = dict(
             n=federation.min_size, rounds=int(self.rounds), batch_size=int(self.batch_size),
-            batch_size2=int(self.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
+            batch_size2=int(self.batch_size), period=1, inner_steps=1, restarts=1, local_steps=1,
             clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
             replacement=self.uses_replacement, balls_in_bins=bool(self.balls_in_bins),

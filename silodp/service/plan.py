@@ -23,7 +23,8 @@ class Settings:
     delta: float = 1e-4
     rounds: int = 25
     batch_size: int = 32
-    q: int = 5
+    #: SPIDER's period of fresh gradients (run config key ``period``; the old ``q`` is refused)
+    period: int = 5
     step_size: float = 0.5
     clip: float = 1.0
     seed: int = 0
@@ -39,6 +40,9 @@ class Settings:
 
     @classmethod
     def from_run_config(cls, config: dict) -> "Settings":
+        from silodp._validation import refuse_renamed
+
+        refuse_renamed(key.replace("-", "_") for key in config)  # q -> period
         fields = {f.name: f for f in dataclasses.fields(cls)}
         out = {}
         for key, value in config.items():
@@ -50,7 +54,7 @@ class Settings:
     def algorithm_object(self):
         from silodp.algorithms import get_algorithm
 
-        extra = {"q": self.q} if self.algorithm == "isrl-spider" else {}
+        extra = {"period": self.period} if self.algorithm == "isrl-spider" else {}
         return get_algorithm(self.algorithm, rounds=self.rounds, batch_size=self.batch_size,
                              step_size=self.step_size, epsilon=self.epsilon, delta=self.delta,
                              accountant=self.accountant or None, **extra)

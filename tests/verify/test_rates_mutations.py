@@ -2,7 +2,7 @@
 them, and ``silodp rates --mutations --json`` prints the contract.
 
 References: a mutated run equals, bit for bit, the correct algorithm constructed with the bug as a
-parameter (3 eta, 10 sigma, q = R + 1, ...); the quick suite's Prox-SGD preset passes correct and
+parameter (3 eta, 10 sigma, period = R + 1, ...); the quick suite's Prox-SGD preset passes correct and
 fails under the mutations (the full table, every preset: docs/rates.md).
 """
 
@@ -33,7 +33,7 @@ def _run(family, algo, mutation=None, trials=3):
 @pytest.mark.parametrize("name, extra, mutation, equivalent", [
     ("isrl-prox-sgd", dict(rounds=5, batch_size=6), "step-x3", dict(step_size=1.5)),
     ("isrl-prox-sgd", dict(rounds=5, batch_size=6), "noise-x10", dict(sigmas={"sigma": 3.0})),
-    ("isrl-spider", dict(rounds=6, batch_size=6, q=2), "wrong-snapshot", dict(q=7)),
+    ("isrl-spider", dict(rounds=6, batch_size=6, period=2), "wrong-snapshot", dict(period=7)),
     ("isrl-prox-svrg", dict(rounds=3, batch_size=6, inner_steps=2), "wrong-snapshot",
      dict(rounds=1, inner_steps=6)),
 ])

@@ -77,8 +77,8 @@ class Mutation:
 
         def _run(self, ctx, w):
             saved = dict(vars(self))
-            if mut.snapshot and hasattr(self, "q"):  # SPIDER: the anchor only at r = 0
-                self.q = int(self.rounds) + 1
+            if mut.snapshot and hasattr(self, "period"):  # SPIDER: the anchor only at r = 0
+                self.period = int(self.rounds) + 1
             elif mut.snapshot and hasattr(self, "inner_steps"):  # SVRG: one epoch of E Q steps
                 self.inner_steps, self.rounds = self._q(ctx) * int(self.rounds), 1
             try:
@@ -120,7 +120,7 @@ class Preset:
 
 
 def _sgd_eps(quick: bool) -> runs.RateSetup:
-    return runs.quick_setup("isrl-prox-sgd", "eps", values=(0.05, 0.4) if quick else (0.05, 0.1, 0.2, 0.4),
+    return runs.noise_dominated_setup("isrl-prox-sgd", "eps", values=(0.05, 0.4) if quick else (0.05, 0.1, 0.2, 0.4),
                             trials=32 if quick else 64, bootstrap=500)
 
 
