@@ -74,9 +74,12 @@ def handle(args) -> int:
     if args.mutations:  # the suite has its own presets: every other flag but --quick and --json is ignored
         refuse(args, ("--vary", "--algorithm", "--trials", "--noise", "--seed", "--values", "--prescribed", "--compare",
                       "--plot", "--csv"), "with --mutations (the suite runs its own presets)")
+        from silodp.progress import Progress, progress_mode
         from silodp.verify.rates import mutations
 
-        table = mutations.run_suite(quick=args.quick)
+        with Progress(mutations.suite_size(args.quick), "rates --mutations", "runs",
+                      mode=progress_mode(args.json, args.quiet)) as bar:
+            table = mutations.run_suite(quick=args.quick, on_run=lambda _: bar.update())
         emit(table, args.json, mutations.human(table))
         return 0
     if args.vary is None:

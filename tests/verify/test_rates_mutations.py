@@ -96,6 +96,16 @@ def test_cli_prints_exactly_the_contract(monkeypatch, capsys):
     assert "step-x3" in out and "(none)" in out and "every correct run passes: True" in out
 
 
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_progress_total_is_the_number_of_runs(monkeypatch, quick):
+    """The CLI's progress count (and so its ETA) is over suite_size runs: exactly what run_suite makes."""
+    calls = []
+    monkeypatch.setattr(mu, "run_preset", lambda preset, mutation, quick: {"passes": True})
+    details: dict = {}
+    mu.run_suite(quick=quick, details=details, on_run=lambda d: calls.append(1))
+    assert len(calls) == len(details) == mu.suite_size(quick) > len(mu.MUTATIONS)
+
+
 def test_vary_is_required_without_mutations(capsys):
     assert main(["rates", "--quick"]) == 2
     err = capsys.readouterr().err.strip()

@@ -225,6 +225,13 @@ def run_suite(quick: bool = False, presets: tuple[str, ...] | None = None,
     return {"mutations": caught, "correct_pass": bool(correct)}
 
 
+def suite_size(quick: bool = False) -> int:
+    """How many runs :func:`run_suite` makes (each preset correct and under each mutation it does
+    not skip): the total of the CLI's progress count."""
+    chosen = [PRESETS[p] for p in (QUICK_PRESETS if quick else tuple(PRESETS))]
+    return sum(1 + sum(m not in p.skip for m in MUTATIONS) for p in chosen)
+
+
 def human(table: dict) -> str:
     """The suite's table as text: each mutation and the presets that catch it."""
     lines = [f"{'mutation':<16} caught by"]
