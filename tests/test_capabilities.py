@@ -37,12 +37,6 @@ KNOWN = {
     ("silodp/experiments/report.py", "compares a name"): "the paper's tables",
     ("silodp/experiments/tables.py", "a table of names"): "the paper's tables: the noiseless twins",
     ("silodp/palette.py", "a table keyed by names"): "a colour per algorithm (presentation)",
-    # the silo service serves the Flower example's two algorithms (moved from examples/flower in round 6);
-    # next round: the message kinds and SPIDER's period from the algorithm classes
-    ("silodp/service/core.py", "a table keyed by names"): "the service's algorithms and their message kinds",
-    ("silodp/service/plan.py", "a table of names"): "the algorithms the service accepts",
-    ("silodp/service/plan.py", "compares a name"): "SPIDER's period passed to SPIDER only",
-    ("silodp/service/silo.py", "compares a name"): "which sigma a grad / diff message of each algorithm uses",
 }
 
 

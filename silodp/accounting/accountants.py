@@ -480,6 +480,20 @@ class PldAccountant(Accountant):
                     f"noise_multiplier={block.noise_multiplier:g} is too small for the pld accountant at "
                     f"discretization {self.value_discretization_interval:g} (epsilon is huge); use 'rdp' "
                     "or a coarser grid")
+        self._check_grid(block)
+
+    def _check_grid(self, block: Block) -> None:
+        """Refuse, before allocating, the with-replacement and balls-in-bins PLDs whose grids would not fit
+        (:func:`silodp.accounting.with_replacement.check_grid`, :func:`silodp.accounting._allocation_rounded.check`)."""
+        if block.kind == Mechanism.GAUSSIAN and block.sampling == Sampling.WITH_REPLACEMENT:
+            from silodp.accounting import with_replacement
+
+            with_replacement.check_grid(block.noise_multiplier, block.sample_size, block.dataset_size,
+                                        self.value_discretization_interval, self.log_mass_truncation_bound)
+        elif block.kind == Mechanism.BALLS_IN_BINS and ev.relation(self.neighbouring) != ev.REPLACE_ONE:
+            from silodp.accounting import _allocation_rounded
+
+            _allocation_rounded.check(block.noise_multiplier, block.sample_size)
 
     def _block_pld(self, block: Block, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
@@ -487,11 +501,20 @@ class PldAccountant(Accountant):
             mix = pld_lib.mixture([(w, self._compose(blocks, dtype, direct_work) or pld_lib.identity(disc, bound))
                                    for w, blocks in block.components])
             return mix.self_compose(block.count, direct_work) if block.count > 1 else mix
+        lattice = block.kind in mechanisms.KINDS and self._alone(block)
+        key = (type(self), dataclasses.replace(block, count=1), self.neighbouring, disc, bound, lattice)
+        one = pld_lib.cached_step(key, lambda: self._step_pld(block, lattice))
+        return one.astype(dtype).self_compose(block.count, direct_work)
+
+    def _step_pld(self, block: Block, lattice: bool) -> pld_lib.PrivacyLossDistribution:
+        """The PLD of one step of ``block`` (``lattice``: a discrete mechanism alone, on its own lattice)."""
+        disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
         z = block.noise_multiplier
         if block.kind == Mechanism.EPSILON_DELTA:
             one = pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
         elif block.kind in mechanisms.KINDS:  # Laplace, discrete Laplace, randomized response
-            one = mechanisms.pld(block, self.neighbouring, disc, bound)
+            # a composition of one discrete mechanism alone: on its own lattice (exact, few points)
+            one = mechanisms.pld(block, self.neighbouring, disc, bound, lattice=lattice)
         elif block.kind == Mechanism.BALLS_IN_BINS:  # one epoch (silodp.accounting.allocation)
             from silodp.accounting import allocation
 
@@ -512,7 +535,12 @@ class PldAccountant(Accountant):
             one = pld_lib.from_without_replacement_gaussian(z, block.q, disc, bound)
         else:
             one = pld_lib.from_gaussian_mechanism(z, 1.0, self.neighbouring, disc, bound)
-        return one.astype(dtype).self_compose(block.count, direct_work)
+        return one
+
+    def _alone(self, block: Block) -> bool:
+        """Whether every block of this accountant is ``block`` (up to its count)."""
+        one = dataclasses.replace(block, count=1)
+        return all(type(b) is type(block) and dataclasses.replace(b, count=1) == one for b in self._blocks)
 
     def _pld(self, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         """The composition of every block, computed in ``dtype`` (float64, or :data:`pld.EXTENDED`);

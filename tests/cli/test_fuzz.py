@@ -43,7 +43,7 @@ COMMANDS = {
     "run": (["--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--rounds", "2"],
             ["--epsilon", "--rounds", "--batch-size", "--delta", "--seed", "--silos-per-round", "--step-size"]),
     "audit": (["--mechanism", "gaussian", "--noise-multiplier", "2", "--trials", "200"],
-              ["--noise-multiplier", "--trials", "--delta", "--alpha", "--epsilon"]),
+              ["--noise-multiplier", "--trials", "--delta", "--confidence", "--epsilon"]),
 }
 
 
