@@ -204,7 +204,7 @@ class Plan:
         a = self.algo
         shared = dict(
             n=federation.min_size, rounds=int(a.rounds), batch_size=int(a.batch_size),
-            batch_size2=int(a.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
+            batch_size2=int(a.batch_size), period=1, inner_steps=1, restarts=1, local_steps=1,
             clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
             replacement=a.uses_replacement, balls_in_bins=bool(a.balls_in_bins),

@@ -255,7 +255,7 @@ def rates_prescribed(path: str) -> str:
 PAPER_ROWS = (
     ("isrl-prox-sgd", "Thm E.1 (R = 25, K = 49)", {"rounds": 25, "batch_size": 49}),
     ("isrl-prox-svrg", "Thm E.2 (E = 5, Q = 20, K = 60)", {"rounds": 5, "inner_steps": 20, "batch_size": 60}),
-    ("isrl-spider", "Thm F.1 (R = 50, q = 4, β = 1, K = n)", {"rounds": 50, "q": 4, "beta": 1.0, "batch_size": 1234}),
+    ("isrl-spider", "Thm F.1 (R = 50, q = 4, β = 1, K = n)", {"rounds": 50, "period": 4, "beta": 1.0, "batch_size": 1234}),
 )
 
 

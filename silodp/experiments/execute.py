@@ -85,8 +85,8 @@ def prepare(cfg: RunConfig) -> Prepared:
     batch = cfg.batch_size if cfg.batch_size is not None else paper_batch_size(n, cfg.rounds, cfg.batch_epsilon)
     params = dict(rounds=cfg.rounds, batch_size=batch, step_size=cfg.step_size, replacement=cfg.replacement,
                   metrics_every=0)
-    if cfg.q is not None:
-        params["q"] = cfg.q
+    if cfg.q is not None:  # the grid's q is SPIDER's period
+        params["period"] = cfg.q
     if cfg.local_steps is not None:
         params["local_steps"] = cfg.local_steps
         if cfg.batch_size is None:  # the rule's K records per round, spread over the local steps
@@ -119,7 +119,7 @@ def _requested(request: dict, **params):
 
     cls = privacy.algorithm_class(request["algorithm"])
     algo = cls(calibration=request["method"], **request.get("settings", {}), **params)
-    return algo, cls.Transcript(**request["transcript"])
+    return algo, privacy.stored_transcript(request["transcript"], cls.Transcript)
 
 
 def request_key(request: dict) -> str:
