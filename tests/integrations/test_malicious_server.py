@@ -27,8 +27,9 @@ off through the operator's test-only environment variable (``SILODP_SERVICE_TEST
 read once at start; no message reaches it); ``test_isrl_dp_mod_forwards_...`` runs ``IsrlDpMod``'s
 service mode in a fresh process; ``test_isrl_dp_mod_silos_and_a_record_reader_in_two_concurrent_runs``
 ships a server's own ClientApp (``IsrlDpMod`` and a record reader) to the module's one
-``silodp federation up`` deployment in two concurrent runs (kept to two messages a run: a
-SuperNode answers one message at a time, a process each).
+``silodp federation up`` deployment in two concurrent runs (kept to one message a run, the
+reader's probe riding on the mod's update: a SuperNode answers one message at a time, a process
+each).
 """
 
 import dataclasses
@@ -330,7 +331,7 @@ def test_isrl_dp_mod_silos_and_a_record_reader_in_two_concurrent_runs(service_fe
     for result in results:
         records, run = result["records"], str(result["run_id"])
         assert malicious.non_finite_releases(records) == []
-        readers = {r["node"]: r["config"] for r in records if r["attack"] == "probe:reader"}
+        readers = {r["node"]: r["config"] for r in records if r["attack"] == "update:0"}
         assert len(readers) == 2
         received = malicious.releases_by_node(records)
         for node, found in readers.items():
