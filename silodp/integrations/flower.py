@@ -512,10 +512,10 @@ class IsrlDpMod:
         for a in arrays:
             with np.errstate(over="ignore", invalid="ignore"):
                 part = message[start:start + a.size].reshape(a.shape).astype(a.dtype if a.dtype.kind == "f" else np.float64)
-            if not np.isfinite(part).all():
-                from silodp.algorithms.release import REFUSALS
+            if not np.isfinite(part).all():  # not finite in the sent dtype: nothing leaves (the service's text)
+                from silodp.service.wire import REFUSALS
 
-                return refuse(REFUSALS["non-finite"])
+                return refuse(REFUSALS["release"])
             parts.append(part)
             start += a.size
         content = RecordDict({key: ArrayRecord({k: Array(v) for k, v in zip(sent.keys(), parts, strict=True)})})
