@@ -443,7 +443,7 @@ RECORDED = {t.name: t for t in (
     Recorded("accounting_calibration_speed", "docs/accounting.md", "python benchmarks/bench_accounting.py",
              measured=True),
     Recorded("accounting_mechanisms", "docs/accounting.md", "python benchmarks/bench_accounting.py --mechanisms",
-             measured=True),
+             measured=True, certificates=("discrete-mechanisms",)),
     Recorded("accounting_sweep", "docs/accounting.md", "python benchmarks/bench_accounting.py --sweep", measured=True),
     Recorded("cli_latency", "docs/accounting.md", "python benchmarks/bench_cli.py", measured=True),
     Recorded("flower_ledger_speed", "docs/integrations.md",
