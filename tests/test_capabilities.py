@@ -24,6 +24,8 @@ REGISTRIES = {"silodp/accounting/accountants/registry.py", "silodp/algorithms/re
               "silodp/experiments/paper.py", "silodp/palette.py"}
 #: (file, what) of the switches not yet replaced by a capability, and why they are still there
 KNOWN = {
+    # the rates' presets are edited by another helper this round (h36r): next, move them to the
+    # theorem records of verify/rates/theorems.py, declared a registry
     ("silodp/verify/rates/runs.py", "a table keyed by names"): "the rates' setups per theorem",
     ("silodp/verify/rates/runs.py", "compares a name"): "the rates' setups per theorem",
     ("silodp/verify/rates/theorems.py", "a table keyed by names"): "which theorem bounds which algorithm",

@@ -59,6 +59,7 @@ def test_a_block_without_a_builder_is_unsupported(monkeypatch):
     with pytest.raises(UnsupportedEventError, match="no privacy loss distribution for Gaussian steps with sampling poisson"):
         acc._check_block(block)
     assert not acc.supports(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.0)))
+    assert acc.supports(ev.NonPrivateDpEvent())  # never built: its certificate is infinite
 
 
 def test_incremental_composition_through_the_public_api_equals_the_accountant():

@@ -166,7 +166,8 @@ class PldAccountant(Accountant):
                 self._check_block(b)
 
     def _check(self, block: Block) -> None:
-        self.builder(block)
+        if block.kind != Mechanism.NON_PRIVATE:  # never built: the certificate is infinite
+            self.builder(block)
         if block.kind in mechanisms.KINDS:
             mechanisms.check(block, self.neighbouring, self.value_discretization_interval)
         if block.kind == Mechanism.EPSILON_DELTA and (
