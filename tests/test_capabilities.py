@@ -29,12 +29,6 @@ KNOWN = {
     ("silodp/verify/rates/runs.py", "a table keyed by names"): "the rates' setups per theorem",
     ("silodp/verify/rates/runs.py", "compares a name"): "the rates' setups per theorem",
     ("silodp/verify/rates/theorems.py", "a table keyed by names"): "which theorem bounds which algorithm",
-    # the silo service serves the Flower example's two algorithms (moved from examples/flower in round 6);
-    # next round: the message kinds and SPIDER's period from the algorithm classes
-    ("silodp/service/core.py", "a table keyed by names"): "the service's algorithms and their message kinds",
-    ("silodp/service/plan.py", "a table of names"): "the algorithms the service accepts",
-    ("silodp/service/plan.py", "compares a name"): "SPIDER's period passed to SPIDER only",
-    ("silodp/service/silo.py", "compares a name"): "which sigma a grad / diff message of each algorithm uses",
 }
 
 

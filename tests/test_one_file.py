@@ -21,6 +21,11 @@ import silodp
 
 PACKAGE = pathlib.Path(silodp.__file__).parent
 
+def _without(source: str, line: str) -> str:
+    assert line in source
+    return source.replace(line, "")
+
+
 def _toys():
     """The toys of tests/algorithms/test_toy_extension.py (defined there, registered by a fixture),
     written out as two module files that register themselves."""
@@ -32,10 +37,9 @@ def _toys():
         "import dataclasses\n\nfrom silodp.accounting.releases import BatchSampling\n"
         "from silodp.algorithms.base import FederatedAlgorithm\n"
         "from silodp.algorithms.config import AlgorithmConfig, param\n"
-        "from silodp.algorithms.privacy import TranscriptConfig\n"
         "from silodp.algorithms.registry import register_algorithm\n",
-        inspect.getsource(toy.ToyConfig), inspect.getsource(toy.ToyTranscript),
-        "@register_algorithm\n" + inspect.getsource(toy.ToyFullGradient)])
+        inspect.getsource(toy.ToyConfig),  # its transcript is derived from ToyConfig (no ToyTranscript)
+        "@register_algorithm\n" + _without(inspect.getsource(toy.ToyFullGradient), "    Transcript = ToyTranscript\n")])
     accountant = ("from silodp.accounting.accountants import GdpAccountant, register_accountant\n\n\n"
                   "@register_accountant\n" + inspect.getsource(toy.ToyGdp))
     return toy.ToyFullGradient.name, algorithm, toy.ToyGdp.name, accountant
@@ -91,6 +95,9 @@ def test_a_toy_algorithm_file_and_a_toy_accountant_file_reach_every_command(copy
     noise = _silodp(copy, "noise", "--algorithm", ALGORITHM, "--epsilon", "2", "--delta", "1e-5",
                     "--n", "100", "--rounds", "3", "--accountant", ACCOUNTANT, "--method", "tight")
     assert noise["accountant"] == ACCOUNTANT and 1.9 <= noise["epsilon"] <= 2.0
+    twice = _silodp(copy, "noise", "--algorithm", ALGORITHM, "--epsilon", "2", "--delta", "1e-5", "--n", "100",
+                    "--rounds", "3", "--accountant", ACCOUNTANT, "--method", "tight", "--toy-passes", "2")
+    assert twice["sigmas"]["sigma"] > 1.3 * noise["sigmas"]["sigma"]  # the derived transcript field counts
     exact = _silodp(copy, "epsilon", "--noise-multiplier", "2", "--steps", "10", "--delta", "1e-5",
                     "--accountant", "gdp")
     toy = _silodp(copy, "epsilon", "--noise-multiplier", "2", "--steps", "10", "--delta", "1e-5",

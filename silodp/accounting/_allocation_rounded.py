@@ -140,8 +140,36 @@ def _loss_pmf(total: _Sum, t: int, interval: float, remove: bool) -> pld_lib.Los
     return pld_lib.LossPmf(interval, lo, binned, float(min(1.0, inf)), roundoff)
 
 
+#: Most grid points one variable's PMF may span (:func:`_grid_pmf` holds a few float64 arrays of
+#: this length, 0.5 GiB each; z 0.4 at 10 batches needs 5.6e7); a smaller noise is refused before
+#: anything is allocated.
+MAX_GRID = 1 << 26
+
+
+def grid_points(z: float, t: int) -> int:
+    """The points of the widest grid :func:`direction` builds (the changed record's likelihood
+    ratio in the remove direction, out to its 1 - 1e-17 quantile)."""
+    limit, s2 = _max_points(t), 1.0 / (z * z)
+    sd = math.sqrt(s2)
+    y_cap = math.exp(-0.5 * s2 - float(ndtri(_TAIL / t)) * sd)
+    mine_cap = math.exp(min(700.0, 0.5 * s2 - float(ndtri(_TAIL)) * sd))
+    cap = mine_cap + y_cap + (t - 1) * (1.0 + 6.0 * math.sqrt(math.expm1(min(s2, 700.0))))
+    step = min(y_cap, cap) / (limit // 2)
+    return int(min(math.ceil(min(mine_cap, cap) / step), 2 ** 62))
+
+
+def check(z: float, t: int) -> None:
+    """ValueError (naming ``noise_multiplier``) where :func:`direction` would need more than
+    :data:`MAX_GRID` points, before anything is allocated."""
+    need = grid_points(z, t)
+    if need > MAX_GRID:
+        raise ValueError(f"noise_multiplier: {z:g} is too small for the balls-in-bins pld at {t} batches (a "
+                         f"grid of {need:.3g} points, more than {MAX_GRID}); use a larger noise_multiplier")
+
+
 def direction(z: float, t: int, interval: float, remove: bool, bound: float) -> pld_lib.LossPmf:
-    """One direction of one epoch (module docstring)."""
+    """One direction of one epoch (module docstring); refused by :func:`check` beyond :data:`MAX_GRID`."""
+    check(z, t)
     limit = _max_points(t)
     s2 = 1.0 / (z * z)
     sd = math.sqrt(s2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from typing import Any, Callable
 
@@ -269,7 +270,23 @@ def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelatio
     for with-replacement sampling: its BBG18 amplification can beat rdp's labelled-multiplicity
     bound, and pld's on a coarse grid, when a record is rarely drawn)."""
     neighbouring = neighbouring_arg(neighbouring)
-    pool = _candidates()
+    pool = tuple(_candidates())
+    try:
+        return list(_cached_candidates(event, neighbouring, pool))
+    except TypeError:  # an unhashable event (one holding a list): no cache
+        return _candidate_names(event, neighbouring, pool)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation,
+                       pool: tuple[type[Accountant], ...]) -> tuple[str, ...]:
+    """:func:`_candidate_names` of a hashable (frozen) event, kept: the answer depends only on the
+    event, the relation and the registered ``pool``, all in the key."""
+    return tuple(_candidate_names(event, neighbouring, pool))
+
+
+def _candidate_names(event: ev.DpEvent, neighbouring: ev.NeighboringRelation,
+                     pool: tuple[type[Accountant], ...]) -> list[str]:
     names = [cls for cls in pool if cls(neighbouring).supports(event)]
     if not names:
         reasons = "; ".join(f"{c.name}: {c(neighbouring).unsupported_reason(event)}" for c in pool)

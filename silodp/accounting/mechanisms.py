@@ -22,12 +22,26 @@ the shift.
 
 Finite losses are rounded *up* to the grid: delta(eps) = E[(1 - e^{eps - L})_+] only grows, so the
 PLD stays pessimistic (as dp-accounting's pessimistic estimate). Tested against dp-accounting's PLD.
+
+The lattice. The losses of the discrete mechanisms are integer multiples j g of one step g (discrete
+Laplace: g = a, j = |x - D| - |x|; discrete Gaussian: g = D / (2 sigma^2), j = D - 2x; randomized
+response: g = log(A / B), j in {1, 0, -1}), and so are the losses of their compositions. When a
+composition holds one such mechanism only (:func:`lattice_step`), :func:`pld` places the masses on
+that lattice instead of the accountant's grid: the PLD is then the mechanism's exact one (no
+rounding up; the grid's is never smaller), a few points per step instead of 2 L / interval, and its
+self-composition one small FFT. The step as computed, g', is within c u g of g (c: the operations
+that computed it; u the unit round-off) and each loss value (offset + i) g' is rounded once more,
+so every computed loss is within (c + 1) u |j| g of the true one; as delta(eps) = E[(1 - e^{eps -
+L})_+] moves by at most e^{eps - l} <= 1 per unit of a loss l >= eps, that distance summed over the
+steps bounds the change of delta, and it is charged like round-off ((c + 1) u max |j| g per step in
+``roundoff``, composed as round-off is: at least T times over T steps).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +99,18 @@ def _laplace_delta(eps: np.ndarray, eps0: float) -> np.ndarray:
     return np.where(eps >= 0, above, -np.expm1(eps) + np.exp(eps) * above)
 
 
+def _dgauss_weights(block: Block, relation: ev.NeighboringRelation, log_tail: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The discrete Gaussian's points x (out to K + 40 sigma), their normalized masses, the mask
+    |x| <= K and the integer shift D."""
+    sigma, d, k = _dgauss_support(block, relation, log_tail)
+    wide = k + int(math.ceil(40.0 * sigma))
+    x = np.arange(-wide, wide + 1, dtype=float)
+    log_w = -x * x / (2.0 * sigma * sigma)
+    w = np.exp(log_w - log_w.max())
+    w /= float(np.sum(w))
+    return x, w, np.abs(x) <= k, d
+
+
 def _discrete(losses: np.ndarray, masses: np.ndarray, interval: float) -> pld_lib.LossPmf:
     """Point masses at ``losses``, each rounded up to the grid (pessimistic)."""
     idx = np.ceil(losses / interval).astype(np.int64)
@@ -95,10 +121,62 @@ def _discrete(losses: np.ndarray, masses: np.ndarray, interval: float) -> pld_li
     return pld_lib.LossPmf(interval, first, out, 0.0)
 
 
-def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
-    """The pessimistic PLD of one step of ``block`` (module docstring)."""
+#: The mechanisms whose losses lie on a lattice of their own (module docstring).
+LATTICE_KINDS = frozenset({Mechanism.DISCRETE_LAPLACE, Mechanism.RANDOMIZED_RESPONSE, Mechanism.DISCRETE_GAUSSIAN})
+#: Operations (in units u) behind each lattice step as computed: a is exact, D / (2 sigma^2) two
+#: roundings, log1p(k (1 - p) / p) at most four (three roundings and log1p's ulp).
+_STEP_UNITS = {Mechanism.DISCRETE_LAPLACE: 0.0, Mechanism.DISCRETE_GAUSSIAN: 2.0, Mechanism.RANDOMIZED_RESPONSE: 4.0}
+
+
+def lattice_step(block: Any, relation: ev.NeighboringRelation) -> float | None:
+    """The step g of the lattice that holds every loss of ``block`` (a discrete mechanism of
+    :data:`LATTICE_KINDS`), else None."""
+    kind = getattr(block, "kind", None)
+    if kind not in LATTICE_KINDS:
+        return None
+    if kind == Mechanism.DISCRETE_LAPLACE:
+        return float(block.params[0])
+    if kind == Mechanism.DISCRETE_GAUSSIAN:
+        sigma, d, _ = _dgauss_support(block, relation, pld_lib.LOG_TAIL_MASS)
+        return d / (2.0 * sigma * sigma)
+    return _max_loss(block, relation)
+
+
+def _on_lattice(j: np.ndarray, masses: np.ndarray, step: float, units: float) -> pld_lib.LossPmf:
+    """Point masses at the losses ``j`` * ``step`` (``j`` integers), their distance to the true
+    losses charged (module docstring)."""
+    first = int(j.min())
+    out = np.zeros(int(j.max()) - first + 1)
+    np.add.at(out, j - first, masses)
+    charge = (units + 1.0) * pld_lib._U * float(np.max(np.abs(j))) * step
+    return pld_lib.LossPmf(step, first, out, 0.0, charge)
+
+
+def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mass_truncation_bound: float,
+        lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
+    """The pessimistic PLD of one step of ``block`` (module docstring); ``lattice``: on the
+    mechanism's own lattice (:func:`lattice_step`; exact, for a composition of this mechanism
+    alone) rather than the grid of ``interval``."""
     check(block, relation, interval)
     top = _max_loss(block, relation)
+    step = lattice_step(block, relation) if lattice else None
+    if step is not None:
+        units = _STEP_UNITS[block.kind]
+        if block.kind == Mechanism.DISCRETE_LAPLACE:
+            a, d = block.params[0], block.params[1] * int(ev.sensitivity(relation))
+            x = np.arange(1, d)
+            j = np.concatenate([[d, -d], d - 2 * x]).astype(np.int64)
+            masses = np.concatenate([[1.0 / (1.0 + math.exp(-a)), math.exp(-a * d) / (1.0 + math.exp(-a))],
+                                     math.tanh(a / 2.0) * np.exp(-a * x)])
+            one = _on_lattice(j, masses, step, units)
+        elif block.kind == Mechanism.DISCRETE_GAUSSIAN:
+            x, w, inside, d = _dgauss_weights(block, relation, log_mass_truncation_bound)
+            one = _on_lattice((d - 2 * x[inside]).astype(np.int64), w[inside], step, units)
+            one = dataclasses.replace(one, infinity_mass=min(1.0, float(np.sum(w[~inside]))))
+        else:
+            p, k = block.params
+            one = _on_lattice(np.array([1, -1, 0]), np.array([1.0 - p + p / k, p / k, (k - 2) * p / k]), step, units)
+        return pld_lib.PrivacyLossDistribution(one.truncate(log_mass_truncation_bound), None, log_mass_truncation_bound)
     if block.kind == Mechanism.LAPLACE:
         first, last = math.floor(-top / interval), math.ceil(top / interval)
         one = pld_lib.connect_the_dots(lambda eps: _laplace_delta(eps, top), first, last, interval)
@@ -110,13 +188,8 @@ def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mas
                                  math.tanh(a / 2.0) * np.exp(-a * x)])
         one = _discrete(losses, masses, interval)
     elif block.kind == Mechanism.DISCRETE_GAUSSIAN:
-        sigma, d, k = _dgauss_support(block, relation, log_mass_truncation_bound)
-        wide = k + int(math.ceil(40.0 * sigma))
-        x = np.arange(-wide, wide + 1, dtype=float)
-        log_w = -x * x / (2.0 * sigma * sigma)
-        w = np.exp(log_w - log_w.max())
-        w /= float(np.sum(w))
-        inside = np.abs(x) <= k
+        x, w, inside, d = _dgauss_weights(block, relation, log_mass_truncation_bound)
+        sigma = block.params[0]
         one = _discrete((d * d - 2.0 * x[inside] * d) / (2.0 * sigma * sigma), w[inside], interval)
         one = dataclasses.replace(one, infinity_mass=min(1.0, float(np.sum(w[~inside]))))
     else:

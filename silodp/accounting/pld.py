@@ -54,7 +54,9 @@ against dp-accounting's PLD library and the analytic Gaussian curve (Balle & Wan
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -76,6 +78,9 @@ MAX_LOSS = 600.0
 #: Most products (coefficients x masses) :meth:`LossPmf._direct_powers` may spend on one
 #: composition when asked to (``direct_work``): about a second.
 DIRECT_WORK = 4_000_000
+#: Supports of a self-composition below this many points are kept whole (no Chernoff window: one
+#: small FFT, no tail cut or charged).
+SMALL_SUPPORT = 1 << 14
 #: Grid points per piece in which a single step's curve is evaluated (temporaries stay in cache:
 #: 2-4x faster than one pass over 10^6 points).
 _CHUNK = 1 << 13
@@ -225,18 +230,12 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _exact_sum_minus_one(masses: np.ndarray) -> tuple[float, float]:
-    """sum(masses) - 1 as hi + lo (float64), exact to relative 2^-106: the sum is formed exactly in
-    integer arithmetic (every float64 is an integer times a power of two)."""
-    from fractions import Fraction
-
-    mant, expo = np.frexp(masses)
-    ints = (mant * 2.0 ** 53).astype(np.int64)
-    expo = expo.astype(np.int64) - 53
-    base = int(expo.min()) if len(expo) else 0
-    total = sum(int(i) << int(e - base) for i, e in zip(ints.tolist(), expo.tolist()))
-    exact = Fraction(total, 1) * Fraction(2) ** base - 1
-    hi = float(exact)
-    return hi, float(exact - Fraction(hi))
+    """sum(masses) - 1 as hi + lo (float64), exact to relative 2^-106: ``math.fsum`` returns the
+    correctly rounded sum of its floats (Shewchuk's exact partials), so hi is the exact value
+    rounded and lo the exact remainder (sum - 1 - hi, itself exact among floats' sums) rounded."""
+    values = np.asarray(masses, dtype=np.float64).tolist()
+    hi = math.fsum(values + [-1.0])
+    return hi, math.fsum(values + [-1.0, -hi])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,12 +258,26 @@ class LossPmf:
 
     def astype(self, dtype) -> "LossPmf":
         """The same masses in floating-point type ``dtype`` (e.g. :data:`EXTENDED`); compositions
-        then compute, and bound their round-off, in that precision."""
-        return dataclasses.replace(self, masses=self.masses.astype(dtype))
+        then compute, and bound their round-off, in that precision (the Chernoff windows already
+        found are kept: they depend on the values only, which the conversion keeps)."""
+        if self.masses.dtype == dtype:
+            return self
+        out = dataclasses.replace(self, masses=self.masses.astype(dtype))
+        if np.all(out.masses.astype(self.masses.dtype) == self.masses):  # the values kept exactly
+            out.__dict__["_windows"] = self._window_cache()
+        return out
 
-    @property
+    def _window_cache(self) -> dict:
+        """(count, log_tau) -> :meth:`_chernoff_window`'s answer for these masses (kept on the
+        instance: a frozen PMF's masses do not change)."""
+        return self.__dict__.setdefault("_windows", {})
+
+    @functools.cached_property
     def losses(self) -> np.ndarray:
-        return (self.offset + np.arange(len(self.masses))) * self.interval
+        """The finite losses (offset + i) * interval (computed once; read-only)."""
+        out = (self.offset + np.arange(len(self.masses))) * self.interval
+        out.flags.writeable = False
+        return out
 
     def delta(self, epsilon: float) -> float:
         """delta(eps) = infinity_mass + sum_i masses_i (1 - e^{eps - l_i})_+."""
@@ -499,8 +512,14 @@ class LossPmf:
         if count == 1:
             return self
         first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
-        lower, upper = self._chernoff_window(count, log_mass_truncation_bound)
-        lo, hi = max(first, lower), min(last, upper)
+        if last - first < SMALL_SUPPORT:  # the whole support: no window to search, nothing wraps
+            lo, hi = first, last
+        else:
+            windows, key = self._window_cache(), (count, log_mass_truncation_bound)
+            if key not in windows:
+                windows[key] = self._chernoff_window(count, log_mass_truncation_bound)
+            lower, upper = windows[key]
+            lo, hi = max(first, lower), min(last, upper)
         n = hi - lo + 1
         if n > MAX_POINTS:
             raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points "
@@ -615,9 +634,11 @@ class GaussianPair:
             if self.a == 1.0 and self.b == 0.0:  # the plain Gaussian (P = N(1, s^2), Q = N(0, s^2)): 2 tails, not 3
                 log_p, log_q = log_ndtr((1.0 - x) / s), log_ndtr(-x / s)
             else:
-                tail0 = log_ndtr(-x / s)
-                log_p = np.logaddexp(_log(1.0 - self.a) + tail0, _log(self.a) + log_ndtr((1.0 - x) / s))
-                log_q = np.logaddexp(_log(1.0 - self.b) + tail0, _log(self.b) + log_ndtr((-1.0 - x) / s))
+                tail0 = log_ndtr(-x / s)  # a component of weight 0 adds log(0) = -inf: skipped (same values)
+                log_p = tail0 if self.a == 0.0 else np.logaddexp(_log(1.0 - self.a) + tail0,
+                                                                 _log(self.a) + log_ndtr((1.0 - x) / s))
+                log_q = tail0 if self.b == 0.0 else np.logaddexp(_log(1.0 - self.b) + tail0,
+                                                                 _log(self.b) + log_ndtr((-1.0 - x) / s))
             d = np.exp(log_p) * -np.expm1(np.minimum(eps + log_q - log_p, 0.0))
         return np.where(np.isposinf(x), 0.0, np.where(np.isneginf(x), -np.expm1(eps), d))
 
@@ -801,6 +822,30 @@ class PrivacyLossDistribution:
     def get_epsilon_for_delta(self, delta: float) -> float:
         dl = check_delta("delta", delta)
         return max(p.epsilon(dl) for p in self._directions())
+
+
+#: Single-step PLDs kept by :func:`cached_step` (the most recently used).
+STEP_CACHE_SIZE = 64
+_STEPS: "collections.OrderedDict[object, PrivacyLossDistribution]" = collections.OrderedDict()
+
+
+def cached_step(key: object, build) -> "PrivacyLossDistribution":
+    """``build()`` (a single step's PLD), kept under ``key`` (hashable: the frozen block with count 1,
+    the relation and the grid): the accountant's passes (float64, direct powers, extended
+    precision) and repeated queries of the same event construct each step once. The masses are
+    made read-only (shared); nothing composes in place."""
+    try:
+        hit = _STEPS.pop(key, None)
+    except TypeError:  # an unhashable block (a field holding a list): not kept
+        return build()
+    if hit is None:
+        hit = build()
+        for part in hit._directions():
+            part.masses.flags.writeable = False
+    _STEPS[key] = hit
+    while len(_STEPS) > STEP_CACHE_SIZE:
+        _STEPS.popitem(last=False)
+    return hit
 
 
 def mixture(components: list[tuple[float, PrivacyLossDistribution]]) -> PrivacyLossDistribution:

@@ -36,7 +36,9 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import log_ndtr
+
+from silodp.accounting._numerics import logsumexp_rows
 
 #: Added to every log A_alpha (as :data:`silodp.accounting.rdp._LOG_A_SLACK`).
 _LOG_A_SLACK = 1e-12
@@ -143,7 +145,7 @@ def _log_a_nodes(q: float, z: float) -> np.ndarray:
         tail_right = ((1.0 - alpha) * log_1q + alpha * (alpha - 1.0) / (2.0 * z * z)
                       + float(log_ndtr(-(length - alpha) / z)))
         tail_left = log_q_below + math.log(alpha - 1.0)
-        log_sum = float(logsumexp(np.concatenate([right, left, [tail_right, tail_left]])))
+        log_sum = float(logsumexp_rows(np.concatenate([right, left, [tail_right, tail_left]])[None, :])[0])
         log_a = math.log1p(math.exp(log_sum) * (1.0 + _REL_SLACK)) if log_sum < 700 else log_sum + _REL_SLACK
         out.append(log_a + _LOG_A_SLACK)
     return np.asarray(out)

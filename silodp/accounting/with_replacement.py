@@ -70,6 +70,8 @@ _STRIDE = 16
 _FINE_POINTS = 50_000
 #: Below this P[K >= 1] every draw is charged as releasing the record (delta += P[K >= 1]).
 _RARE = 1e-12
+#: Most grid points per side the certificate's losses may span (:func:`check_grid`).
+MAX_GRID = 4_000_000
 #: Relative raise of the computed curve (the log-space tails' round-off, a few ulps each).
 _SLACK = 1e-9
 
@@ -137,6 +139,41 @@ class Profile:
         return out * (1.0 + _SLACK)
 
 
+def _profile(z: float, m: int, n: int, h: float, bound: float) -> tuple[Profile, float, float]:
+    """The theorem's profile (multiplicities up to the binomial's 1 - e^bound quantile), the mass
+    past them (released) and the largest loss the PLD holds (the profile below e^bound beyond)."""
+    kmax = max(1, min(m, _binomial.isf(math.exp(bound), m, 1.0 / n)))
+    tail = float(_binomial.sf(kmax, m, 1.0 / n))  # released: infinite loss
+    weights = np.array([float(_binomial.pmf(k, m, 1.0 / n)) for k in range(kmax + 1)]) / (1.0 - tail)
+    profile = Profile(weights, 2.0 / z)
+    top = kmax * (2.0 / z) * (kmax * (2.0 / z) / 2.0 + math.sqrt(-2.0 * bound)) + 1.0  # the k_max walk's loss at its tail
+    top = min(top, pld.MAX_LOSS)
+    while top > h and float(profile(np.array([top / 2]))[0]) <= math.exp(bound):
+        top /= 2.0
+    return profile, tail, top
+
+
+def check_grid(noise_multiplier: float, sample_size: int, dataset_size: int, value_discretization_interval: float,
+               log_mass_truncation_bound: float = pld.LOG_TAIL_MASS) -> None:
+    """ValueError (naming ``noise_multiplier``) where the certificate's losses span more than
+    :data:`MAX_GRID` grid points per side (n 10, m 30, z 1: the largest loss 600, 6e6 points at
+    1e-4, about 10-16 s to build and far more to compose); the pld accountant asks it before
+    :func:`gaussian_pld` evaluates anything (so that one is not a candidate there: rdp and advanced
+    answer), a direct call of :func:`gaussian_pld` still builds it."""
+    z, m, n, h = float(noise_multiplier), int(sample_size), int(dataset_size), float(value_discretization_interval)
+    if n == 1:
+        top = 0.5 * (2.0 * m / z) ** 2 + 20.0 * (2.0 * m / z)  # one Gaussian at shift 2 m C, tails included
+    elif -math.expm1(m * math.log1p(-1.0 / n)) < _RARE:
+        return
+    else:
+        top = _profile(z, m, n, h, float(log_mass_truncation_bound))[2]
+    if top / h > MAX_GRID or top >= pld.MAX_LOSS:
+        raise ValueError(f"noise_multiplier: {z:g} with {m} draws with replacement from {n} records gives privacy "
+                         f"losses up to {top:.3g} ({top / h:.3g} grid points at value_discretization_interval {h:g}, "
+                         f"more than {MAX_GRID}): too many for the pld accountant; use a larger noise, 'rdp' or "
+                         "'advanced'")
+
+
 def gaussian_pld(noise_multiplier: float, sample_size: int, dataset_size: int,
                  value_discretization_interval: float = 1e-4,
                  log_mass_truncation_bound: float = pld.LOG_TAIL_MASS) -> pld.PrivacyLossDistribution:
@@ -154,14 +191,7 @@ def gaussian_pld(noise_multiplier: float, sample_size: int, dataset_size: int,
     drawn = -math.expm1(m * math.log1p(-1.0 / n))  # P[K >= 1], without cancellation
     if drawn < _RARE:  # too rare for the profile's arithmetic: a draw is charged as no privacy at all
         return pld.mixture([(1.0 - drawn, pld.identity(h, bound)), (drawn, pld.non_private(h, bound))])
-    kmax = max(1, min(m, _binomial.isf(math.exp(bound), m, 1.0 / n)))
-    tail = float(_binomial.sf(kmax, m, 1.0 / n))  # released: infinite loss
-    weights = np.array([float(_binomial.pmf(k, m, 1.0 / n)) for k in range(kmax + 1)]) / (1.0 - tail)
-    profile = Profile(weights, 2.0 / z)
-    top = kmax * (2.0 / z) * (kmax * (2.0 / z) / 2.0 + math.sqrt(-2.0 * bound)) + 1.0  # the k_max walk's loss at its tail
-    top = min(top, pld.MAX_LOSS)
-    while top > h and float(profile(np.array([top / 2]))[0]) <= math.exp(bound):
-        top /= 2.0
+    profile, tail, top = _profile(z, m, n, h, bound)
     curve = (lambda eps: (1.0 - tail) * profile(eps) + tail) if tail > 0 else profile
     stride = _STRIDE if top / h > _FINE_POINTS else 1  # a narrow range: every point (cheap)
     return pld.PrivacyLossDistribution(pld.symmetric_loss_pmf(curve, top, h, stride), None, bound)

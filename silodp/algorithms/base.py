@@ -1,4 +1,4 @@
-"""Shared machinery: the algorithm base class (parameters, calibration) and the per-run context
+"""Shared machinery: the algorithm base class (its Config, _run and plan) and the per-run context
 (randomness, minibatches, the Gaussian or shuffled channel, transcripts, metrics).
 
 Every silo message goes through :meth:`Context.send`, which draws the noise of all N silos in one
@@ -24,49 +24,63 @@ clip), over the batch weights; never from the algorithm's own say-so.
 from __future__ import annotations
 
 import dataclasses
-import math
-import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 
-from silodp.accounting.pvec import rotated_bound
-from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger, Sent, shuffle_invocations
+from silodp.accounting.releases import BatchSampling, GaussianRelease, ReleaseLedger
 
-from . import grads as _grads
+from . import plan as _plan
 from .config import OUTPUTS, AlgorithmConfig, own_fields  # noqa: F401  (OUTPUTS: re-exported)
 from .federation import BallsInBinsSampler, BatchSampler, Federation, SubsetSampler
-from .privacy import NoiseCalibration, TranscriptConfig
-from .release import gaussian_release
+from .privacy import TranscriptConfig
 from .result import RunResult
+
 if TYPE_CHECKING:
     from .problems import Problem
-from .shuffle import analyze, as_params, pvec_fast, randomize, rotate, rotation_signs, unrotate
 
-def _shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
-    """Binomial parameters per message group from one ``{g, b, p}`` for all groups, or a dict
-    keyed by group name (a calibration's ``shuffle``)."""
-    if "g" in raw:
-        return {g: as_params(raw) for g in groups}
-    unknown = sorted(set(raw) - set(groups))
-    if unknown or not raw:
-        raise ValueError(f"shuffle_params: need (g, b, p) per message group of {list(groups)}, got {sorted(raw)}")
-    return {g: as_params(raw[g]) for g in groups if g in raw}  # a group never sent needs none
+
+#: What the plan owns: a class that defines one of these (as the privacy hooks families used to
+#: override) is refused, since the plan, not the class, is what the run, the calibration and the
+#: certificate call (an override here would be silently ignored).
+PLAN_OWNED = ("declaration", "shuffle_declaration", "paper_noise", "noise_shape", "noise_transcript",
+              "transcript_signature", "noise_report", "transcript_config", "run_declaration", "resolve_noise",
+              "_validate", "sampling", "calibrate", "calibration_settings", "certify_noise", "targeted_epsilon",
+              "noise_details", "config_fields")
 
 
 class FederatedAlgorithm:
-    """Base class. Constructors only store parameters (validated by the class's :attr:`Config`,
-    one frozen dataclass per algorithm: :mod:`silodp.algorithms.config`); :meth:`run` does the work.
-    The shared parameters are :class:`~silodp.algorithms.config.AlgorithmConfig`'s; a family adds
-    its own in its ``Config`` (its CLI flags, grid keys and docs rows follow from them).
+    """Base class: an algorithm is its :attr:`Config`, its ``_run`` and its :attr:`Plan`.
+
+    A new algorithm writes (docs/architecture.md, "adding things"):
+
+    * ``name`` and ``Config``: its parameters, one frozen keyword-only dataclass
+      (:mod:`silodp.algorithms.config`; a field that changes what a silo releases is
+      ``param(transcript=True)``); constructors only store and validate them;
+    * ``_run(self, ctx, w)``: its rounds, public logic over what the channel ``ctx`` releases;
+    * ``declare_gaussian(cls, cfg, sigmas)`` (or, with ``Plan = ShufflePlan``,
+      ``declare_shuffle(cls, cfg, epsilon, delta)``): what one silo releases, next to ``_run``;
+      optionally ``paper_formula``, the paper's closed-form noise;
+    * ``Plan``: its release kind (:mod:`silodp.algorithms.plan`; default :class:`GaussianPlan`),
+      which holds the transcript, the declaration, the calibration, the certificate, the noise
+      report and the channel a run gets. A family with its own guarantees writes its own plan
+      (DP-SCAFFOLD: :class:`~silodp.algorithms.plan.ParticipationPlan`).
+
+    :meth:`run` is the driver (final): it validates, resolves the noise through the plan and runs
+    ``_run`` on the plan's channel. The other methods here are shortcuts to :attr:`plan`.
     """
 
     name: ClassVar[str] = ""
     #: the algorithm's parameters: a frozen, keyword-only dataclass validated in __post_init__
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
+    #: the privacy contract of its release kind (:mod:`silodp.algorithms.plan`)
+    Plan: ClassVar[type[_plan.Plan]] = _plan.GaussianPlan
+    #: ``cls.plan``: the class's plan; ``algo.plan``: the plan of this configured instance
+    plan = _plan.PlanOf()
+    #: whether the plan releases through the shuffler (read-only: set by ``Plan``)
+    shuffled = _plan.ShuffledOf()
     private: ClassVar[bool] = True
-    shuffled: ClassVar[bool] = False
     #: whether ``_run`` is correct on stacked trials (a ``[T, d]`` iterate: no per-run norms or
     #: picks; :mod:`silodp.verify.rates.trials`), stated by the class that defines ``_run`` (a
     #: subclass overriding ``_run`` states it anew: it does not inherit the claim)
@@ -77,15 +91,18 @@ class FederatedAlgorithm:
     default_replacement: ClassVar[bool] = True
     #: the calibration methods a target epsilon can be met with (``silodp noise --method``)
     calibration_methods: ClassVar[tuple[str, ...]] = ("tight", "paper")
-    #: the transcript dataclass of :meth:`transcript_config` and :meth:`noise_transcript` (a family
-    #: whose own ``param(transcript=True)`` fields the shared one lacks subclasses it; rebuilt from
-    #: plain data by silodp.experiments)
-    Transcript: ClassVar[type] = TranscriptConfig
+    #: the transcript dataclass of the plan: the shared :class:`TranscriptConfig` plus the
+    #: ``param(transcript=True)`` fields of :attr:`Config` it lacks, derived
+    #: (:func:`silodp.algorithms.plan.derived_transcript`; a class may name its own); rebuilt from
+    #: plain data by silodp.experiments
+    Transcript = _plan.TranscriptOf()
+    #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
+    paper_formula: ClassVar = None
     #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
     #: :data:`INSTRUMENTS_MODULE` (audit recordings, mutations) subclass it
     context_class: ClassVar[type | None] = None
 
-    def __init__(self, **params) -> None:
+    def __init__(self, **params: Any) -> None:
         config = type(self).Config
         names = {f.name for f in dataclasses.fields(config)}
         unknown = sorted(set(params) - names)
@@ -113,88 +130,20 @@ class FederatedAlgorithm:
         """The names of the parameters this family adds to the shared ones."""
         return tuple(f.name for f in own_fields(cls.Config))
 
-    # -- configuration -------------------------------------------------------------------------
     @property
     def uses_replacement(self) -> bool:
         return self.default_replacement if self.replacement is None else bool(self.replacement)
 
-    def config_fields(self, problem: Problem, federation: Federation) -> dict:
-        """Fields of :attr:`Transcript` for this run: the shared
-        ones, the problem's and the federation's, and the :attr:`Config` fields marked as entering
-        the transcript (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
-        shared = dict(
-            n=federation.min_size, rounds=int(self.rounds), batch_size=int(self.batch_size),
-            batch_size2=int(self.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
-            clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
-            silos_per_round=federation.silos_per_round, dimension=problem.dim,
-            replacement=self.uses_replacement, balls_in_bins=bool(self.balls_in_bins),
-        )
-        return {**shared, **self.config.transcript_fields(federation.min_size)}
+    @property
+    def picks_uniform(self) -> bool:
+        """Whether ``w_priv`` is a uniformly random iterate: the algorithm's own rule (``output``
+        None or "random", e.g. Alg 3 line 17) or the last iterate (``output="last"``, post-processing)."""
+        return self.uniform_output and self.output != "last"
 
-    #: Share of delta that random availability's floor of summed silos may charge (its tail).
-    availability_share: ClassVar[float] = 0.01
+    def eta(self, problem: Problem) -> float:
+        return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
 
-    def _summed_floor(self, cfg: TranscriptConfig, federation) -> dict:
-        """Shuffle-DP under random availability (Assumption 6): declare the fewest silos whose
-        messages are summed, :func:`silodp.accounting.distributed.availability_floor` over every
-        invocation with tail :attr:`availability_share` delta, charged to delta; under secure
-        aggregation, its reconstruction threshold (no sum of fewer is revealed: nothing charged);
-        {} otherwise."""
-        if not (self.shuffled and self.private):
-            return {}
-        if federation.reconstruction_threshold is not None:
-            return {"silos_per_round": federation.reconstruction_threshold, "charged_delta": 0.0}
-        if federation.availability != "random":
-            return {}
-        from silodp.accounting.distributed import availability_floor
-
-        delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
-        draws = sum(r.count for r in self.declare_shuffle(cfg, None, None))
-        floor, charge = availability_floor(federation.num_silos, federation.silos_per_round, max(draws, 1),
-                                           self.availability_share * delta)
-        return {"silos_per_round": floor, "charged_delta": charge}
-
-    def transcript_config(self, problem: Problem, federation: Federation) -> TranscriptConfig:
-        cfg = self.Transcript(**self.config_fields(problem, federation))
-        return dataclasses.replace(cfg, **self._summed_floor(cfg, federation))
-
-    # -- what one silo releases (declared next to _run; see the module docstring) ---------------
-    @staticmethod
-    def sampling(cfg: TranscriptConfig) -> BatchSampling:
-        """Minibatches of :class:`~silodp.algorithms.federation.BatchSampler`: i.i.d. draws, or
-        disjoint batches through one permutation per epoch; or balls-in-bins batches
-        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
-        if getattr(cfg, "balls_in_bins", False):
-            return BatchSampling.BALLS_IN_BINS
-        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
-
-    @staticmethod
-    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: TranscriptConfig,
-                 sampling: BatchSampling | None = None) -> GaussianRelease:
-        """``count`` messages of ``group`` with noise std ``sigma`` over per-record contributions of
-        norm <= ``contribution`` (clip over the batch size): noise multiplier sigma / contribution."""
-        how = sampling or FederatedAlgorithm.sampling(cfg)
-        return GaussianRelease(group, count, float(sigma) / contribution, how, batch_size, cfg.n)
-
-    @classmethod
-    def declaration(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
-        """What one silo releases over the whole run, one release per message group: Gaussian
-        messages given the noise standard deviations ``sigmas`` (keys :attr:`noise_keys`;
-        :meth:`declare_gaussian`), or shuffle-protocol invocations given the budgets
-        ``{"epsilon", "delta"}`` (:meth:`shuffle_declaration`). A non-private algorithm
-        releases its messages without noise."""
-        if not cls.private:
-            return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in cls.message_groups]
-        if cls.shuffled:
-            return cls.shuffle_declaration(cfg, sigmas)
-        missing = [k for k in cls.noise_keys if k not in sigmas]
-        if missing:
-            raise ValueError(f"sigmas for {cls.name} must contain {cls.noise_keys}, missing {missing}")
-        bad = [(k, v) for k, v in sigmas.items() if not float(v) >= 0]
-        if bad:
-            raise ValueError(f"sigmas: must be >= 0, got {bad}")
-        return cls.declare_gaussian(cfg, {k: float(v) for k, v in sigmas.items()})
-
+    # -- what a family writes beside _run ------------------------------------------------------
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict) -> list:
         """The Gaussian releases of one silo (each algorithm declares its own)."""
@@ -207,187 +156,75 @@ class FederatedAlgorithm:
         raise NotImplementedError(f"{cls.__name__} declares no shuffle invocations")
 
     @classmethod
-    def shuffle_declaration(cls, cfg: TranscriptConfig, budgets: dict | None, params: dict | None = None) -> list:
-        """:meth:`declare_shuffle` in ``cfg.dimension`` coordinates: the paper's per-invocation budgets
-        (``budgets``: the target ``{"epsilon", "delta"}``; None: the structure only), the deltas,
-        where all the invocations a record can enter would spend more than ``budgets["delta"]``
-        (the paper's budgets assume each record is used once), shrunk so that they spend half of it.
-        With ``params`` (per group (g, b, p, rotate)) attached, each invocation's epsilon is what
-        those parameters certify at its delta for one message
-        (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
-        :func:`~silodp.accounting.releases.releases_event` stays sound."""
-        plan = cls.declare_shuffle(cfg, budgets["epsilon"] if budgets else None, budgets["delta"] if budgets else None)
-        return shuffle_invocations(plan, cfg.dimension, budgets["delta"] if budgets else None, params)
+    def sampling(cls, cfg: Any) -> BatchSampling:
+        """The batch sampling of the class's minibatches (:meth:`Plan.sampling <silodp.algorithms.plan.Plan.sampling>`)."""
+        return cls.plan.sampling(cfg)
 
-    #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
-    paper_formula: ClassVar = None
+    @staticmethod
+    def gaussian(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: Any,
+                 sampling: BatchSampling | None = None) -> GaussianRelease:
+        """``count`` messages of ``group`` with noise std ``sigma`` over per-record contributions of
+        norm <= ``contribution`` (clip over the batch size): noise multiplier sigma / contribution."""
+        how = sampling or FederatedAlgorithm.sampling(cfg)
+        return GaussianRelease(group, count, float(sigma) / contribution, how, batch_size, cfg.n)
+
+    # -- shortcuts to the plan (silodp.algorithms.plan holds the contract) ----------------------
+    @classmethod
+    def declaration(cls, cfg: Any, sigmas: dict) -> list:
+        """:meth:`Plan.declaration <silodp.algorithms.plan.Plan.declaration>`: what one silo
+        releases given the noise ``sigmas`` (shuffle-DP: the budgets ``{"epsilon", "delta"}``)."""
+        return cls.plan.declaration(cfg, sigmas)
 
     @classmethod
-    def paper_noise(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
-        """The paper's closed-form noise (:attr:`paper_formula`; ValueError where the paper gives none)."""
-        if cls.paper_formula is None:
-            raise ValueError(f"the paper gives no closed-form noise for {cls.name!r}; use method='tight'")
-        return {k: float(v) for k, v in cls.paper_formula(cfg, epsilon, delta).items() if k in cls.noise_keys}
+    def shuffle_declaration(cls, cfg: Any, budgets: dict | None, params: dict | None = None) -> list:
+        """:meth:`ShufflePlan.shuffle_declaration <silodp.algorithms.plan.ShufflePlan.shuffle_declaration>`."""
+        return cls.plan.shuffle_declaration(cfg, budgets, params)
 
     @classmethod
-    def noise_shape(cls, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
-        """The noise *shape* a tight calibration scales: the paper's, else each message's
-        contribution bound (noise multiplier 1 at scale 1)."""
-        try:
-            return cls.paper_noise(cfg, epsilon, delta)
-        except ValueError:
-            return {"sigma": cfg.clip / cfg.batch_size}
-
-    # -- the transcript without a run (silodp noise --algorithm) --------------------------------
-    @classmethod
-    def noise_transcript(cls, values: dict) -> TranscriptConfig:
-        """The :attr:`Transcript` of ``values`` (its field names: ``n``, ``rounds``, ..., and the
-        :attr:`Config` fields that enter it); values it has no field for are ignored."""
-        names = {f.name for f in dataclasses.fields(cls.Transcript)}
-        return cls.Transcript(**{k: v for k, v in values.items() if k in names})
+    def noise_shape(cls, cfg: Any, epsilon: float, delta: float) -> dict:
+        """The noise shape a tight calibration scales."""
+        return cls.plan.noise_shape(cfg, epsilon, delta)
 
     @classmethod
-    def transcript_signature(cls, cfg: TranscriptConfig) -> str:
-        """What ``cfg`` determines for this class (its declaration and reference noise): a field
-        that moves it applies to the class (``silodp noise --algorithm`` refuses the others)."""
-        out = repr(cls.shuffle_declaration(cfg, {"epsilon": 1.0, "delta": 1e-5}) if cls.shuffled
-                   else cls.declaration(cfg, {k: 1.0 for k in cls.noise_keys}))
-        try:
-            return out + repr(cls.noise_shape(cfg, 1.0, 1e-5))
-        except ValueError as exc:
-            return out + str(exc)
+    def noise_transcript(cls, values: dict) -> Any:
+        """The transcript of ``values`` without a run (``silodp noise --algorithm``)."""
+        return cls.plan.noise_transcript(values)
 
     @classmethod
-    def noise_report(cls, cfg: TranscriptConfig, epsilon: float, delta: float, method: str = "both",
+    def transcript_signature(cls, cfg: Any) -> str:
+        """What ``cfg`` determines for this class (``silodp noise --algorithm`` refuses flags that move nothing)."""
+        return cls.plan.transcript_signature(cfg)
+
+    @classmethod
+    def noise_report(cls, cfg: Any, epsilon: float, delta: float, method: str = "both",
                      accountant: str | None = None) -> dict:
-        """The noise for (``epsilon``, ``delta``) as plain data: ``method`` "tight" | "paper", or
-        "both" (:func:`silodp.algorithms.privacy.paper_vs_tight`)."""
-        from .privacy import calibrate_algorithm, paper_vs_tight
+        """The noise for (``epsilon``, ``delta``) as plain data (``silodp noise --algorithm``)."""
+        return cls.plan.noise_report(cfg, epsilon, delta, method, accountant)
 
-        if method == "both":
-            return paper_vs_tight(cls, cfg, epsilon, delta, accountant)
-        cal = calibrate_algorithm(cls, cfg, epsilon, delta, method, accountant)
-        return {"algorithm": cal.algorithm, "method": cal.method, "sigmas": cal.sigmas, "epsilon": cal.epsilon,
-                "delta": cal.delta, "accountant": cal.accountant, "shuffle": cal.shuffle}
+    def transcript_config(self, problem: Problem, federation: Federation) -> Any:
+        """The transcript of a run on ``problem`` and ``federation``."""
+        return self.plan.transcript_config(problem, federation)
 
     def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""
-        if not self.private:
-            return None
-        cfg = self.transcript_config(problem, federation)
-        if self.shuffled:
-            return self.shuffle_declaration(cfg, None, {g: p.key() for g, p in shuffle.items()})
-        return self.declaration(cfg, sigmas)
-
-    def _validate(self, problem, federation) -> None:
-        """The checks that need the problem and the federation (the rest: :attr:`Config`, again,
-        as parameters may have been set after construction)."""
-        self.config  # noqa: B018  (validates the current parameters)
-        if self.step_size is None and problem.beta is None:
-            raise ValueError("step_size: required when the problem has no smoothness constant beta")
-        if self.private and problem.clip is None:
-            raise ValueError("clip: private algorithms need a finite per-sample clip (the Lipschitz bound L)")
-        if self.private and not self.shuffled and self.sigmas is None and self.epsilon is None:
-            raise ValueError("epsilon: private algorithms need a target epsilon or explicit sigmas")
-        if self.shuffled and self.shuffle_params is None and self.epsilon is None:
-            raise ValueError("epsilon: shuffle algorithms need a target epsilon or explicit shuffle_params")
-        if self.w0 is not None and tuple(self.w0.shape) != (problem.dim,):
-            raise ValueError(f"w0: must have shape ({problem.dim},), got {tuple(self.w0.shape)}")
-
-    @property
-    def picks_uniform(self) -> bool:
-        """Whether ``w_priv`` is a uniformly random iterate: the algorithm's own rule (``output``
-        None or "random", e.g. Alg 3 line 17) or the last iterate (``output="last"``, post-processing)."""
-        return self.uniform_output and self.output != "last"
-
-    def eta(self, problem: Problem) -> float:
-        return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
+        return self.plan.run_declaration(problem, federation, sigmas, shuffle)
 
     def resolve_noise(self, problem: Problem, federation: Federation) -> tuple[dict, float | None, float | None, dict | None]:
         """``(sigmas, epsilon, delta, shuffle)`` for this run: explicit, calibrated or non-private."""
-        return self._resolve(problem, federation)[:4]
+        return self.plan.resolve(problem, federation)[:4]
 
-    def _resolve(self, problem, federation) -> tuple:
-        """:meth:`resolve_noise` and the run's :meth:`noise_details`."""
-        if not self.private:
-            return {k: 0.0 for k in self.noise_keys}, math.inf, None, None, {}
-        explicit = self.shuffle_params if self.shuffled else self.sigmas
-        if explicit is not None:
-            sigmas, eps, delta, shuffle = self._certify_explicit(problem, federation, explicit)
-            return sigmas, eps, delta, shuffle, self.noise_details(self.transcript_config(problem, federation),
-                                                                   sigmas, None)
-        cfg = self.transcript_config(problem, federation)
-        delta = self.delta if self.delta is not None else 1.0 / federation.min_size ** 2
-        cal = self.calibrate(cfg, float(self.epsilon), float(delta))
-        shuffle = None
-        if self.shuffled:
-            shuffle = _shuffle_groups(cal.shuffle, self.message_groups)
-        sigmas = dict(cal.sigmas)
-        return sigmas, float(cal.epsilon), float(cal.delta), shuffle, self.noise_details(cfg, sigmas, cal)
+    def _validate(self, problem: Problem, federation: Federation) -> None:
+        """The checks that need the problem and the federation (:meth:`Plan.validate <silodp.algorithms.plan.Plan.validate>`)."""
+        self.plan.validate(problem, federation)
 
-    def calibrate(self, cfg: TranscriptConfig, epsilon: float, delta: float) -> NoiseCalibration:
-        """The noise of this run at the target (``epsilon``, ``delta``): the class's declaration
-        calibrated by :func:`silodp.algorithms.privacy.calibrate_algorithm` with this run's
-        ``calibration`` and ``accountant`` (a family with its own guarantees overrides this)."""
-        from .privacy import calibrate_algorithm
-
-        return calibrate_algorithm(type(self), cfg, epsilon, delta, method=self.calibration,
-                                   accountant=self.accountant)
-
-    def calibration_settings(self) -> dict:
-        """The parameters besides the transcript, the target and ``calibration`` that
-        :meth:`calibrate` and :meth:`certify_noise` read (none by default): silodp.experiments
-        shares one calibration between the runs that agree on them."""
-        return {}
-
-    def certify_noise(self, cfg: TranscriptConfig, sigmas: dict, delta: float) -> float:
-        """What Gaussian noise ``sigmas`` (keys :attr:`noise_keys`) certifies at ``delta``: the
-        declaration by :func:`silodp.algorithms.privacy.certify` with this run's ``accountant``
-        (the tightest when None)."""
-        from .privacy import certify
-
-        return certify(type(self), cfg, sigmas, delta, self.accountant)[0]
-
-    def targeted_epsilon(self, cfg: TranscriptConfig, sigmas: dict, delta: float, certified: float) -> float:
-        """The guarantee a target epsilon was met for by noise ``sigmas`` whose certificate is
-        ``certified``: the certificate itself (a family calibrating toward another observer overrides)."""
-        return certified
-
-    def noise_details(self, cfg: TranscriptConfig, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
-        """Family-specific facts about the noise that ran (``RunResult.details``; ``silodp run``
-        prints them): the calibration's ``details``, {} by default."""
-        return {} if calibration is None else dict(calibration.details)
-
-    def _certify_explicit(self, problem, federation, explicit: dict):
-        """Explicit ``sigmas`` / ``shuffle_params``: the certificate is what they certify (by the
-        accountant chosen, else the tightest), at ``delta`` (default 1 / n^2), never the request's
-        ``epsilon``; a run whose parameters certify more than a requested ``epsilon`` warns."""
-        from .privacy import certify_shuffle
-
-        delta = float(self.delta) if self.delta is not None else 1.0 / federation.min_size ** 2
-        if self.shuffled:
-            shuffle = _shuffle_groups(explicit, self.message_groups)
-            sigmas = {}
-            eps, _ = certify_shuffle(type(self), self.transcript_config(problem, federation),
-                                     {g: p.key() for g, p in shuffle.items()}, delta, self.accountant, self.epsilon)
-        else:
-            missing = [k for k in self.noise_keys if k not in explicit]
-            if missing:
-                raise ValueError(f"sigmas: missing keys {missing} (need {list(self.noise_keys)})")
-            bad = [k for k in self.noise_keys if not float(explicit[k]) >= 0]
-            if bad:
-                raise ValueError(f"sigmas: must be >= 0, got {[(k, explicit[k]) for k in bad]}")
-            sigmas, shuffle = {k: float(explicit[k]) for k in self.noise_keys}, None
-            eps = self.certify_noise(self.transcript_config(problem, federation), sigmas, delta)
-        if self.epsilon is not None and not eps <= float(self.epsilon) * (1 + 1e-9):
-            warnings.warn(f"{self.name}: the explicit noise certifies epsilon {eps:.6g} at delta {delta:.3g}, "
-                          f"above the requested {float(self.epsilon):.6g}", stacklevel=3)
-        return sigmas, float(eps), delta, shuffle
-
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "run" in cls.__dict__:
             raise TypeError(f"{cls.__name__}: run is the channel's verb and cannot be overridden; implement _run")
+        owned = sorted(set(cls.__dict__) & set(PLAN_OWNED))
+        if owned:
+            raise TypeError(f"{cls.__name__}: {owned} belong to the plan (silodp.algorithms.plan); "
+                            "write a Plan subclass and set Plan = ... on the class")
 
     # -- the verb ------------------------------------------------------------------------------
     def run(self, problem: Problem, federation: Federation, seed: int = 0, replay: RunResult | None = None,
@@ -398,8 +235,9 @@ class FederatedAlgorithm:
         aggregates replace this run's (see the module docstring). ``callback(round, w)`` is
         called after every round (progress bars).
         """
+        plan = self.plan
         self._validate(problem, federation)
-        sigmas, epsilon, delta, shuffle, details = self._resolve(problem, federation)
+        sigmas, epsilon, delta, shuffle, details = plan.resolve(problem, federation)
         kind = self.context_class or Context
         if not (isinstance(kind, type) and issubclass(kind, Context)):
             raise ValueError(f"context_class: must be Context or an instrument of {INSTRUMENTS_MODULE}, got {kind!r}")
@@ -413,10 +251,11 @@ class FederatedAlgorithm:
                          ctx._entries, self.get_params(), ctx._ledger.sent,
                          None if self.epsilon is None else float(self.epsilon), details)
 
-    def _run(self, ctx: "Context", w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:  # pragma: no cover
         """The algorithm's rounds: batches, terms and sends through ``ctx``; returns the last
         iterate (a function of released values and public state only)."""
         raise NotImplementedError
+
 
 
 class Term:
@@ -454,17 +293,16 @@ class Batch:
 #: Context subclasses may only be declared in this module (the audit, trial and mutation
 #: instruments); an algorithm cannot bring its own channel.
 INSTRUMENTS_MODULE = "silodp.verify.instruments"
-#: Instruments whose releases are not checked against the declaration: the deliberately broken
-#: variants of :mod:`silodp.verify.audit.mutations`, which the audits must catch on their own.
-_UNCHECKED: set = set()
 
 
 def _unchecked_instrument(cls: type) -> type:
     """Test-only hook (used by :mod:`silodp.verify.instruments` for the audit's mutations): runs
-    through the instrument ``cls`` are not checked against the declaration."""
+    through the instrument ``cls`` itself (not its subclasses) are not checked against the
+    declaration: the deliberately broken variants of :mod:`silodp.verify.audit.mutations`, which
+    the audits must catch on their own. The mark is the class's own attribute (no module state)."""
     if not (isinstance(cls, type) and issubclass(cls, Context) and cls.__module__ == INSTRUMENTS_MODULE):
         raise TypeError("only the audit instruments of silodp.verify.instruments may run unchecked")
-    _UNCHECKED.add(cls)
+    cls._unchecked_by = cls
     return cls
 
 
@@ -476,7 +314,8 @@ class Context:
     :class:`Term`) and sends them (:meth:`send`), receiving only noised releases; offsets must be
     values the channel released. Public state: :attr:`num_silos`, :attr:`min_size`, :attr:`clip`,
     :attr:`beta`, :attr:`dtype`, :attr:`eta`, :attr:`sigmas`, :attr:`iterates`. Gaussian and shuffle
-    releases go through :meth:`send`, which dispatches on the algorithm's kind.
+    releases go through :meth:`send`, through the channel its algorithm's plan gives it
+    (:class:`~silodp.algorithms.plan.GaussianChannel` or :class:`~silodp.algorithms.plan.ShuffleChannel`).
 
     Instruments (stacked trials, audit recordings, mutations) subclass it in
     :data:`INSTRUMENTS_MODULE` only, overriding the narrow hooks ``_expand``, ``_scale``,
@@ -491,7 +330,8 @@ class Context:
 
     def __init__(self, algo, problem, federation, seed, sigmas, shuffle, replay):
         self._algo, self._problem, self._fed = algo, problem, federation
-        self._checked = type(self) not in _UNCHECKED
+        self._checked = getattr(type(self), "_unchecked_by", None) is not type(self)
+        self._channel = algo.plan.channel()
         declared = self._declaration(algo, problem, federation, sigmas, shuffle) if self._checked else None
         self._ledger = ReleaseLedger(declared)
         self._gen = torch.Generator().manual_seed(seed)
@@ -564,7 +404,7 @@ class Context:
         if subset:
             out = SubsetSampler(self._fed.mask, batch_size, self._gen)
         elif getattr(self._algo, "balls_in_bins", False) and replacement is None:
-            if self._algo.shuffled:
+            if not self._channel.balls_in_bins:
                 raise ValueError("balls_in_bins: shuffle-DP algorithms declare their own batches (Gaussian algorithms only)")
             out = BallsInBinsSampler(self._fed.counts, max(1, self._fed.min_size // int(batch_size)), self._gen,
                                      expected_size=int(batch_size))
@@ -614,20 +454,10 @@ class Context:
     def _clip_terms(self, data: Batch, w, w_old, diff_clip):
         """(values, bound): the weighted sums ``[N, d]`` (Gaussian channel, ghost clipping) or the
         per-sample vectors ``[N, K, d]``, and each per-record term's l2 bound."""
-        x, y, weights = data._x, data._y, data._weights
-        clip, problem = self._problem.clip, self._problem
+        clip = self._problem.clip
         w, w_old, dc = self._expand(w), self._expand(w_old), self._scale(diff_clip)
         bound = diff_clip if diff_clip is not None else (None if clip is None else (2 * clip if w_old is not None else clip))
-        if not self._algo.shuffled:
-            if w_old is None:
-                return _grads.clipped_grad_sum(problem, w, x, y, weights, clip, self._algo.grad_method), bound
-            return _grads.clipped_diff_sum(problem, w, w_old, x, y, weights, clip, dc, self._algo.grad_method), bound
-        out = _grads.clipped_per_sample(problem, w, x, y, clip)
-        if w_old is not None:
-            out = out - _grads.clipped_per_sample(problem, w_old, x, y, clip)
-            if dc is not None:
-                out = _grads.clip_rows(out, dc)
-        return out, bound
+        return self._channel.terms(self, data, w, w_old, dc, self._algo.grad_method), bound
 
     def _expand(self, w):
         """The query point of every silo (stacked trials: one per trial, repeated per silo)."""
@@ -657,28 +487,12 @@ class Context:
         if offset is not None and self._released.get(id(offset)) is not offset:
             raise ValueError(f"offset of group {group!r}: must be a value this channel released")
         data = term._batch
-        weights, idx = data._weights, data._idx
+        idx = data._idx
         a = avail.to(self._fed.x.device, self._fed.x.dtype)
         std = self._noise_std(group, term, std)
-        messages = int(((weights > 0).to(a.dtype) * a[:, None]).sum()) if self._algo.shuffled else 0
-        self._record(group, data, std, term.bound, messages)
+        self._record(group, data, std, term.bound, self._channel.messages(data._weights, a))
         replayed = self._next_replay(group)
-        if self._algo.shuffled:
-            bound = torch.clamp(term.bound, min=1e-12) if isinstance(term.bound, torch.Tensor) else max(term.bound, 1e-12)
-            agg, messages = self._shuffle_aggregate(group, values, weights, a, bound)
-            if offset is not None:
-                agg = agg + self._offset_mean(offset, a)
-            released = None
-        else:
-            mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
-            scale = self._scale(std) if isinstance(std, torch.Tensor) else float(std)
-            noise = torch.randn(mean.shape, generator=self._noise_generator(), dtype=mean.dtype).to(mean.device) * scale
-            # the primitive: offset + (term + noise) in float64, refused unless finite
-            messages = gaussian_release(mean, scale, None, None if offset is None else self._per_silo_offset(offset),
-                                        noise=noise).to(mean.dtype)
-            released = replayed["messages"] if replayed is not None else messages
-            agg = self._aggregate(released, a)
-            self._released[id(released)] = released
+        agg, released, messages = self._channel.release(self, group, values, term, a, std, offset, replayed)
         if replayed is not None:
             agg = replayed["aggregate"]
         self._released[id(agg)] = agg
@@ -712,21 +526,7 @@ class Context:
         Noise multiplier: ``std`` over the contribution bound, the term's l2 bound times the
         largest batch weight (the smallest multiplier over silos and stacked runs). Shuffle: the
         protocol parameters (g, b, p, rotate) and the ``messages`` summed."""
-        batch = data.size  # the full data: min_size; a balls-in-bins batch: its expected size
-        if self._algo.shuffled:
-            p = self._shuffle[group]
-            sent = Sent(group, data.sampling, batch, self._fed.min_size, params=p.key(), messages=messages)
-        else:
-            z = math.inf
-            if self._ledger.declaration is not None or bound is not None:
-                if bound is None:
-                    raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
-                weight = float(data._weights.max())
-                contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
-                ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
-                z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
-            sent = Sent(group, data.sampling, batch, self._fed.min_size, noise_multiplier=z)
-        self._ledger.record(sent)
+        self._ledger.record(self._channel.sent(self, group, data, std, bound, messages))
 
     def _next_replay(self, group):
         if self._replay is None:
@@ -746,27 +546,8 @@ class Context:
         return est / int(sent.sum()), view
 
     def _pvec(self, term, bound, params, sent):
-        """P_vec's estimate of the sum of the rows of ``term`` that ``sent`` selects, rotated first
-        when ``params.rotate`` (the range becomes :func:`silodp.accounting.pvec.rotated_bound`);
-        returns (estimate, the analyzer's view or None). The view, recorded in the transcript, is
-        the per-coordinate totals of ones (of the rotated coordinates): all that the shuffled
-        labelled bits of :func:`silodp.algorithms.shuffle.pvec_messages` reveal; no per-message
-        count is kept."""
-        n_msgs = int(sent.sum())
-        d = term.shape[-1]
-        if params.rotate:
-            signs = rotation_signs(d, self._gen, term.dtype)
-            term, bound = rotate(term, signs), rotated_bound(float(bound), d)
-        totals = None
-        if self._entries is None:
-            est = pvec_fast(term, bound, params, self._gen, weights=sent)
-        else:
-            counts = randomize(term, bound, params, self._gen)  # what each silo sends (never kept)
-            totals = (counts.to(torch.float64) * sent.to(torch.float64).unsqueeze(-1)).sum((0, 1))
-            est = analyze(totals, n_msgs, bound, params).to(term.dtype)
-        if params.rotate:
-            est = unrotate(est, signs, d)
-        return est, totals
+        """P_vec on the rows of ``term`` that ``sent`` selects (:meth:`silodp.algorithms.plan.ShuffleChannel.pvec`)."""
+        return _plan.ShuffleChannel.pvec(self, term, bound, params, sent)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def end_round(self, w: torch.Tensor, keep_iterate: bool = False) -> None:

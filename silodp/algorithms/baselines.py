@@ -28,6 +28,9 @@ class IsrlMBSGD(IsrlProxSGD):
 
     name = "isrl-mb-sgd"
     default_replacement = True
+    #: what a silo service computes for this family (:mod:`silodp.service`): message kind -> the
+    #: noise key of its std (declared on the class itself: a subclass opts in again)
+    silo_noise = {"grad": "sigma"}
     paper_formula = None  # Thm E.1 is Alg 6's (disjoint batches)
 
 

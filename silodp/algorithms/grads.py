@@ -229,9 +229,127 @@ def _chunks(problem, x: torch.Tensor):
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
+def _scalar_mlp(model) -> bool:
+    """Whether :func:`_scalar_mlp_sum` applies: ``Linear(d, H) - ReLU - Linear(H, 1)`` (a one-hidden-
+    layer MLP with one output, e.g. the paper's logistic MLP) through the model's own forward."""
+    layers = model.layers
+    return (_is_mlp(model) and len(layers) == 3 and isinstance(layers[0], Linear) and isinstance(layers[1], ReLU)
+            and isinstance(layers[2], Linear) and layers[2].out_features == 1)
+
+
+def _output_grad(problem, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``d loss / d z`` of each record for one output ``z [n, k, 1]`` -> ``[n, k]``: the logistic
+    loss's written out (``softplus'(z) - y``, the same operations autograd runs, bit for bit), any
+    other loss by autograd."""
+    if problem.loss == "logistic":
+        z = z[..., 0]
+        return torch.ops.aten.softplus_backward(torch.ones_like(z), z, 1, 20) - y
+    z = z.detach().requires_grad_(True)
+    with torch.enable_grad():
+        (g,) = torch.autograd.grad(_loss(problem, z, y).sum(), z)
+    return g[..., 0]
+
+
+def _scalar_point(problem, w, x, y):
+    """One point of :func:`_scalar_mlp_sum`: ``(h, m, g, w2, sq)``, the hidden activations
+    ``h [n, k, H]``, their ReLU mask ``m`` (0 / 1), the loss's derivative ``g [n, k]`` at the output,
+    the output weights ``w2 [1 or n, H]`` and the per-record squared gradient norm ``sq [n, k]``
+    (``||x||^2`` from ``xsq``); one matrix product for every silo when they share one iterate."""
+    model = problem.model
+    n, k, d = x.shape
+    hidden = model.layers[0].out_features
+    shared = w.shape[0] == 1 or w.stride(0) == 0  # one iterate for every silo: one matrix product
+    W1, b1 = model.params(w[:1] if shared else w, 0)
+    W2, b2 = model.params(w[:1] if shared else w, 2)
+    w2 = W2[:, 0]  # [1 or n, H]
+    if shared:
+        h = torch.addmm(b1[0], x.reshape(n * k, d), W1[0].t()).view(n, k, hidden)
+        z = torch.addmv(b2[0], h.relu_().view(n * k, hidden), w2[0]).view(n, k, 1)
+    else:
+        h = torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2)).relu_()
+        z = torch.baddbmm(b2.unsqueeze(1), h, W2.transpose(1, 2))
+    g = _output_grad(problem, z, y)
+    m = torch.sign(h)  # [h > 0] as 0 / 1 (h >= 0)
+    hid_sq = (m.view(n * k, hidden) @ w2[0].square()).view(n, k) if shared else \
+        torch.bmm(m, w2.square().unsqueeze(-1))[..., 0]
+    return h, m, g, w2, hid_sq
+
+
+def _scalar_mlp_sum(problem, w, x, y, weights, clip) -> torch.Tensor | None:
+    """The clipped sum of a scalar-output one-hidden-layer MLP (:func:`_scalar_mlp`), by the
+    structure of its gradient, in one forward pass and two matrix products per silo; None where a
+    record's squared norm is not finite (the caller then takes the general path, which masks the
+    record or norms it in the log domain).
+
+    With ``h = relu(x W1^T + b1)``, ``z = h . w2 + b2`` and ``g = dloss/dz`` (a scalar per record),
+    the hidden layer's output gradient is ``g (w2 * m)``, ``m = [h > 0]``, so (ghost clipping, Li et
+    al. 2022, arXiv:2110.05679, Sec. 4, per layer ``||a|| ||g||``) the record's squared gradient norm
+    is ``g^2 ((||x||^2 + 1) (m . w2^2) + ||h||^2 + 1)`` without forming the hidden gradients, and
+    with ``s = weight * c * g`` (``c`` the clip factor folded into the scalar) the sums are
+    ``grad W1 = w2 * (x^T (s m))``, ``grad b1 = w2 * sum s m``, ``grad w2 = sum s h``,
+    ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference)."""
+    h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
+    sq = g.square() * ((_sqnorm(x) + 1.0) * hid_sq + _sqnorm(h) + 1.0)
+    if not bool(torch.isfinite(sq).all()):
+        return None
+    s = clip_factors(sq, clip) * weights * g  # [n, k]
+    sm = m.mul_(s.unsqueeze(-1))  # s m, in place of the mask
+    return _scalar_assemble(problem, w, x, torch.bmm(s.unsqueeze(1), h)[:, 0], s.sum(1, keepdim=True), sm, w2)
+
+
+def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None) -> torch.Tensor:
+    """The flat ``[n, d]`` sums of the scalar MLP: the output layer's ``(gw2, gb2)`` and the hidden
+    layer's from ``sm [n, k, H]`` (its per-record output gradients, weighted; times ``w2`` per
+    hidden unit when given): ``grad W1 = x^T sm``, ``grad b1 = sum sm``."""
+    model = problem.model
+    n = x.shape[0]
+    out = torch.empty(n, model.dim, dtype=w.dtype, device=w.device)
+    (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
+    out[:, sw2], out[:, sb2] = gw2, gb2
+    gb1, gw1 = sm.sum(1), torch.bmm(x.transpose(1, 2), sm)  # [n, H], [n, d, H]
+    if w2 is not None:
+        gb1, gw1 = gb1 * w2, gw1 * w2.unsqueeze(1)
+    out[:, sb1] = gb1
+    out[:, sw1] = gw1.transpose(1, 2).reshape(n, -1)
+    return out
+
+
+def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor | None:
+    """:func:`_ghost_diff` for the scalar MLP of :func:`_scalar_mlp`; None where a record is not
+    finite at either point (the general path then drops it). Both points see the same records, so
+    with ``u = c1 g1``, ``v = c0 g0`` (clip factor times the output derivative, per point) a record's
+    difference of clipped gradients is, in the hidden layer, ``delta x~^T`` with
+    ``delta = u (w2_1 * m1) - v (w2_0 * m0)`` and ``x~ = (x, 1)``, and in the output layer
+    ``(eps, u - v)`` with ``eps = u h1 - v h0``: its squared norm is
+    ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2``, each term formed from the difference
+    itself (no cancellation of two large norms), and the clipped sum is one matrix product per
+    silo, ``x^T (e delta)``, ``e`` the weight times the difference's clip factor."""
+    h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y)
+    h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y)
+    xsq = _sqnorm(x) + 1.0
+    sq1 = g1.square() * (xsq * hid1 + _sqnorm(h1) + 1.0)
+    sq0 = g0.square() * (xsq * hid0 + _sqnorm(h0) + 1.0)
+    u, v = clip_factors(sq1, clip) * g1, clip_factors(sq0, clip) * g0
+    delta = m1.mul_((u.unsqueeze(-1) * w2_1.unsqueeze(1))).sub_(m0.mul_(v.unsqueeze(-1) * w2_0.unsqueeze(1)))
+    eps = h1.mul_(u.unsqueeze(-1)).sub_(h0.mul_(v.unsqueeze(-1)))
+    db = u - v
+    sq = _sqnorm(delta) * xsq + _sqnorm(eps) + db.square()
+    if not (bool(torch.isfinite(sq1).all()) and bool(torch.isfinite(sq0).all()) and bool(torch.isfinite(sq).all())):
+        return None
+    e = weights if dc is None else clip_factors(sq, dc) * weights
+    e3 = e.unsqueeze(-1)
+    return _scalar_assemble(problem, w, x, (eps * e3).sum(1), (db * e).sum(1, keepdim=True), delta.mul_(e3))
+
+
 def _ghost(problem, w, x, y, weights, clip):
     parts = []
+    scalar = _scalar_mlp(problem.model)
     for sl in _chunks(problem, x):
+        if scalar:
+            part = _scalar_mlp_sum(problem, w[sl], x[sl], y[sl], weights[sl], clip)
+            if part is not None:
+                parts.append(part)
+                continue
         index, terms, c, _ = _point(problem, w[sl], x[sl], y[sl], clip)
         c = c * weights[sl]
         parts.append(_assemble(problem, c.shape[0], w, index, [t.summed(c) for t in terms]))
@@ -245,7 +363,15 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
     (:meth:`_LayerTerms.diff_log_norm`); with ``e`` the difference's clip factor, the sum is
     ``sum_k (weight e c1) G1 - sum_k (weight e c0) G0``: no ``[N, K, d]`` tensor is formed."""
     out = []
+    scalar = _scalar_mlp(problem.model)
+    per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
     for sl in _chunks(problem, x):
+        if scalar:
+            part = _scalar_mlp_diff(problem, w[sl], w_old[sl], x[sl], y[sl], weights[sl], clip,
+                                    diff_clip[sl] if per_silo else diff_clip)
+            if part is not None:
+                out.append(part)
+                continue
         index, t1, c1, keep1 = _point(problem, w[sl], x[sl], y[sl], clip)
         _, t0, c0, keep0 = _point(problem, w_old[sl], x[sl], y[sl], clip)
         e = weights[sl]
@@ -254,7 +380,6 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
             e = torch.where(keep, e, torch.zeros_like(e))
             t1, t0 = [t.masked(keep) for t in t1], [t.masked(keep) for t in t0]
         if diff_clip is not None:
-            per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
             dc = diff_clip[sl] if per_silo else diff_clip
             log_norm = torch.logsumexp(torch.stack([2 * a.diff_log_norm(b, c1, c0) for a, b in zip(t1, t0)]), 0) / 2
             factor = _release.factors_from_log_norms(log_norm, dc)  # a zero difference (-inf) keeps 1, even at dc 0
@@ -314,15 +439,10 @@ def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Ten
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
-def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
-    """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
-    message, so it needs them), clipped by the primitive's :func:`.release.clip_rows` (a
-    non-finite row is zero). ``"ghost"``: one batched forward/backward, each layer's per-record
-    gradient formed from its factors (no ``vmap(grad)``); ``"materialize"``: the ``vmap``
-    reference."""
-    w = _per_silo(w, x)
+def _per_record(problem, w, x, y, method: str) -> torch.Tensor:
+    """Unclipped per-record gradients ``[N, K, d]`` by ``method`` (``w`` per silo)."""
     if method == "materialize":
-        return clip_rows(per_sample_grads(problem, w, x, y), clip)
+        return per_sample_grads(problem, w, x, y)
     if method != "ghost":
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
     index, terms, _ = _layer_terms(problem, w, x, y)
@@ -333,4 +453,27 @@ def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.T
         sw, sb = problem.model.slices[i]
         out[..., sw] = gw.reshape(n, k, -1)
         out[..., sb] = gb
-    return clip_rows(out, clip)
+    return out
+
+
+def clipped_per_sample(problem, w, x, y, clip, method: str = "ghost") -> torch.Tensor:
+    """Clipped per-sample gradients ``[N, K, d]`` (the shuffle path randomizes every record's
+    message, so it needs them), clipped by the primitive's :func:`.release.clip_rows` (a
+    non-finite row is zero). ``"ghost"``: one batched forward/backward, each layer's per-record
+    gradient formed from its factors (no ``vmap(grad)``); ``"materialize"``: the ``vmap``
+    reference."""
+    return clip_rows(_per_record(problem, _per_silo(w, x), x, y, method), clip)
+
+
+def clipped_per_sample_diff(problem, w, w_old, x, y, clip, diff_clip=None, method: str = "ghost") -> torch.Tensor:
+    """The shuffle path's per-record differences ``[N, K, d]``: ``clip(grad f0(w, x_k)) -
+    clip(grad f0(w_old, x_k))``, clipped again to ``diff_clip`` (None: not clipped), each of l2 norm
+    at most ``min(2 clip, diff_clip)``. A record whose gradient is not finite at *either* point is a
+    zero contribution of that record (its whole difference is zero, as in :func:`clipped_diff_sum`,
+    the Gaussian path), never the finite side alone: the finite side would be a term the
+    non-finite one decided to release."""
+    w, w_old = _per_silo(w, x), _per_silo(w_old, x)
+    g1, g0 = _per_record(problem, w, x, y, method), _per_record(problem, w_old, x, y, method)
+    keep = torch.isfinite(g1).all(-1) & torch.isfinite(g0).all(-1)
+    out = clip_rows(_release.mask_rows(g1, keep), clip) - clip_rows(_release.mask_rows(g0, keep), clip)
+    return out if diff_clip is None else clip_rows(out, diff_clip)

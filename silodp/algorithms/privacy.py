@@ -23,7 +23,7 @@ from typing import Any
 
 from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod
-from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_epsilon
 from silodp.accounting.events import DpEvent
 from silodp.accounting.spec import AccountantSpec
 from silodp.accounting.releases import pvec_event, releases_event
@@ -104,7 +104,7 @@ class NoiseCalibration:
 def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float]) -> DpEvent:
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
-    return releases_event(algorithm_class(algorithm).declaration(cfg, check_noise_map("sigmas", sigmas)))
+    return releases_event(algorithm_class(algorithm).plan.declaration(cfg, check_noise_map("sigmas", sigmas)))
 
 
 def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
@@ -115,7 +115,7 @@ def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], del
     e.g. the model's dimension, share one certificate); ``accountant``: a registry name, or a spec
     with its settings (a calibration's :attr:`NoiseCalibration.spec`)."""
     key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
-    declaration = tuple(algorithm_class(algorithm).declaration(cfg, dict(key)))
+    declaration = tuple(algorithm_class(algorithm).plan.declaration(cfg, dict(key)))
     return _certify(declaration, check_delta("delta", delta), accountant)
 
 
@@ -153,7 +153,7 @@ def certify_shuffle(algorithm: Any, cfg: TranscriptConfig, params: dict[str, tup
 
     cls, dl = algorithm_class(algorithm), check_delta("delta", delta)
     acc = _shuffle_accountant(accountant, pvec.default_interval(target or 1.0))
-    releases = [r for r in cls.shuffle_declaration(cfg, None, params) if r.count]
+    releases = [r for r in cls.plan.shuffle_declaration(cfg, None, params) if r.count]
     if any(len(r.params) < 3 or float(r.params[2]) != 0.5 for r in releases):
         return math.inf, acc.name
     return acc.compose(pvec_event(releases)).get_epsilon(dl), acc.name
@@ -184,27 +184,13 @@ def _method(method: str) -> CalibrationMethod:
 
 def calibrate_algorithm(algorithm: Any, cfg: TranscriptConfig, epsilon: float, delta: float,
                         method: str = "tight", accountant: str | None = None) -> NoiseCalibration:
-    """Noise for ``algorithm`` at a target (epsilon, delta): the paper's formula or the tight scaling."""
+    """Noise for ``algorithm`` at a target (epsilon, delta): the paper's formula or the tight scaling
+    (Gaussian), the binomial protocol's parameters (shuffle-DP), by the class's plan
+    (:meth:`silodp.algorithms.plan.Plan.calibrate_target`)."""
     cls = algorithm_class(algorithm)
     eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
     how = _method(method)
-    if not cls.private:
-        return NoiseCalibration(cls.name, {}, math.inf, dl, "none", how.value)
-    if cls.shuffled:
-        return _calibrate_shuffle(cls, cfg, eps, dl, how, accountant)
-    if how == CalibrationMethod.PAPER:
-        sig = cls.paper_noise(cfg, eps, dl)
-        certified, acc = certify(cls, cfg, sig, dl, accountant)
-        spec = AccountantSpec.of(accountant) if accountant is not None else _registered(acc)
-        return NoiseCalibration(cls.name, sig, certified, dl, acc, how.value, spec=spec)
-    ref = cls.noise_shape(cfg, eps, dl)
-
-    def scaled(c: float) -> dict[str, float]:
-        return {k: v * c for k, v in ref.items()}
-
-    cal = tightest_calibration(lambda c: privacy_event(cls, cfg, scaled(c)), eps, dl, accountant, REPLACE_ONE)
-    return NoiseCalibration(cls.name, scaled(cal.noise_multiplier), cal.epsilon, dl, cal.accountant, how.value,
-                            spec=cal.spec)
+    return cls.plan.calibrate_target(cfg, eps, dl, how.value, accountant)
 
 
 def _registered(name: str) -> AccountantSpec | None:
@@ -246,7 +232,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
     total, dl = dl, dl - cfg.charged_delta  # the certificates get what availability left
     if dl <= 0:
         raise ValueError(f"delta: {total:g} is spent by the availability tail ({cfg.charged_delta:g})")
-    plan = [r for r in cls.shuffle_declaration(cfg, {"epsilon": eps, "delta": dl}) if r.count]
+    plan = [r for r in cls.plan.shuffle_declaration(cfg, {"epsilon": eps, "delta": dl}) if r.count]
     rotate = how == CalibrationMethod.TIGHT
 
     def structure(r, b: int = 1, uses: int | None = None) -> pvec.PvecGroup:
@@ -263,7 +249,7 @@ def _calibrate_shuffle(cls, cfg, eps: float, dl: float, how: CalibrationMethod, 
         bs = tuple(pvec.calibrate_noise((structure(r, uses=1),), (weight(r),), r.epsilon, r.delta,
                                         pvec.default_interval(r.epsilon))[0][0] for r in plan)
     params = {r.group: (pvec.levels(r.messages), b, 0.5, rotate) for r, b in zip(plan, bs)}
-    releases = cls.shuffle_declaration(cfg, {"epsilon": eps, "delta": dl}, params)
+    releases = cls.plan.shuffle_declaration(cfg, {"epsilon": eps, "delta": dl}, params)
     certified = acc.compose(pvec_event(releases)).get_epsilon(dl)
     shuffle = {r.group: dict(zip(("g", "b", "p", "rotate"), r.params), count=r.count, epsilon=r.epsilon,
                              delta=r.delta, messages=r.messages, bound=r.bound)

@@ -10,6 +10,7 @@ from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
 from .base import Context, FederatedAlgorithm
+from .plan import ShufflePlan
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
@@ -66,7 +67,7 @@ class SdpProxSGD(IsrlProxSGD):
     """
 
     name = "sdp-prox-sgd"
-    shuffled = True
+    Plan = ShufflePlan
     noise_keys = ()
 
     @classmethod

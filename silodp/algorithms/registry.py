@@ -30,7 +30,7 @@ def algorithm_class(algorithm: Any) -> type:
             raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
         return ALGORITHMS[algorithm]
     cls = algorithm if isinstance(algorithm, type) else type(algorithm)
-    if not (callable(getattr(cls, "declaration", None)) and callable(getattr(cls, "run", None))):
+    if not (isinstance(cls, type) and hasattr(cls, "Plan") and callable(getattr(cls, "run", None))):
         raise ValueError(f"algorithm: must be a registered name or a FederatedAlgorithm, got {cls.__name__}")
     return cls
 

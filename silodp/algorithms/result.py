@@ -31,7 +31,7 @@ class RunResult:
         parameters), each checked against the algorithm's declaration while the run went on.
     target_epsilon : the epsilon the run was asked for (None: none); a run whose explicit noise
         certifies more warned and reports both.
-    details : family-specific facts about the noise (:meth:`FederatedAlgorithm.noise_details`;
+    details : family-specific facts about the noise (:meth:`silodp.algorithms.plan.Plan.noise_details`;
         DP-SCAFFOLD: ``sigma_g`` and the guarantees toward the server and a third party).
     """
 

@@ -36,16 +36,13 @@ from typing import Any, ClassVar
 import torch
 
 from silodp._validation import batch_from_rate, check_count
-from silodp.accounting.releases import BatchSampling, GaussianRelease
 from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
 from silodp.accounting.scaffold import PARTICIPATION, ScaffoldConfig
 
 from .base import Context
-from .config import AlgorithmConfig, check_in, check_unit, own_fields, param
+from .config import AlgorithmConfig, check_in, check_unit, param
 from .fedavg import LocalUpdates
-from silodp.accounting.spec import AccountantSpec
-
-from .privacy import NoiseCalibration, TranscriptConfig
+from .plan import ParticipationPlan
 from .registry import register_algorithm
 
 
@@ -123,6 +120,8 @@ class DpScaffold(LocalUpdates):
 
     name = "dp-scaffold"
     Config = DpScaffoldConfig
+    #: the transcript, declaration, calibration toward ``privacy_against`` and certificates
+    Plan = ParticipationPlan
     noise_keys = ("sigma",)
     message_groups = ("grad", "warm")
     Transcript = ScaffoldConfig
@@ -140,122 +139,6 @@ class DpScaffold(LocalUpdates):
 
     def n_warm(self) -> int:
         return self.config.warm()
-
-    def transcript_config(self, problem: Any, federation: Any) -> TranscriptConfig:
-        n = federation.min_size
-        return self.noise_transcript(dict(num_silos=federation.num_silos, n=n, rounds=int(self.rounds),
-                                          local_steps=int(self.local_steps), user_sampling=float(self.user_sampling),
-                                          data_sampling=self.batch(federation) / n, clip=problem.clip,
-                                          warm_steps=self.n_warm()))
-
-    @classmethod
-    def noise_transcript(cls, values: dict) -> ScaffoldConfig:
-        """A :class:`~silodp.accounting.scaffold.ScaffoldConfig` (the family's transcript: users,
-        records, rounds, local steps, both samplings, clip, warm steps), the family's own values
-        validated by its :attr:`Config`."""
-        own = {f.name: values[f.name] for f in own_fields(cls.Config) if f.metadata["transcript"] and f.name in values}
-        config = cls.Config(**own)
-        return ScaffoldConfig(values["num_silos"], values["n"], values["rounds"], config.local_steps,
-                              config.user_sampling, values["data_sampling"], values["clip"],
-                              values["warm_steps"] if "warm_steps" in own else config.warm())
-
-    @classmethod
-    def transcript_signature(cls, cfg: TranscriptConfig) -> str:
-        """Everything in the ScaffoldConfig (it determines both guarantees)."""
-        return repr(cfg)
-
-    @classmethod
-    def noise_report(cls, cfg: TranscriptConfig, epsilon: float, delta: float, method: str = "both",
-                     accountant: str | None = None) -> dict:
-        """sigma_g toward the server and toward a third party
-        (:func:`silodp.accounting.scaffold.noise_report`), by ``accountant`` (default ``pld``): one
-        whose ``supports()`` accepts the sampling-pattern mixtures of the third-party guarantee,
-        else a ValueError naming those that do. A non-private twin (SCAFFOLD, FedAvg) certifies
-        nothing: the generic report of a noiseless algorithm (no sigma_g, epsilon ``inf``)."""
-        from silodp.accounting.scaffold import noise_report
-
-        if not cls.private:
-            return super().noise_report(cfg, epsilon, delta, method, accountant)
-        report = noise_report(epsilon, delta, num_users=cfg.num_users, records_per_user=cfg.records_per_user,
-                              rounds=cfg.rounds, local_steps=cfg.local_steps, user_sampling=cfg.user_sampling,
-                              data_sampling=cfg.data_sampling, clip=cfg.clip, warm_steps=cfg.warm_steps,
-                              accountant=accountant or "pld")
-        return {**report, "algorithm": cls.name}
-
-    @staticmethod
-    def sampling(cfg: TranscriptConfig) -> BatchSampling:
-        """Every local step draws a fresh uniform subset of m records (Noble et al. Alg 1)."""
-        return BatchSampling.SUBSET
-
-    @classmethod
-    def declare_gaussian(cls, cfg: ScaffoldConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
-        """What one user releases toward the server in the worst case (sampled every round):
-        K T noisy gradients "grad" (and the warm start's "warm"), each the mean of m records of a
-        fresh subset, multiplier sigma / (C / m) = 2 sigma_g; the same event as
-        :func:`silodp.accounting.scaffold.server_event`."""
-        m, n = cfg.batch_size, cfg.records_per_user
-        z = sigmas["sigma"] / (cfg.clip / m)
-        out = [GaussianRelease("grad", cfg.local_steps * cfg.rounds, z, cls.sampling(cfg), m, n)]
-        if cfg.warm_steps:
-            out.append(GaussianRelease("warm", cfg.warm_steps, z, cls.sampling(cfg), m, n))
-        return out
-
-    def _validate(self, problem, federation) -> None:
-        super()._validate(problem, federation)
-        m = self.batch(federation)
-        if m > federation.min_size:
-            raise ValueError(f"batch_size: must be <= the smallest user size {federation.min_size}, got {m}")
-        if federation.silos_per_round != federation.num_silos:
-            raise ValueError("silos_per_round: DP-SCAFFOLD samples users itself (user_sampling); use all silos")
-
-    # -- noise ---------------------------------------------------------------------------------
-    def calibrate(self, cfg: TranscriptConfig, epsilon: float, delta: float) -> NoiseCalibration:
-        """sigma_g toward ``privacy_against`` (:func:`silodp.accounting.scaffold.scaffold_sigma_g`,
-        accountant pld unless chosen); the certificate is toward the server, both in ``details``."""
-        from silodp.accounting.scaffold import certified_epsilon, scaffold_sigma_g
-
-        cal = scaffold_sigma_g(cfg, epsilon, delta, self.privacy_against, self.participation, self.accountant or "pld")
-        eps = {a: certified_epsilon(cfg, cal.sigma_g, delta, a, self.participation) for a in ("server", "third-party")}
-        details = {"sigma_g": cal.sigma_g, "epsilon_server": eps["server"], "epsilon_third_party": eps["third-party"]}
-        return NoiseCalibration(self.name, {"sigma": cfg.noise_std(cal.sigma_g)}, eps["server"], delta,
-                                cal.accountant, self.calibration, details=details,
-                                spec=AccountantSpec.of(self.accountant or "pld"))
-
-    def calibration_settings(self) -> dict:
-        """The observer a target calibrates toward and the rounds charged toward the server."""
-        return {"privacy_against": self.privacy_against, "participation": self.participation}
-
-    def certify_noise(self, cfg: TranscriptConfig, sigmas: dict, delta: float) -> float:
-        """The guarantee toward the server of noise std ``sigmas["sigma"]`` (sigma_g = sigma over
-        the std of sigma_g = 1; :func:`silodp.accounting.scaffold.certified_epsilon` with this run's
-        ``participation``, accountant pld unless chosen: a registry name or the calibration's
-        :class:`~silodp.accounting.spec.AccountantSpec`, evaluated on that accountant's own grid). Noise outside the accountant's domain (none, or tiny):
-        the declaration's certificate (the worst-case server event, which dominates), ``inf`` for none."""
-        from silodp.accounting.scaffold import certified_epsilon
-
-        from .privacy import certify
-
-        accountant = AccountantSpec.of(self.accountant or "pld").name
-        try:
-            return certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta, "server", self.participation,
-                                     accountant)
-        except ValueError:
-            return certify(type(self), cfg, sigmas, delta)[0]
-
-    def targeted_epsilon(self, cfg: TranscriptConfig, sigmas: dict, delta: float, certified: float) -> float:
-        """The guarantee toward ``privacy_against`` (both: the larger), ``certified`` toward the server."""
-        from silodp.accounting.scaffold import certified_epsilon
-
-        against = ("server", "third-party") if self.privacy_against == "both" else (self.privacy_against,)
-        return max(certified if a == "server" else certified_epsilon(cfg, sigmas["sigma"] / cfg.noise_std(1.0), delta,
-                                                                     a, self.participation) for a in against)
-
-    def noise_details(self, cfg: TranscriptConfig, sigmas: dict, calibration: NoiseCalibration | None) -> dict:
-        """sigma_g (explicit noise: sigma over the noise std of sigma_g = 1), the effective batch m,
-        and the guarantees toward each observer (None where not computed)."""
-        out = {"sigma_g": sigmas["sigma"] / cfg.noise_std(1.0), "epsilon_server": None, "epsilon_third_party": None}
-        out.update(super().noise_details(cfg, sigmas, calibration))
-        return {**out, "batch_size": cfg.batch_size}
 
     # -- the algorithm: the FedAvg template's hooks (silodp.algorithms.fedavg) --------------------
     def local_sampler(self, ctx: Context) -> Any:

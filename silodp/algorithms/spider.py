@@ -14,6 +14,7 @@ from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
 from .base import Context, FederatedAlgorithm
 from .config import AlgorithmConfig, param
+from .plan import ShufflePlan
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
@@ -87,6 +88,9 @@ class IsrlSpider(FederatedAlgorithm):
     stacked_trials = True
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
+    #: what a silo service computes (:mod:`silodp.service`): kind -> the noise key of its std, or
+    #: the method giving it from (sigmas, ||w_r - w_{r-1}||) (Alg 3 line 10's difference noise)
+    silo_noise = {"grad": "sigma1", "diff": "diff_noise"}
     uniform_output = True
     Config = SpiderConfig
     paper_formula = staticmethod(_spider_paper)
@@ -145,7 +149,7 @@ class SdpSpider(IsrlSpider):
     types summed by P_vec (bounds L and min(2L, beta ||w_r - w_{r-1}||))."""
 
     name = "sdp-spider"
-    shuffled = True
+    Plan = ShufflePlan
     noise_keys = ()
     #: the budget split of lines 8 and 12 (:data:`silodp.accounting.papers.ALG10_SPLITS`): "printed"
     #: (Alg 10 as printed, the default) or "proof" (Thm F.2's proof; docs/paper-notes.md)

@@ -14,6 +14,7 @@ from silodp.accounting.releases import BatchSampling, GaussianRelease, ShuffleRe
 
 from .base import Context, FederatedAlgorithm
 from .config import AlgorithmConfig, param
+from .plan import ShufflePlan
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
@@ -127,7 +128,7 @@ class SdpProxSVRG(IsrlProxSVRG):
     ``wbar_r`` as in Algorithm 1."""
 
     name = "sdp-prox-svrg"
-    shuffled = True
+    Plan = ShufflePlan
     noise_keys = ()
 
     @classmethod

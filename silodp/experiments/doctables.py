@@ -452,6 +452,9 @@ RECORDED = {t.name: t for t in (
     Recorded("flower_ledger_speed", "docs/integrations.md",
              "OPENBLAS_NUM_THREADS=1 nice -n 15 python benchmarks/bench_flower.py ledger --rounds 100 --repeats 3",
              measured=True),
+    Recorded("flower_deployment_speed", "docs/integrations.md",
+             "OPENBLAS_NUM_THREADS=1 nice -n 15 python benchmarks/bench_flower.py deployment --deployment-rounds 4 "
+             "--deployment-repeats 2", measured=True),
     Recorded("audit_algorithms", "docs/audit.md",
              "silodp audit --algorithm NAME --epsilon 2 --trials 100000 --json (each row's algorithm)",
              certificates=("with-replacement", "without-replacement")),

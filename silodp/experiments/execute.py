@@ -1,6 +1,6 @@
 """One run of a sweep: data, model, noise, algorithm, metrics -- and the calibration it needs.
 
-Noise comes from the algorithm's own hooks (``calibrate``, ``certify_noise``) as in a run, but
+Noise comes from the algorithm's plan (``calibrate``, ``certify_noise``) as in a run, but
 a sweep calibrates each distinct *transcript* once instead of once per run: the accounting
 config of a run (its ``Transcript``, built by the algorithm itself, and the
 ``calibration_settings`` its hooks read) is taken with clip L = 1, and the resulting noise standard deviations are
@@ -98,7 +98,7 @@ def prepare(cfg: RunConfig) -> Prepared:
 
 def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | None:
     """The calibration a private run needs, as plain data (None when it is not private): the
-    algorithm's transcript at clip 1 and its :meth:`~silodp.algorithms.base.FederatedAlgorithm.calibration_settings`
+    algorithm's transcript at clip 1 and its :meth:`~silodp.algorithms.plan.Plan.calibration_settings`
     (key ``settings``, where it has any). Runs differing only in step size and clip share it."""
     prep = prep or prepare(cfg)
     if not prep.private:
@@ -107,7 +107,7 @@ def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | 
     tc = dataclasses.replace(algo.transcript_config(prep.problem, prep.train), clip=1.0)
     from silodp.accounting.version import ACCOUNTING_VERSION
 
-    settings = algo.calibration_settings()
+    settings = algo.plan.calibration_settings()
     return {"algorithm": cfg.algorithm, "method": cfg.calibration, "epsilon": cfg.epsilon, "delta": prep.delta,
             "transcript": dataclasses.asdict(tc), **({"settings": settings} if settings else {}),
             "accounting_version": ACCOUNTING_VERSION}
@@ -137,10 +137,10 @@ def calibrate_request(request: dict) -> dict:
         eps, delta, method = request["epsilon"], request["delta"], request["method"]
         if method == "paper":
             try:
-                algo.paper_noise(tc, eps, delta)
+                algo.plan.paper_noise(tc, eps, delta)
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
-        cal = algo.calibrate(tc, eps, delta)
+        cal = algo.plan.calibrate(tc, eps, delta)
         spec = {} if cal.spec is None else {"accountant_spec": cal.spec.to_json()}
         return {"status": "ok", "sigmas": dict(cal.sigmas), "shuffle": dict(cal.shuffle), "epsilon": float(cal.epsilon),
                 "delta": float(cal.delta), "accountant": cal.accountant, **spec}
@@ -165,7 +165,7 @@ def _certified(request: dict, result: dict) -> float:
     algo, tc = _requested(request, accountant=spec)
     cls, delta = type(algo), request["delta"]
     if not cls.shuffled:
-        return algo.certify_noise(tc, result["sigmas"], delta)
+        return algo.plan.certify_noise(tc, result["sigmas"], delta)
     params = {grp: (v["g"], v["b"], v["p"], v["rotate"]) for grp, v in result["shuffle"].items()}
     return privacy.certify_shuffle(cls, tc, params, delta, result["accountant"], target=request["epsilon"])[0]
 
@@ -187,11 +187,11 @@ def recertify(request: dict, result: dict, stored_request: dict | None = None) -
     try:
         stored = float(result["epsilon"])
         algo, tc = _requested(request)
-        aimed = algo.targeted_epsilon(tc, result.get("sigmas") or {}, request["delta"], stored)
+        aimed = algo.plan.targeted_epsilon(tc, result.get("sigmas") or {}, request["delta"], stored)
         if request["method"] == "tight" and not aimed <= request["epsilon"] * (1 + RECERTIFY_RTOL):
             return f"stored epsilon {aimed} above the target {request['epsilon']}"
         if request["method"] == "paper" and result.get("sigmas"):
-            paper = algo.paper_noise(tc, request["epsilon"], request["delta"])
+            paper = algo.plan.paper_noise(tc, request["epsilon"], request["delta"])
             if any(not math.isclose(result["sigmas"].get(k, math.nan), v, rel_tol=RECERTIFY_RTOL) for k, v in paper.items()):
                 return "noise differs from the paper's closed form"
         certified = _certified(request, result)

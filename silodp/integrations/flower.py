@@ -46,7 +46,7 @@ from flwr.supercore.privacy_accounting import (
     SamplingMethod,
 )
 
-from silodp.accounting import Calibration, get_accountant, tightest_calibration, tightest_epsilon
+from silodp.accounting import Calibration, get_accountant, tightest_epsilon
 from silodp.accounting import events as ev
 from silodp.accounting.accountants import PldAccountant
 from silodp._validation import check_count, check_delta, check_positive
@@ -353,7 +353,9 @@ class SiloLedger:
 
 def _update_release(noise_multiplier: float) -> GaussianRelease:
     # the whole clipped update is one contribution of norm <= C (batch = dataset = 1 slot)
-    return GaussianRelease("update", 1, noise_multiplier, BatchSampling.FULL, 1, 1)
+    from silodp.service.plan import update_release
+
+    return update_release(noise_multiplier)
 
 
 class IsrlDpMod:
@@ -382,6 +384,23 @@ class IsrlDpMod:
     Every exception or error reply of the wrapped app becomes the one text :data:`APP_FAILED`
     (the app's own message, e.g. a divergence guard's loss, stays in the silo's ledger).
 
+    **Service mode** (the silo trusts no code the server ships): when the node config names a
+    silo privacy service (``silodp-service``: ``unix:/path/silo.sock`` or
+    ``http://127.0.0.1:PORT`` with ``silodp-service-token``; :mod:`silodp.service.client`), the
+    mod is a thin client. It never calls the wrapped app (which would train on records the
+    ClientApp process should not hold) and imports no torch: it forwards the server's TRAIN
+    proposal (this mod's ``epsilon``, ``rounds``, ``clipping_norm``, ``accountant`` and the run
+    config's ``model``, ``dataset``, ``seed``, ``step-size``, ``local-steps``) and model (the
+    message's one ArrayRecord, flattened) to the service as an ``update`` message
+    (:data:`silodp.service.plan.UPDATE`), and replies with what the service released, reshaped
+    into the sent arrays. The service owns everything else: its records, its caps, its own
+    calibration at its own delta, local training, the clip and the noise
+    (:func:`silodp.service.silo.silo_update`, the one release primitive), its ledger (refusals
+    included: a malformed or non-TRAIN message is forwarded so that the service refuses and
+    records it), and one fixed text per refusal. The in-process mode above (the ledger from the
+    node config or the environment) is for the simulation engine and for operators who accept
+    the app bundle as trusted; its ledger is labelled so.
+
     Nothing else leaves: the server's arrays are checked finite before the silo trains on them
     (a NaN or inf weight would otherwise make the clip factor ``min(1, C / NaN)`` vanish); every
     metric the ClientApp put in its reply is replaced by ``public_metrics`` (constants the silo
@@ -407,9 +426,9 @@ class IsrlDpMod:
     @functools.cached_property
     def calibration(self) -> Calibration:
         """The noise of every release, computed on first use (see the class docstring)."""
-        return tightest_calibration(lambda z: releases_event([
-            GaussianRelease("update", self.rounds, z, BatchSampling.FULL, 1, 1)]),
-            self.epsilon, self.delta, self.accountant, ev.REPLACE_ONE)
+        from silodp.service.plan import update_calibration
+
+        return update_calibration(self.rounds, self.epsilon, self.delta, self.accountant)
 
     @property
     def noise_multiplier(self) -> float:
@@ -453,8 +472,66 @@ class IsrlDpMod:
         ledger.record(release)  # the reply is computed in this process; an error reply releases nothing
         return lambda: projected
 
+    def proposal(self, run_config) -> dict:
+        """The ``update`` proposal forwarded to a silo service (see the class docstring)."""
+        from silodp.service.client import proposal_of
+        from silodp.service.plan import UPDATE
+
+        return {**proposal_of(run_config), "algorithm": UPDATE, "epsilon": self.epsilon, "rounds": self.rounds,
+                "clip": self.clipping_norm, "accountant": self.accountant or ""}
+
+    def _forward(self, client, msg: Message, ctxt: Context) -> Message:
+        """Service mode: the proposal and the model go to the service, its release (or its fixed
+        refusal) comes back; the wrapped app is never called."""
+        from silodp.service.client import ServiceRefused
+
+        def refuse(text: str) -> Message:
+            return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION, f"IsrlDpMod: {text}"), reply_to=msg)
+
+        is_train = msg.metadata.message_type == MessageType.TRAIN
+        kind = "update" if is_train else str(msg.metadata.message_type)[:16]
+        records = list(msg.content.array_records.items())
+        key, sent = records[0] if len(records) == 1 else ("arrays", ArrayRecord())
+        try:
+            arrays = [np.asarray(a.numpy()) for a in sent.values()]
+            w = np.concatenate([a.astype(np.float64).ravel() for a in arrays]) if arrays else np.zeros(0)
+            if len(records) != 1 or any(a.dtype.kind not in "fiu" for a in arrays):
+                w = np.zeros(0)  # the service refuses (and records) a model that is not its model
+        except (TypeError, ValueError):
+            arrays, w = [], np.zeros(0)
+        try:
+            message, out = client.release(str(ctxt.run_id), self.proposal(ctxt.run_config), kind, w)
+        except ServiceRefused as exc:
+            return refuse(str(exc))
+        finally:
+            client.close()
+        if not is_train or message.size != w.size:  # the service released nothing else; never reached
+            return refuse(APP_FAILED)
+        parts, start = [], 0
+        for a in arrays:
+            with np.errstate(over="ignore", invalid="ignore"):
+                part = message[start:start + a.size].reshape(a.shape).astype(a.dtype if a.dtype.kind == "f" else np.float64)
+            if not np.isfinite(part).all():
+                from silodp.algorithms.release import REFUSALS
+
+                return refuse(REFUSALS["non-finite"])
+            parts.append(part)
+            start += a.size
+        content = RecordDict({key: ArrayRecord({k: Array(v) for k, v in zip(sent.keys(), parts, strict=True)})})
+        content["metrics"] = MetricRecord({**self.public_metrics, EPSILON_KEY: float(out.epsilon_run)})
+        return Message(content, reply_to=msg)
+
     def __call__(self, msg: Message, ctxt: Context, call_next: ClientAppCallable) -> Message:
         from silodp.integrations.flower_silo import SiloRefusal
+        from silodp.service.client import NODE_SERVICE, ServiceClient
+
+        if NODE_SERVICE in ctxt.node_config:  # service mode: a thin client, nothing of the wrapped app runs
+            try:
+                client = ServiceClient.for_node(ctxt.node_config)
+            except ValueError:
+                return Message(Error(ErrorCode.MOD_FAILED_PRECONDITION,
+                                     f"IsrlDpMod: {NODE_SERVICE} names no local silo service; refused"), reply_to=msg)
+            return self._forward(client, msg, ctxt)
 
         def refuse(reason: str, sent_text: str | None = None, recorded: bool = False) -> Message:
             """An error reply; the refusal is written to the silo's ledger file when it has one

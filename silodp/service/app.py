@@ -36,18 +36,27 @@ log = logging.getLogger("silodp.service")
 
 
 def build_silo(config: ServiceConfig) -> Silo:
-    """The service's :class:`Silo`: its records loaded now, from the operator's path or dataset."""
+    """The service's :class:`Silo`: its records loaded now, from the operator's path or dataset;
+    noiseless only where the environment it starts in sets the test-only
+    :data:`~silodp.service.core.ENV_TEST_NOISELESS` to ``"1"`` (read here, once)."""
     from silodp.integrations.flower_silo import MODE_SERVICE
+    from silodp.service.core import ENV_TEST_NOISELESS
     from silodp.service.silo import SiloRecords
 
     if config.records_path is not None:
         from pathlib import Path
 
         records = SiloRecords.read(Path(config.records_path))
-    else:
+    elif config.dataset is not None:
         records = SiloRecords.from_dataset(config.dataset, config.partition, config.seed)
+    else:
+        raise ValueError("[records]: give either path (a saved records file) or dataset")
+    noiseless = os.environ.get(ENV_TEST_NOISELESS) == "1"
+    if noiseless:
+        log.warning("silo service: %s=1: the noise is OFF (a test-only hook; the ledger records the calibrated "
+                    "noise)", ENV_TEST_NOISELESS)
     return Silo(config.policy, records, fixed=config.fixed, models=config.models, partition=config.partition,
-                mode=MODE_SERVICE)
+                mode=MODE_SERVICE, max_local_steps=config.max_local_steps, noiseless=noiseless)
 
 
 def make_app(silo: Silo, token: str | None = None) -> FastAPI:
@@ -132,26 +141,31 @@ def make_app(silo: Silo, token: str | None = None) -> FastAPI:
 def listening_socket(config: ServiceConfig) -> socket.socket:
     """The service's bound socket: a Unix domain socket created with mode 0600 (owned by
     ``[listen] user`` when set, so only that user and root connect; a stale socket file is
-    replaced), or 127.0.0.1:``port``."""
+    replaced; the file appears only once the socket listens), or 127.0.0.1:``port``."""
     if config.socket is None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", config.port))
         return sock
+    # bound and listening under a temporary name, then renamed into place: a client that sees the
+    # socket file can connect (no refused connection between bind and the server's start)
+    building = f"{config.socket}.{os.getpid()}.tmp"
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(config.socket)
+        os.unlink(building)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # created 0600: no moment at which another user may connect
     try:
-        sock.bind(config.socket)
+        sock.bind(building)
     finally:
         os.umask(old)
-    os.chmod(config.socket, 0o600)
+    os.chmod(building, 0o600)
     if config.user is not None:
         import pwd
 
         entry = pwd.getpwnam(config.user)
-        os.chown(config.socket, entry.pw_uid, entry.pw_gid)
+        os.chown(building, entry.pw_uid, entry.pw_gid)
+    sock.listen(128)
+    os.replace(building, config.socket)  # a stale socket file is replaced
     return sock
 
 

@@ -12,13 +12,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from typing import TypeVar
+
 import httpx
 import numpy as np
+from pydantic import BaseModel
 
 from silodp.service import wire
 
 #: node-config keys: the service's address and (for a TCP service) its token
 NODE_SERVICE, NODE_SERVICE_TOKEN = "silodp-service", "silodp-service-token"
+
+
+_Reply = TypeVar("_Reply", bound=BaseModel)
 
 
 class ServiceRefused(ValueError):
@@ -53,7 +59,7 @@ class ServiceClient:
     def close(self) -> None:
         self._http.close()
 
-    def _call(self, method: str, path: str, body: dict | None, reply: type):
+    def _call(self, method: str, path: str, body: dict | None, reply: type[_Reply]) -> _Reply:
         """``body`` is sent as given (not validated here: the service validates, and records
         what it refuses in its ledger)."""
         try:

@@ -20,6 +20,7 @@ propose, the model families the silo accepts and where it listens::
     max_batch_size = 1000
     max_clip = 10.0
     max_step_size = 10.0
+    max_local_steps = 100     # an ``update`` message's local steps (IsrlDpMod's service mode)
 
     [models]
     accepted = ["linear"]
@@ -44,7 +45,7 @@ from silodp.integrations.flower_silo import NODE_CAPS, SiloPolicy
 
 _SECTIONS = {"records": {"path", "dataset", "partition", "seed"},
              "ledger": {"path", "budget_epsilon", "budget_delta", "run_epsilon"},
-             "caps": {field for field, _ in NODE_CAPS.values()},
+             "caps": {field for field, _ in NODE_CAPS.values()} | {"max_local_steps"},
              "models": {"accepted"},
              "listen": {"socket", "user", "host", "port", "token", "token_file"}}
 
@@ -64,6 +65,7 @@ class ServiceConfig:
     host: str | None
     port: int | None
     token: str | None
+    max_local_steps: int = 100
 
     @property
     def address(self) -> str:
@@ -112,6 +114,9 @@ def parse(data: dict, base: Path = Path(".")) -> ServiceConfig:
                         _get(ledger, "ledger", "budget_delta", float), run_epsilon,
                         **{field: _get(caps, "caps", field, type(default)) for key, (field, default) in NODE_CAPS.items()
                            if field in caps})
+    max_local_steps = _get(caps, "caps", "max_local_steps", int, 100)
+    if max_local_steps < 1:
+        raise ValueError(f"[caps] max_local_steps: must be >= 1, got {max_local_steps}")
     models = _get(data.get("models", {}), "models", "accepted", list, ["linear"])
     if not models or not all(isinstance(m, str) and m for m in models):
         raise ValueError(f"[models] accepted: must be a non-empty list of model names, got {models!r}")
@@ -137,7 +142,7 @@ def parse(data: dict, base: Path = Path(".")) -> ServiceConfig:
     return ServiceConfig(policy, None if records_path is None else path(records_path), dataset, partition,
                          _get(records, "records", "seed", int, 0), tuple(models),
                          None if socket is None else path(socket), _get(listen, "listen", "user", str, None),
-                         host, port, token)
+                         host, port, token, max_local_steps)
 
 
 def load(path: str | Path) -> ServiceConfig:

@@ -12,7 +12,9 @@ steps, in this order, and release nothing unless each passes:
    declared plan against everything the silo ever released (:meth:`SiloLedgerDB.admit
    <silodp.integrations.flower_silo.SiloLedgerDB.admit>`; ``budget``);
 3. the server's model: present, of the model's dimension, finite (``model``); the kind must be
-   one the algorithm sends (``kind``);
+   one the algorithm sends (``kind``: the algorithm class's ``silo_noise``,
+   :func:`silodp.service.plan.silo_noise`; ``update`` for the service's own
+   :data:`~silodp.service.plan.UPDATE`, local training then the clipped update);
 4. the release is recorded in the ledger before it is computed (``budget``), then computed on the
    records with fresh secret randomness.
 
@@ -28,6 +30,7 @@ import json
 import math
 import secrets
 from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 
@@ -39,7 +42,7 @@ from silodp.integrations.flower_silo import (
     dump_releases,
     load_releases,
 )
-from silodp.service.plan import Settings
+from silodp.service.plan import Settings, silo_noise
 
 #: Keys that fix the silo's records (a proposal may only name the same).
 DATA_KEYS = ("dataset", "seed")
@@ -48,8 +51,16 @@ DATA_KEYS = ("dataset", "seed")
 #: standardized features lie far inside it; a record outside it is still safe (a non-finite term
 #: contributes zero).
 INPUT_BOUND = 1e3
-#: The message kinds each algorithm sends.
-KINDS = {"isrl-mb-sgd": ("grad",), "isrl-spider": ("grad", "diff")}
+#: The most local steps of an ``update`` message a silo allows unless its operator says
+#: (``[caps] max_local_steps``): each costs a full-batch gradient on the silo's records.
+MAX_LOCAL_STEPS = 100
+#: The environment variable that turns a service's noise off (value ``"1"``), read once when the
+#: service starts (:func:`silodp.service.app.build_silo`): **for tests only** (the battery's
+#: neighbour comparison, issue 34 item 4). Only the operator who starts the process can set it;
+#: no message, proposal or configuration file reaches it. The ledger still records the calibrated
+#: noise, so a noiseless service's certificates are not what it released: never set it on a
+#: silo whose releases leave the test.
+ENV_TEST_NOISELESS = "SILODP_SERVICE_TEST_NOISELESS"
 
 
 class Refusal(SiloRefusal):
@@ -82,12 +93,17 @@ class Silo:
     ``fixed``: the ``dataset`` / ``seed`` the operator chose (a proposal naming others is
     refused); ``models``: the model families it accepts (None: any ``model_for`` builds);
     ``partition``: the partition id of the calibration's cache key; ``mode``: the ledger's
-    label (:data:`~silodp.integrations.flower_silo.MODE_SERVICE` or ``MODE_IN_PROCESS``).
+    label (:data:`~silodp.integrations.flower_silo.MODE_SERVICE` or ``MODE_IN_PROCESS``);
+    ``max_local_steps``: the cap on an ``update`` message's local steps; ``noiseless``: the
+    test-only hook of :data:`ENV_TEST_NOISELESS` (no noise, a fixed batch draw).
     """
 
     def __init__(self, policy: SiloPolicy, records, *, fixed: Mapping | None = None,
-                 models: tuple[str, ...] | None = None, partition: int = 0, mode: str) -> None:
+                 models: tuple[str, ...] | None = None, partition: int = 0, mode: str,
+                 max_local_steps: int = MAX_LOCAL_STEPS, noiseless: bool = False) -> None:
         self.policy = policy
+        self.max_local_steps = int(max_local_steps)
+        self._noiseless = bool(noiseless)
         self.ledger: SiloLedgerDB = policy.open_ledger(mode)
         self._records = records
         self.fixed = dict(fixed or {})
@@ -122,6 +138,13 @@ class Silo:
                                       f"proposes {getattr(settings, key)!s}")
         if self.models is not None and settings.model not in self.models:
             raise Refusal("plan", f"model: this silo accepts {list(self.models)}, the run proposes {settings.model!r}")
+        steps = settings.local_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= self.max_local_steps:
+            raise Refusal("plan", f"local_steps: must be an integer in [1, {self.max_local_steps}], got {steps!r}")
+        try:
+            silo_noise(settings.algorithm)
+        except ValueError as exc:
+            raise Refusal("plan", str(exc)) from None
 
     def records(self, settings: Settings):
         return self._records(settings) if callable(self._records) else self._records
@@ -135,7 +158,7 @@ class Silo:
     def entry(self, settings: Settings) -> dict:
         own = dataclasses.asdict(dataclasses.replace(settings, model_path=""))
         key = f"plan|{json.dumps(own, sort_keys=True)}|{self.partition}|{self.policy.budget_delta!r}"
-        return self.ledger.cached(key, lambda: self._plan_entry(settings))
+        return cast(dict, self.ledger.cached(key, lambda: self._plan_entry(settings)))
 
     def plan(self, settings: Settings, sigmas: dict | None = None):
         """The silo's :class:`~silodp.service.silo.SiloPlan` of ``settings`` (kept warm)."""
@@ -167,7 +190,7 @@ class Silo:
         run_id = str(run_id)
         try:
             self.check(settings)
-            if kind not in KINDS.get(settings.algorithm, ()):
+            if kind not in silo_noise(settings.algorithm):
                 raise Refusal("kind", f"kind: {settings.algorithm} sends no {kind!r} messages")
             entry = self.entry(settings)
             declared = load_releases(entry["releases"])
@@ -203,10 +226,15 @@ class Silo:
         _, release = computed.silo_release(plan.problem, kind, w, w_prev, std, settings.batch_size, plan.fed.min_size)
         self.ledger.release(run_id, as_declared(release, declared), "train")  # recorded before it leaves
         # fresh secret randomness: a seed the server could know would let it subtract the noise
-        generator = torch.Generator().manual_seed(secrets.randbits(63))
+        generator = torch.Generator().manual_seed(0 if self._noiseless else secrets.randbits(63))
+        std = 0.0 if self._noiseless else std  # the test-only hook (ENV_TEST_NOISELESS); accounted as calibrated
         try:
-            message, _ = computed.silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size,
-                                               generator)
+            if kind == "update":
+                message, _ = computed.silo_update(plan.problem, plan.fed, w, settings.local_steps, settings.step_size,
+                                                  std, generator)
+            else:
+                message, _ = computed.silo_message(plan.problem, plan.fed, kind, w, w_prev, std, settings.batch_size,
+                                                   generator)
         except NotReleased as exc:
             raise Refusal("release", str(exc)) from None
         out = message.detach().numpy().astype(np.float64)
@@ -250,5 +278,5 @@ def proposal_settings(proposal: Mapping) -> Settings:
     return Settings(**{k: v for k, v in proposal.items() if k in {f.name for f in dataclasses.fields(Settings)}})
 
 
-__all__ = ["DATA_KEYS", "KINDS", "Refusal", "Silo", "model_array", "proposal_settings"]
+__all__ = ["DATA_KEYS", "ENV_TEST_NOISELESS", "MAX_LOCAL_STEPS", "Refusal", "Silo", "model_array", "proposal_settings"]
 

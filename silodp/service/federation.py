@@ -29,6 +29,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 STATE = "federation.json"
 #: the processes this interpreter started (kept: a Popen collected while its process runs warns)
@@ -113,7 +114,7 @@ def up(directory: str | Path, silos: int, budget_epsilon: float, budget_delta: f
     (directory / "flwr-home").mkdir(exist_ok=True)
     link, *ports = _free_ports(1 + 2 * silos)
     procs: list[subprocess.Popen] = []
-    state = {"directory": str(directory), "connection": connection_name(directory), "processes": []}
+    state: dict[str, Any] = {"directory": str(directory), "connection": connection_name(directory), "processes": []}
     try:
         services = []
         for i in range(silos):
@@ -160,7 +161,8 @@ def _wait(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
     while not healthy(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             tail = log.read_text()[-2000:] if log.exists() else ""
-            raise RuntimeError(f"{Path(proc.args[0]).name} {' '.join(proc.args[1:4])} did not start: {tail}")
+            args = [str(a) for a in proc.args] if isinstance(proc.args, (list, tuple)) else [str(proc.args)]
+            raise RuntimeError(f"{Path(args[0]).name} {' '.join(args[1:4])} did not start: {tail}")
         time.sleep(0.2)
 
 

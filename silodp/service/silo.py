@@ -16,6 +16,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,9 +26,9 @@ from silodp.algorithms import Federation, Problem
 from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
 from silodp.algorithms.grads import clipped_diff_sum, clipped_grad_sum
-from silodp.algorithms.release import gaussian_release
+from silodp.algorithms.release import clip_update, gaussian_release
 from silodp.experiments.datasets import load_cached, model_for
-from silodp.service.plan import Settings
+from silodp.service.plan import UPDATE, Settings, silo_noise, update_calibration, update_release
 
 @dataclasses.dataclass
 class SiloPlan:
@@ -39,17 +40,22 @@ class SiloPlan:
     settings: Settings
     problem: Problem
     fed: Federation
-    algorithm: object
+    algorithm: object  # the registered algorithm; None for the service's own UPDATE
     sigmas: dict
     releases: list
 
     def std(self, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None) -> float:
-        """The noise of a ``kind`` message: the anchor's sigma, or Alg 3 line 10's difference noise."""
-        if kind == "grad":
-            return self.sigmas["sigma" if self.settings.algorithm == "isrl-mb-sgd" else "sigma1"]
-        if kind == "diff" and self.settings.algorithm == "isrl-spider":
-            return float(self.algorithm.diff_noise(self.sigmas, float((w - w_prev).norm())))
-        raise ValueError(f"kind: {self.settings.algorithm} sends no {kind!r} messages")
+        """The noise of a ``kind`` message, as the algorithm class declares it (its ``silo_noise``:
+        a noise key, e.g. the anchor's sigma, or its method of the step, Alg 3 line 10's
+        difference noise)."""
+        key = silo_noise(self.settings.algorithm).get(kind)
+        if key is None:
+            raise ValueError(f"kind: {self.settings.algorithm} sends no {kind!r} messages")
+        if key in self.sigmas:
+            return float(self.sigmas[key])
+        if w_prev is None:
+            raise ValueError(f"kind: a {kind!r} message needs w_prev")
+        return float(getattr(self.algorithm, key)(self.sigmas, float((w - w_prev).norm())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +118,28 @@ def silo_plan(settings: Settings, partition_id: int, delta: float, sigmas: dict 
     silo's disk)."""
     own = dataclasses.replace(settings, delta=delta)
     records = records or SiloRecords.load(own, partition_id)
-    problem = Problem(model_for(records, own.model), records.loss, clip=own.clip)
+    # SiloRecords has what model_for reads of a dataset (name, input_shape, num_outputs)
+    problem = Problem(model_for(cast(FederatedData, records), own.model), records.loss, clip=own.clip)
     fed = records.fed
+    if own.algorithm == UPDATE:
+        if sigmas is None:
+            sigmas = {"sigma": update_std(own)}
+        return SiloPlan(own, problem, fed, None, sigmas, [update_release(sigmas["sigma"] / own.clip, own.rounds)])
     algo = own.algorithm_object()
 
     sigmas = algo.resolve_noise(problem, fed)[0] if sigmas is None else sigmas
     return SiloPlan(own, problem, fed, algo, sigmas, algo.run_declaration(problem, fed, sigmas, None))
+
+
+def update_std(settings: Settings) -> float:
+    """The noise std of :data:`~silodp.service.plan.UPDATE`'s releases: z C for the calibrated
+    noise multiplier z (:func:`~silodp.service.plan.update_calibration` at the silo's delta),
+    rounded up until ``std / C >= z`` (the ledger charges ``std / C``)."""
+    z = update_calibration(settings.rounds, settings.epsilon, settings.delta, settings.accountant).noise_multiplier
+    std = z * settings.clip
+    while std / settings.clip < z:
+        std = math.nextafter(std, math.inf)
+    return std
 
 
 def silo_data(data: FederatedData, partition_id: int) -> Federation:
@@ -143,18 +165,31 @@ def silo_release(problem: Problem, kind: str, w: torch.Tensor, w_prev: torch.Ten
     ``kind="grad"``: mean of K clipped per-record gradients (Alg 6 / Alg 3 line 7): bound L / K.
     ``kind="diff"``: mean of K per-record differences g(w) - g(w_prev), each clipped to
     min(2L, beta ||w - w_prev||) (Alg 3 lines 9-10; 2L when the problem has no beta): that over K.
+    ``kind="update"``: the local model update clipped to L (:func:`silo_update`): one
+    contribution of norm <= L (:func:`~silodp.service.plan.update_release`).
     """
-    clip = problem.clip
+    clip = _clip(problem)
+    if kind == "update":
+        return clip, update_release(std / clip if clip > 0 else math.inf)
     if kind == "grad":
         bound = clip
     elif kind == "diff":
         bound = 2 * clip
+        if w_prev is None:
+            raise ValueError("w_prev: a 'diff' message needs the server's previous model")
         if problem.beta is not None:
             bound = min(bound, problem.beta * float((w - w_prev).norm()))
     else:
-        raise ValueError(f"kind must be 'grad' or 'diff', got {kind!r}")
+        raise ValueError(f"kind must be 'grad', 'diff' or 'update', got {kind!r}")
     z = std / (bound / batch_size) if bound > 0 else math.inf
     return bound, GaussianRelease(kind, 1, z, BatchSampling.WITH_REPLACEMENT, batch_size, dataset_size)
+
+
+def _clip(problem: Problem) -> float:
+    """The silo's clip norm L (every silo problem clips)."""
+    if problem.clip is None:
+        raise ValueError("clip: a silo's problem must clip its contributions")
+    return float(problem.clip)
 
 
 def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, w_prev: torch.Tensor | None,
@@ -164,11 +199,31 @@ def silo_message(problem: Problem, fed: Federation, kind: str, w: torch.Tensor, 
     idx = BatchSampler(fed.counts, batch_size, True, generator).next()
     x, y = fed.gather(idx)
     weights = torch.full(idx.shape, 1.0 / batch_size, dtype=fed.x.dtype)
-    clip = problem.clip
+    clip = _clip(problem)
     if kind == "grad":
         term = clipped_grad_sum(problem, w, x, y, weights, clip, "ghost")[0]
-    else:  # the simulator's kernel: differences clipped to the bound, no [K, d] tensor
+    elif w_prev is not None:  # the simulator's kernel: differences clipped to the bound, no [K, d] tensor
         term = clipped_diff_sum(problem, w, w_prev, x, y, weights, clip, bound, "ghost")[0]
+    else:
+        raise ValueError("w_prev: a 'diff' message needs the server's previous model")
     # the one release primitive: noise added to the clipped term in float64; a non-finite result
     # raises its Refusal and nothing is released
     return gaussian_release(term, std, generator), release
+
+
+def silo_update(problem: Problem, fed: Federation, w: torch.Tensor, local_steps: int, step_size: float, std: float,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, GaussianRelease]:
+    """:data:`~silodp.service.plan.UPDATE`'s message: ``local_steps`` full-batch gradient steps
+    of size ``step_size`` on the silo's records from the server's ``w``, the update ``v - w``
+    clipped to L (:func:`~silodp.algorithms.release.clip_update`: a non-finite update is the zero
+    update) and released as ``w + (clip(v - w) + N(0, std^2 I))`` through the one release
+    primitive (:func:`~silodp.algorithms.release.gaussian_release`: the noise meets the clipped
+    update in float64 before the server's ``w``). Replacing any of the silo's records moves the
+    centre by at most 2L (paper Def. 4 at silo level)."""
+    _, release = silo_release(problem, "update", w, None, std, 1, 1)
+    v = w.detach().clone()
+    for _ in range(int(local_steps)):
+        v = v - float(step_size) * problem.full_gradient(v, fed)
+    with torch.no_grad():
+        clipped = clip_update((v.to(torch.float64) - w.to(torch.float64)), _clip(problem))
+        return gaussian_release(clipped, std, generator, w.to(torch.float64)), release

@@ -74,6 +74,7 @@ class Proposal(_Strict):
     clip: float
     seed: int = 0
     accountant: str = Field(default="", max_length=64)
+    local_steps: int = 1
 
 
 class AdmitRequest(_Strict):

@@ -217,3 +217,22 @@ def test_small_noise_and_tiny_delta_are_answered():
     for z, batches, delta in ((0.4, 10, 1e-6), (0.5, 30, 1e-8)):
         got = allocation.epsilon(z, batches, 1, delta)
         assert math.isfinite(got) and got >= allocation.lower_bound_epsilon(z, batches, 1, delta)
+
+
+def test_tiny_noise_is_refused_before_allocating():
+    """z 0.3 at 10 batches needed a 5.8e9-point grid (a 43 GiB allocation): refused by the pld
+    accountant's check, naming noise_multiplier, before anything is built; z 0.4 still fits."""
+    import resource
+
+    from silodp.accounting import _allocation_rounded
+    from silodp.accounting.accountants import get_accountant
+
+    event = ev.BallsInBinsDpEvent(10, ev.GaussianDpEvent(0.3))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        get_accountant("pld", ev.ADD_OR_REMOVE_ONE).compose(event)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        _allocation_rounded.direction(0.3, 10, 1e-4, True, math.log(1e-15))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing allocated
+    assert not get_accountant("pld", ev.ADD_OR_REMOVE_ONE).supports(event)
+    assert _allocation_rounded.grid_points(0.4, 10) <= _allocation_rounded.MAX_GRID

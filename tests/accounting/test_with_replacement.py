@@ -187,3 +187,22 @@ def test_a_batch_as_large_as_the_data_is_answered_above_its_lower_bound():
         upper = with_replacement.gaussian_pld(2.0, m, n).get_epsilon_for_delta(1e-5)
         assert math.isfinite(upper)
         assert replacement_lower.lower_bound_epsilon(2.0, m, n, 1, 1e-5) <= upper
+
+
+def test_a_grid_too_large_is_refused_by_the_pld_accountant_and_others_answer():
+    """n 10, m 30, z 1: the certificate's losses reach 600, 6e6 grid points per side at 1e-4 (10-16 s
+    to build): the pld accountant refuses it in its check (naming noise_multiplier, in about a
+    millisecond), and the default certificate comes from the others."""
+    import time
+
+    from silodp.accounting.accountants import get_accountant
+
+    event = SampledWithReplacementDpEvent(10, 30, GaussianDpEvent(1.0))
+    start = time.process_time()
+    reason = get_accountant("pld", ev.REPLACE_ONE).unsupported_reason(event)
+    assert reason is not None and reason.startswith("noise_multiplier:") and "grid points" in reason
+    assert time.process_time() - start < 0.5
+    eps, name = tightest_epsilon(event, 1e-5, ev.REPLACE_ONE)
+    assert name != "pld" and math.isfinite(eps)
+    # the table's cases still fit the grid
+    assert get_accountant("pld", ev.REPLACE_ONE).supports(SampledWithReplacementDpEvent(40, 8, GaussianDpEvent(6.0)))

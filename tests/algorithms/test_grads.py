@@ -13,6 +13,8 @@ CASES = [
     (linear_model(4), (4,), "squared", 2),
     (linear_model(4, 3), (4,), "softmax", 3),
     (mlp(5, [7, 3]), (5,), "logistic", 2),
+    (mlp(5, [7]), (5,), "logistic", 2),  # the scalar MLP's own kernels (grads._scalar_mlp_sum / _diff)
+    (mlp(5, [7]), (5,), "squared", 2),
     (lenet(1, 16, 4), (1, 16, 16), "softmax", 4),
 ]
 
@@ -225,3 +227,58 @@ def test_a_model_subclass_with_its_own_forward_keeps_the_autograd_path():
                           clipped_grad_sum(problem, w, x, y, weights, 0.3, "materialize"), atol=1e-12, rtol=1e-9)
     assert torch.allclose(clipped_diff_sum(problem, w, w_old, x, y, weights, 0.3, 0.1),
                           clipped_diff_sum(problem, w, w_old, x, y, weights, 0.3, 0.1, "materialize"), atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+@pytest.mark.parametrize("clip,diff_clip", [(None, None), (0.05, None), (1.0, 0.02), (1.0, "per-silo")])
+def test_scalar_mlp_kernels_with_one_shared_iterate_equal_materialized(loss, clip, diff_clip):
+    """The scalar-output MLP's kernels (one matrix product for all silos when they share the
+    server's iterate, the clip factor folded into the output derivative, the hidden gradients never
+    formed) equal the reference, sums and differences, and they ran (not the general fallback)."""
+    from silodp.algorithms import grads
+
+    model = mlp(6, [9])
+    gen, x, y, _, weights = _case(model, (6,), 2, seed=3, n=4, k=7)
+    w = model.init(gen) + 0.2 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    if diff_clip == "per-silo":
+        diff_clip = torch.tensor([[0.001], [0.01], [0.1], [5.0]], dtype=torch.float64)
+    problem = Problem(model, loss, clip=clip)
+    assert grads._scalar_mlp(model)
+    shared = (w.expand(4, -1), w_old.expand(4, -1))
+    assert grads._scalar_mlp_sum(problem, shared[0], x, y, weights, clip) is not None
+    assert grads._scalar_mlp_diff(problem, *shared, x, y, weights, clip, diff_clip) is not None
+    for args in ((w, w_old), (w.expand(4, -1).clone(), w_old.expand(4, -1).clone())):  # shared, and one per silo
+        ghost = clipped_grad_sum(problem, args[0], x, y, weights, clip)
+        ref = clipped_grad_sum(problem, args[0], x, y, weights, clip, "materialize")
+        assert torch.allclose(ghost, ref, atol=1e-12, rtol=1e-9)
+        ghost = clipped_diff_sum(problem, *args, x, y, weights, clip, diff_clip)
+        ref = clipped_diff_sum(problem, *args, x, y, weights, clip, diff_clip, "materialize")
+        assert torch.allclose(ghost, ref, atol=1e-12, rtol=1e-9)
+
+
+def test_scalar_mlp_at_an_aimed_model_falls_back_and_drops_the_non_finite_records():
+    """A record the scalar MLP's kernel cannot norm finitely (issue 34's aimed weights, here on the
+    hidden layer) sends the chunk to the general path: the record contributes zero, sums and
+    differences, as the reference."""
+    from silodp.algorithms import grads
+
+    MAX = torch.finfo(torch.float64).max
+    model = mlp(4, [3])
+    problem = Problem(model, "logistic", clip=1.0)
+    gen, x, y, _, weights = _case(model, (4,), 2, seed=5, n=2, k=6)
+    x[0, 2, :2] = 0.9
+    w = 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    w[0], w[1] = MAX / 0.5, -MAX / 0.5  # hidden unit 0: inf - inf on records with x_0, x_1 > 0.5
+    ordinary = 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    assert grads._scalar_mlp_sum(problem, w.expand(2, -1), x, y, weights, 1.0) is None
+    for m in METHODS:
+        out = clipped_grad_sum(problem, w, x, y, weights, 1.0, m)
+        assert torch.isfinite(out).all()
+        diff = clipped_diff_sum(problem, ordinary, w, x, y, weights, 1.0, 0.5, m)
+        assert torch.isfinite(diff).all()
+    for fn in (lambda wts: clipped_grad_sum(problem, w, x, y, wts, 1.0),
+               lambda wts: clipped_diff_sum(problem, ordinary, w, x, y, wts, 1.0, 0.5)):
+        finite = torch.isfinite(per_sample_grads(problem, w.expand(2, -1), x, y)).all(-1)
+        assert not bool(finite[0, 2])
+        assert torch.allclose(fn(weights), fn(weights * finite), rtol=1e-12, atol=0)

@@ -18,7 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from silodp.algorithms import Problem, lenet, linear_model, mlp
-from silodp.algorithms.grads import clipped_grad_sum, clipped_per_sample
+from silodp.algorithms.grads import (
+    clipped_diff_sum,
+    clipped_grad_sum,
+    clipped_per_sample,
+    clipped_per_sample_diff,
+    per_sample_grads,
+)
 from silodp.algorithms.release import (
     REFUSALS,
     Refusal,
@@ -84,6 +90,38 @@ def test_leak1_per_sample_rows_and_secagg_terms_are_finite():
         checked_models([np.full(5, np.nan)], 5)
     with pytest.raises(Refusal, match="shape"):
         checked_models([np.zeros(4)], 5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("diff_clip", [None, 0.5])
+def test_shuffle_differences_drop_the_whole_record_non_finite_at_either_point(method, diff_clip):
+    """The shuffle path's per-record differences: a record non-finite at one point (the aimed
+    model) is a zero contribution of that record, its finite side dropped too, as the Gaussian
+    path (``clipped_diff_sum``) does; before, only the non-finite side was zeroed and the record
+    released ``-clip(grad f0(w_old, x))``, a term the aimed record chose to send."""
+    problem = Problem(linear_model(4), "logistic", clip=1.0)
+    _, x2, y = neighbours()
+    w, w_old = aimed_model(4, 0, 1, 0.5, 0.5), torch.full((5,), 0.3, dtype=torch.float64)
+    rows = clipped_per_sample_diff(problem, w, w_old, x2, y, 1.0, diff_clip, method)
+    assert torch.isfinite(rows).all() and float(rows[0, 3].abs().max()) == 0.0
+    old_side = clipped_per_sample(problem, w_old, x2, y, 1.0)[0, 3]
+    assert float(old_side.norm()) > 0.1  # the finite side the old composition released
+    for point in (w, w_old):  # either order: the record is dropped
+        other = w_old if point is w else w
+        rows = clipped_per_sample_diff(problem, point, other, x2, y, 1.0, diff_clip, method)
+        assert float(rows[0, 3].abs().max()) == 0.0
+    # the other records equal the difference of their clipped gradients; the sum equals the Gaussian path's
+    ref = clipped_per_sample(problem, w, x2, y, 1.0) - clipped_per_sample(problem, w_old, x2, y, 1.0)
+    finite = [torch.isfinite(per_sample_grads(problem, p.expand(1, -1), x2, y)).all(-1)[0] for p in (w, w_old)]
+    keep = finite[0] & finite[1]  # record 3 (and any other record the aimed model makes non-finite) dropped
+    assert not keep[3] and keep.sum() >= 4
+    assert float(rows[0, ~keep].abs().max()) == 0.0
+    ref = ref if diff_clip is None else clip_rows(ref, diff_clip)
+    rows = clipped_per_sample_diff(problem, w, w_old, x2, y, 1.0, diff_clip, method)
+    assert torch.allclose(rows[0, keep], ref[0, keep], rtol=1e-12, atol=0)
+    weights = torch.full((1, 8), 1 / 8, dtype=torch.float64)
+    gaussian = clipped_diff_sum(problem, w, w_old, x2, y, weights, 1.0, diff_clip, method)
+    assert torch.allclose(torch.einsum("nk,nkd->nd", weights, rows), gaussian, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -229,8 +267,7 @@ def test_property_diff_messages_are_finite_and_within_the_sensitivity(data, clip
     bound = 2 * clip if diff_clip is None else diff_clip
 
     def diff(xs):
-        out = clipped_per_sample(problem, w, xs, y, clip) - clipped_per_sample(problem, w_old, xs, y, clip)
-        return (out if diff_clip is None else clip_rows(out, diff_clip)).sum(1)
+        return clipped_per_sample_diff(problem, w, w_old, xs, y, clip, diff_clip).sum(1)
 
     a, b = diff(x), diff(x2)
     assert torch.isfinite(a).all() and torch.isfinite(b).all()

@@ -147,24 +147,28 @@ def test_unregistered_algorithm_is_skipped_and_bad_config_fails():
 
 
 def test_a_family_with_its_own_hooks_is_calibrated_once_through_them(monkeypatch):
-    """An algorithm overriding ``calibrate`` / ``certify_noise`` and reading a parameter of its own
-    (``calibration_settings``) goes through the same request path as the others: the request
-    carries the setting (so runs differing in it do not share), the hook calibrates, the run and
-    the re-certification certify through its ``certify_noise``."""
+    """An algorithm whose plan overrides ``calibrate`` / ``certify_noise`` and reads a parameter of
+    its own (``calibration_settings``) goes through the same request path as the others: the
+    request carries the setting (so runs differing in it do not share), the hook calibrates, the
+    run and the re-certification certify through its ``certify_noise``."""
+    from silodp.algorithms.plan import GaussianPlan
+
     seen = []
 
-    class OwnHooks(IsrlMBSGD):
-        name = "own-hooks"
-
+    class OwnPlan(GaussianPlan):
         def calibration_settings(self):
-            return {"output": self.output}
+            return {"output": self.algo.output}
 
         def calibrate(self, cfg, epsilon, delta):
-            seen.append((self.output, cfg.clip))
+            seen.append((self.algo.output, cfg.clip))
             return super().calibrate(cfg, epsilon, delta)
 
         def certify_noise(self, cfg, sigmas, delta):
             return 2 * super().certify_noise(cfg, sigmas, delta)  # a different (looser) certificate
+
+    class OwnHooks(IsrlMBSGD):
+        name = "own-hooks"
+        Plan = OwnPlan
 
     monkeypatch.setitem(registry.ALGORITHMS, OwnHooks.name, OwnHooks)
     cfg = _cfg(algorithm=OwnHooks.name, params={"output": "last"})

@@ -118,6 +118,25 @@ def run_in_own_group(cmd: list[str], env: dict, timeout: float) -> subprocess.Co
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout)
 
 
+def run_all_in_own_groups(cmds: list[list[str]], env: dict, timeout: float) -> list[subprocess.CompletedProcess]:
+    """Each of ``cmds`` at once (concurrently), each in its own process group; on timeout every
+    group (and only those) is killed."""
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for cmd in cmds]
+    deadline = time.monotonic() + timeout
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        tails = [proc.communicate()[0][-2000:] for proc in procs]
+        pytest.fail(f"{cmds[0][:2]} ran past {timeout} s:\n" + "\n---\n".join(tails))
+    return [subprocess.CompletedProcess(cmd, proc.returncode, out) for cmd, proc, out in zip(cmds, procs, outs)]
+
+
 @contextlib.contextmanager
 def started(cmd: list[str], env: dict, log: Path):
     """``cmd`` in its own process group (its children with it); stopped by its PID on exit."""
@@ -144,6 +163,18 @@ def stop(*procs: subprocess.Popen, timeout: float = 20.0) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@contextlib.contextmanager
+def silo_service(config: Path, env: dict, log: Path, sock: Path, timeout: float = 120.0):
+    """``silodp silo serve config`` (listening on the Unix socket ``sock``) in its own process
+    group, yielded once the socket exists; stopped by its PID on exit."""
+    with started([sys.executable, "-m", "silodp", "silo", "serve", str(config)], env, log) as proc:
+        deadline = time.monotonic() + timeout
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        yield proc
 
 
 def wait_healthy(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:

@@ -4,6 +4,7 @@ the fixed texts and written to the ledger; a SIGKILLed service loses no ledger e
 example's ClientApp forwards to it without importing torch; and ``silodp federation up`` /
 ``down`` with a real ``flwr run`` (slow)."""
 
+import contextlib
 import json
 import math
 import os
@@ -178,6 +179,44 @@ def test_federation_up_runs_the_example_and_down_leaves_nothing(tmp_path):
 
 USER = "silodp-supernode-test"
 
+#: the example's thin ClientApp behind what a hostile app bundle would try first: open the silo's
+#: records and ledger (the paths in the run config's ``snoop``); it reports, per message, the uid
+#: it ran as, what each open gave and whether torch or a dataset loader (sklearn, pandas) was
+#: imported, into ``report-dir``
+_SNOOP_CLIENT = """\"\"\"The example's ClientApp, and a try at the silo's files from the same process.\"\"\"
+import json
+import os
+import sys
+from pathlib import Path
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from silodp_flower.client_app import app as example
+
+app = ClientApp()
+
+
+@app.train()
+def _train(msg: Message, context: Context) -> Message:
+    tries = {}
+    for path in str(context.run_config["snoop"]).split(","):
+        try:
+            with open(path, "rb") as opened:
+                opened.read(1)
+            tries[path] = "read"
+        except PermissionError:
+            tries[path] = "PermissionError"
+        except OSError as exc:
+            tries[path] = type(exc).__name__
+    reply = example(msg, context)
+    report = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "tries": tries,
+              "heavy": sorted({"torch", "sklearn", "pandas"} & set(sys.modules)), "error": reply.has_error()}
+    name = f"{context.node_config['partition-id']}-{os.getpid()}.json"
+    Path(str(context.run_config["report-dir"]), name).write_text(json.dumps(report))
+    return reply
+"""
+
 
 @pytest.fixture
 def unprivileged_user():
@@ -185,66 +224,140 @@ def unprivileged_user():
     import pwd
     import shutil
 
-    if os.geteuid() != 0 or shutil.which("useradd") is None:
-        pytest.skip("creating a user needs root and useradd")
+    if os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("userdel") is None:
+        pytest.skip("creating a user needs root, useradd and userdel")
     created = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
                              capture_output=True, text=True)
     if created.returncode not in (0, 9):  # 9: exists already
         pytest.skip(f"useradd failed: {created.stderr.strip()[:200]}")
     try:
-        try:
-            probe = subprocess.run([sys.executable, "-c", "import silodp.service.client"], user=USER,
-                                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                   timeout=120)
-        except OSError as exc:
-            probe = subprocess.CompletedProcess([], 1, "", str(exc))
-        if probe.returncode != 0:
-            pytest.skip(f"this Python or checkout is not readable by another user: {probe.stderr.strip()[-200:]}")
         yield pwd.getpwnam(USER)
     finally:
         if created.returncode == 0:
             subprocess.run(["userdel", USER], capture_output=True)
 
 
-def test_the_os_boundary_the_client_app_reads_neither_records_nor_ledger(tmp_path, unprivileged_user):
-    """The service runs as root and owns the records and the ledger (0600 in a 0700 directory);
-    the ClientApp's process runs as another user: it cannot open either, and gets releases."""
+def _snooping_app(into: Path) -> Path:
+    """A copy of the example whose ClientApp is :data:`_SNOOP_CLIENT`."""
+    import shutil
+
+    app = into / "app"
+    shutil.copytree(ROOT / "examples" / "flower", app, ignore=shutil.ignore_patterns("__pycache__"))
+    (app / "silodp_flower" / "snoop_client.py").write_text(_SNOOP_CLIENT)
+    toml = app / "pyproject.toml"
+    text = toml.read_text().replace('"silodp_flower.client_app:app"', '"silodp_flower.snoop_client:app"')
+    toml.write_text(text.replace("[tool.flwr.app.config]\n", '[tool.flwr.app.config]\nsnoop = ""\nreport-dir = ""\n'))
+    return app
+
+
+@pytest.mark.slow
+def test_the_os_boundary_the_client_app_reads_neither_records_nor_ledger(unprivileged_user):
+    """The OS boundary of a deployment (docs/integrations.md), in real processes: each silo's
+    service runs as root and owns its records (0600) and ledger in a 0700 directory; each
+    SuperNode and every ClientApp process it runs are another user's (``supernode_as_user.py``:
+    started as root, it drops to that uid and gid before it serves). A ``flwr run`` of the example
+    whose ClientApp first tries to open the records and the ledger: every try is refused by the
+    OS (PermissionError), in a process of that uid that imported neither torch nor a dataset
+    loader, and the run still gets its releases, which each silo's ledger counts."""
+    import shutil
+    import tempfile
+
+    from flower_processes import Descendants, deployment_env, free_ports, wait_healthy
+
     from silodp.service.silo import SiloRecords
 
-    private = tmp_path / "silo"
-    private.mkdir(mode=0o700)
-    records = private / "records.npz"
-    SiloRecords.from_dataset("wbcd", 0, 0).save(records)
-    os.chmod(records, 0o600)
-    sock_dir = tmp_path / "run"
-    sock_dir.mkdir(mode=0o755)
-    os.chmod(tmp_path, 0o755)
-    (tmp_path / "silo.toml").write_text(
-        f'[records]\npath = "{records}"\n\n[ledger]\npath = "{private / "ledger.sqlite"}"\nbudget_epsilon = 2.0\n'
-        f'budget_delta = 1e-4\n\n[listen]\nsocket = "{sock_dir / "silo.sock"}"\nuser = "{USER}"\n')
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with started([sys.executable, "-m", "silodp", "silo", "serve", str(tmp_path / "silo.toml")], env,
-                 tmp_path / "service.log") as proc:
-        deadline = time.monotonic() + 120
-        while not (sock_dir / "silo.sock").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "service.log").read_text()[-2000:]
-            time.sleep(0.2)
-        assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
-        probe = f"""
-import numpy as np
-from silodp.service.client import ServiceClient, proposal_of
-for path in ({str(records)!r}, {str(private / 'ledger.sqlite')!r}):
+    user = unprivileged_user
+    base = Path(tempfile.mkdtemp(prefix="silodp-os-boundary-"))  # not under pytest's 0700 basetemp
+    os.chmod(base, 0o755)
     try:
-        open(path, 'rb')
-        print('READ', path)
-    except PermissionError:
-        print('denied')
-message, out = ServiceClient('unix:{sock_dir / "silo.sock"}').release(
-    '5', proposal_of({{'rounds': 3, 'epsilon': 1.0, 'accountant': 'rdp'}}), 'grad', np.zeros({DIM}))
-print(message.shape, np.isfinite(message).all())
-"""
-        out = subprocess.run([sys.executable, "-c", probe], user=USER, capture_output=True, text=True, env=env,
-                             timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[:3] == ["denied", "denied", f"({DIM},) True"]
-    assert SiloLedgerDB(private / "ledger.sqlite").summary()["runs"][0]["releases"] == 1
+        silos, secret = [], []
+        for i in range(2):  # WBCD's two silos: the example's server waits for one node each
+            private = base / f"silo-{i}"
+            private.mkdir(mode=0o700)
+            records, ledger, sock = private / "records.npz", private / "ledger.sqlite", base / f"run-{i}" / "silo.sock"
+            SiloRecords.from_dataset("wbcd", i, 0).save(records)
+            os.chmod(records, 0o600)
+            sock.parent.mkdir(mode=0o755)
+            (private / "silo.toml").write_text(
+                f'[records]\npath = "{records}"\n\n[ledger]\npath = "{ledger}"\nbudget_epsilon = 10.0\n'
+                f'budget_delta = 1e-4\n\n[listen]\nsocket = "{sock}"\nuser = "{USER}"\n')
+            home = base / f"node-home-{i}"
+            home.mkdir()
+            os.chown(home, user.pw_uid, user.pw_gid)
+            silos.append((private, sock, home))
+            secret += [str(records), str(ledger)]
+        reports = base / "reports"
+        reports.mkdir()
+        os.chown(reports, user.pw_uid, user.pw_gid)
+        app = _snooping_app(base)
+        env = deployment_env(base / "client-home")
+        config = f'rounds=2 snoop="{",".join(secret)}" report-dir="{reports}"'
+        procs = Descendants()
+        with procs, contextlib.ExitStack() as stack:
+            services = [stack.enter_context(started([sys.executable, "-m", "silodp", "silo", "serve",
+                                                     str(private / "silo.toml")], env, base / f"service-{i}.log"))
+                        for i, (private, _, _) in enumerate(silos)]
+            for i, (proc, (_, sock, _)) in enumerate(zip(services, silos)):
+                deadline = time.monotonic() + 120
+                while not sock.exists():
+                    assert proc.poll() is None and time.monotonic() < deadline, (base / f"service-{i}.log").read_text()
+                    time.sleep(0.2)
+                assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600 and os.stat(sock).st_uid == user.pw_uid
+            link, *ports = free_ports(3)
+            superlink = stack.enter_context(started(
+                [str(BIN / "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                 "--host", "127.0.0.1", "--port", str(link)], env, base / "superlink.log"))
+            wait_healthy(link, superlink, base / "superlink.log")
+            launcher = str(Path(__file__).resolve().parent / "supernode_as_user.py")
+            for i, ((_, sock, home), port) in enumerate(zip(silos, ports)):
+                stack.enter_context(started(
+                    [sys.executable, launcher, USER, str(home), "--", "--insecure", "--superlink", f"127.0.0.1:{link}",
+                     "--host", "127.0.0.1", "--port", str(port), "--node-config",
+                     f'partition-id={i} silodp-service="unix:{sock}"'], env, base / f"supernode-{i}.log"))
+            (Path(env["FLWR_HOME"]) / "config.toml").write_text(
+                f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{link}"\ninsecure = true\n')
+            run = run_in_own_group([str(BIN / "flwr"), "run", str(app), "local", "--stream", "--run-config", config],
+                                   env, timeout=400)
+            runners = {p.uids().real for p in procs.running("supernode_as_user.py")}
+        procs.assert_none_left()
+        logs = "\n".join(f"{f.name}: {f.read_text()[-1500:]}" for f in sorted(base.glob("*.log")))
+        assert "2 rounds; test error" in run.stdout and "refused by 0 silos" in run.stdout, run.stdout[-3000:] + logs
+        assert runners == {user.pw_uid}  # both SuperNode launchers (and their SuperNodes) run as the user
+        seen = [json.loads(f.read_text()) for f in sorted(reports.glob("*.json"))]
+        assert len(seen) == 4, logs  # two rounds, two silos: one ClientApp process per message
+        for report in seen:
+            assert (report["uid"], report["gid"], report["groups"]) == (user.pw_uid, user.pw_gid, [])
+            assert report["tries"] == dict.fromkeys(secret, "PermissionError")
+            assert report["heavy"] == [] and not report["error"]  # no torch, no dataset loader
+        for private, _, _ in silos:
+            assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+            assert stat.S_IMODE(os.stat(private / "records.npz").st_mode) == 0o600
+            summary = SiloLedgerDB(private / "ledger.sqlite").summary()
+            assert summary["mode"] == MODE_SERVICE and summary["runs"][0]["releases"] == 2 and summary["refused"] == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_service_asks_the_algorithm_classes_what_it_computes():
+    """The algorithms a service computes and the noise of each message kind come from the
+    registered classes (``silo_noise``, declared on the class itself), never from a table of
+    names; IsrlDpMod's ``update`` plan is certified at the requested epsilon with at least the
+    mod's own noise (the same calibration, rounded toward more noise)."""
+    from silodp.integrations.flower import IsrlDpMod
+    from silodp.integrations.flower_silo import certify_releases
+    from silodp.service.plan import UPDATE, service_algorithms, silo_noise
+    from silodp.service.plan import Settings
+    from silodp.service.silo import silo_plan
+
+    assert service_algorithms() == ("isrl-mb-sgd", "isrl-spider", UPDATE)
+    assert silo_noise("isrl-spider") == {"grad": "sigma1", "diff": "diff_noise"} and silo_noise(UPDATE) == {"update": "sigma"}
+    for name in ("mb-sgd", "sdp-spider", "isrl-prox-sgd", "no-such"):  # non-private, shuffled, not opted in, unknown
+        with pytest.raises(ValueError, match="algorithm: must be one of"):
+            silo_noise(name)
+    plan = silo_plan(Settings(algorithm=UPDATE, rounds=4, epsilon=1.0, clip=2.0, accountant="rdp"), 0, 1e-4)
+    (declared,) = plan.releases
+    mod = IsrlDpMod(clipping_norm=2.0, epsilon=1.0, delta=1e-4, rounds=4, accountant="rdp")
+    assert declared.count == 4 and declared.noise_multiplier >= mod.noise_multiplier
+    assert declared.noise_multiplier == pytest.approx(mod.noise_multiplier, rel=1e-12)
+    assert plan.sigmas["sigma"] / 2.0 == declared.noise_multiplier
+    assert certify_releases(plan.releases, 1e-4) <= 1.0

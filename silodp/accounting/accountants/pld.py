@@ -27,8 +27,9 @@ def pld_discretization(epsilon: float, steps: int) -> float:
 
 
 #: One step's PLD from its block: ``builder(block, neighbouring, value_discretization_interval,
-#: log_mass_truncation_bound)`` (pessimistic, :mod:`silodp.accounting.pld`)
-PldBuilder = Callable[[Block, ev.NeighboringRelation, float, float], pld_lib.PrivacyLossDistribution]
+#: log_mass_truncation_bound, lattice)`` (pessimistic, :mod:`silodp.accounting.pld`); ``lattice``:
+#: the accountant holds this block alone (a discrete mechanism may then use its own lattice)
+PldBuilder = Callable[[Block, ev.NeighboringRelation, float, float, bool], pld_lib.PrivacyLossDistribution]
 #: The mechanisms that build their own PLD, keyed by the block's kind (a Gaussian step by its
 #: kind and sampling): the pld accountant looks a block up here instead of switching on it, and
 #: refuses one without an entry (``supports()`` is False). A mechanism registers with
@@ -47,20 +48,21 @@ def pld_builder(*keys: Mechanism | tuple[Mechanism, Sampling]) -> Callable[[PldB
 
 @pld_builder(Mechanism.EPSILON_DELTA)
 def _epsilon_delta(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-                   bound: float) -> pld_lib.PrivacyLossDistribution:
+                   bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     return pld_lib.from_privacy_parameters(block.epsilon, block.delta, disc, bound)
 
 
 @pld_builder(*mechanisms.KINDS)
 def _discrete(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-              bound: float) -> pld_lib.PrivacyLossDistribution:
-    """Laplace, discrete Laplace, randomized response, discrete Gaussian (:mod:`silodp.accounting.mechanisms`)."""
-    return mechanisms.pld(block, neighbouring, disc, bound)
+              bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
+    """Laplace, discrete Laplace, randomized response, discrete Gaussian (:mod:`silodp.accounting.mechanisms`);
+    a composition of one discrete mechanism alone on its own lattice (exact, few points)."""
+    return mechanisms.pld(block, neighbouring, disc, bound, lattice=lattice)
 
 
 @pld_builder(Mechanism.BALLS_IN_BINS)
 def _balls_in_bins(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-                   bound: float) -> pld_lib.PrivacyLossDistribution:
+                   bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     """One epoch (:mod:`silodp.accounting.allocation`)."""
     from silodp.accounting import allocation
 
@@ -69,14 +71,14 @@ def _balls_in_bins(block: Block, neighbouring: ev.NeighboringRelation, disc: flo
 
 @pld_builder(Mechanism.TRUNCATED_POISSON)
 def _truncated_poisson(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-                       bound: float) -> pld_lib.PrivacyLossDistribution:
+                       bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     return pld_lib.from_truncated_subsampled_gaussian(block.noise_multiplier, block.q, block.dataset_size,
                                                       block.sample_size, neighbouring, disc, bound)
 
 
 @pld_builder((Mechanism.GAUSSIAN, Sampling.WITH_REPLACEMENT))
 def _with_replacement(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-                      bound: float) -> pld_lib.PrivacyLossDistribution:
+                      bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     """The multiplicity hidden (:mod:`silodp.accounting.with_replacement`'s theorem)."""
     from silodp.accounting import with_replacement
 
@@ -85,7 +87,7 @@ def _with_replacement(block: Block, neighbouring: ev.NeighboringRelation, disc: 
 
 @pld_builder((Mechanism.GAUSSIAN, Sampling.NONE), (Mechanism.GAUSSIAN, Sampling.POISSON))
 def _poisson(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-             bound: float) -> pld_lib.PrivacyLossDistribution:
+             bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     """Under replace-one, a subsampled step is the exact replace-one pair (contributions in the
     ball of radius C); a step that is not subsampled is the Gaussian itself."""
     q = block.q if block.subsampled else 1.0
@@ -94,11 +96,11 @@ def _poisson(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
 
 @pld_builder((Mechanism.GAUSSIAN, Sampling.WITHOUT_REPLACEMENT))
 def _without_replacement(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
-                         bound: float) -> pld_lib.PrivacyLossDistribution:
+                         bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     """(Replace-one only) the symmetric pair with the "remove" curve of the Poisson pair at shift
     2C in both directions (BBG18 Thm 2; see the function); not subsampled: the Gaussian itself."""
     if not block.subsampled:
-        return _poisson(block, neighbouring, disc, bound)
+        return _poisson(block, neighbouring, disc, bound, lattice)
     return pld_lib.from_without_replacement_gaussian(block.noise_multiplier, block.q, disc, bound)
 
 
@@ -185,6 +187,20 @@ class PldAccountant(Accountant):
                     f"noise_multiplier={block.noise_multiplier:g} is too small for the pld accountant at "
                     f"discretization {self.value_discretization_interval:g} (epsilon is huge); use 'rdp' "
                     "or a coarser grid")
+        self._check_grid(block)
+
+    def _check_grid(self, block: Block) -> None:
+        """Refuse, before allocating, the with-replacement and balls-in-bins PLDs whose grids would not fit
+        (:func:`silodp.accounting.with_replacement.check_grid`, :func:`silodp.accounting._allocation_rounded.check`)."""
+        if block.kind == Mechanism.GAUSSIAN and block.sampling == Sampling.WITH_REPLACEMENT:
+            from silodp.accounting import with_replacement
+
+            with_replacement.check_grid(block.noise_multiplier, block.sample_size, block.dataset_size,
+                                        self.value_discretization_interval, self.log_mass_truncation_bound)
+        elif block.kind == Mechanism.BALLS_IN_BINS and ev.relation(self.neighbouring) != ev.REPLACE_ONE:
+            from silodp.accounting import _allocation_rounded
+
+            _allocation_rounded.check(block.noise_multiplier, block.sample_size)
 
     def _block_pld(self, block: Block | MixtureBlock, dtype: type = np.float64, direct_work: int = 0) -> pld_lib.PrivacyLossDistribution:
         disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
@@ -192,8 +208,21 @@ class PldAccountant(Accountant):
             mix = pld_lib.mixture([(w, self._compose(blocks, dtype, direct_work) or pld_lib.identity(disc, bound))
                                    for w, blocks in block.components])
             return mix.self_compose(block.count, direct_work) if block.count > 1 else mix
-        one = self.builder(block)(block, self.neighbouring, disc, bound)
+        lattice = block.kind in mechanisms.KINDS and self._alone(block)
+        key = (type(self), dataclasses.replace(block, count=1), self.neighbouring, disc, bound, lattice)
+        one = pld_lib.cached_step(key, lambda: self._step_pld(block, lattice))
         return one.astype(dtype).self_compose(block.count, direct_work)
+
+    def _step_pld(self, block: Block, lattice: bool) -> pld_lib.PrivacyLossDistribution:
+        """The PLD of one step of ``block`` by its builder (``lattice``: a discrete mechanism alone,
+        on its own lattice)."""
+        disc, bound = self.value_discretization_interval, self.log_mass_truncation_bound
+        return self.builder(block)(block, self.neighbouring, disc, bound, lattice)
+
+    def _alone(self, block: Block) -> bool:
+        """Whether every block of this accountant is ``block`` (up to its count)."""
+        one = dataclasses.replace(block, count=1)
+        return all(type(b) is type(block) and dataclasses.replace(b, count=1) == one for b in self._blocks)
 
     @staticmethod
     def builder(block: Block) -> PldBuilder:

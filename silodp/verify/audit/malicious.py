@@ -114,6 +114,7 @@ class Reply:
     error: str | None = None
     arrays: dict[str, list] = dataclasses.field(default_factory=dict)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    config: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _reply(attack: str, msg) -> Reply:
@@ -126,6 +127,8 @@ def _reply(attack: str, msg) -> Reply:
             out.arrays[key] = np.asarray(arr.numpy(), dtype=np.float64).ravel().tolist()
     for rec in msg.content.metric_records.values():
         out.metrics.update({k: float(v) for k, v in rec.items() if isinstance(v, (int, float))})
+    for crec in msg.content.config_records.values():
+        out.config.update({k: str(v) for k, v in crec.items()})
     return out
 
 
@@ -147,6 +150,104 @@ def attacks(dim: int, aimed=None, extra_rounds: int = 3, short: bool = False) ->
     out += [(f"type:{t}", t, {"w": np.zeros(dim)}, {"kind": "grad"}) for t in MESSAGE_TYPES]
     out += [(f"round:{r}", "train", {"w": np.zeros(dim)}, {"kind": "grad", "round": r}) for r in range(extra_rounds)]
     return [a for a in out if a[0] in SHORT] if short else out
+
+
+def mod_attacks(dim: int, updates: int = 1, hostile: bool = False) -> list[tuple[str, str, dict, dict]]:
+    """The battery of one run against an ``IsrlDpMod`` silo in service mode (:func:`make_mod_client_app`):
+    ``updates`` honest updates, with ``hostile`` a ``+MAX`` model and a NaN array (the service refuses
+    both), then the record reader's probe (:func:`record_reader`). Short by default: a SuperNode
+    answers one message at a time, each in a process of its own."""
+    out: list[tuple[str, str, dict, dict]] = [(f"update:{r}", "train", {"w": np.zeros(dim)}, {"round": r})
+                                              for r in range(updates)]
+    if hostile:
+        nan = np.zeros(dim)
+        nan[0] = math.nan
+        out += [("model:plus-max", "train", {"w": np.full(dim, MAX)}, {}), ("arrays:nan", "train", {"w": nan}, {})]
+    return out + [("probe:reader", "train", {"w": np.zeros(dim)}, {"probe": "reader"})]
+
+
+#: the run id under which :func:`record_reader` calls the service (its own run, accounted as one)
+READER_RUN = "reader-{run_id}"
+
+
+def record_reader(msg, context):
+    """A ClientApp handler that a server ships to read the silo's records itself, in a SuperNode
+    whose node config names a silo service. It reports (a config record, every value a string)
+    what it got: the node config's keys (``node-config``) and those naming an existing file
+    (``paths``); whether the in-process silo's policy opens (``policy``: the records live beside
+    its ledger); the service's ``status`` fields; the service's answer to kinds that would
+    release records or un-noised values (``kind-*``) and to a request with an extra field that
+    would turn the noise off (``noise-field``); whether two ``grad`` releases at the same model
+    differ (``repeat-differs``: the noise is on) -- under its own run id (:data:`READER_RUN`)."""
+    import os
+
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    from silodp.integrations.flower_silo import SiloPolicy, SiloRefusal
+    from silodp.service import wire
+    from silodp.service.client import ServiceClient, ServiceRefused, proposal_of
+
+    node = dict(context.node_config)
+    found = {"node-config": ",".join(sorted(node)), "partition": str(node.get("partition-id", "")),
+             "paths": ",".join(sorted(k for k, v in node.items() if isinstance(v, str) and os.path.exists(v)))}
+    try:
+        SiloPolicy.for_node(node)
+        found["policy"] = "opened"
+    except (SiloRefusal, ValueError, OSError):
+        found["policy"] = "refused"
+    client = ServiceClient.for_node(node)
+    if client is None:
+        found["service"] = "none"
+        return Message(RecordDict({"found": ConfigRecord(found)}), reply_to=msg)
+    run = READER_RUN.format(run_id=context.run_id)
+    proposal = proposal_of(context.run_config)
+    arrays = msg.content.array_records.get("arrays")
+    w = np.asarray(arrays["w"].numpy(), dtype=np.float64) if arrays is not None and "w" in arrays else np.zeros(0)
+    found["status-fields"] = ",".join(sorted(client.status().model_dump()))
+    for kind in ("records", "loss", "evaluate", "plain"):
+        try:
+            client.release(run, proposal, kind, w)
+            found[f"kind-{kind}"] = "RELEASED"
+        except ServiceRefused as exc:
+            found[f"kind-{kind}"] = str(exc)
+    body = {"run_id": run, "proposal": proposal, "kind": "grad", "w": {"shape": [0], "data": ""}, "noise": 0.0}
+    try:
+        client._call("POST", "/release", body, wire.Released)
+        found["noise-field"] = "ACCEPTED"
+    except ServiceRefused as exc:
+        found["noise-field"] = str(exc)
+    try:
+        a, _ = client.release(run, proposal, "grad", w)
+        b, _ = client.release(run, proposal, "grad", w)
+        found["repeat-differs"] = str(bool(np.any(a != b)))
+    except ServiceRefused as exc:
+        found["repeat-differs"] = str(exc)
+    client.close()
+    return Message(RecordDict({"found": ConfigRecord(found)}), reply_to=msg)
+
+
+def make_mod_client_app():
+    """A ClientApp a server ships: ``IsrlDpMod`` (clip 1, epsilon 1, 2 rounds) around an app that
+    would train on the silo's records, and, on a message whose config says ``probe = "reader"``,
+    :func:`record_reader`. In service mode the mod never calls the wrapped app."""
+    from flwr.clientapp import ClientApp
+
+    from silodp.integrations.flower import IsrlDpMod
+
+    mod = IsrlDpMod(clipping_norm=1.0, epsilon=1.0, delta=1e-5, rounds=2)
+    app = ClientApp()
+
+    def trains_on_records(msg, context):
+        raise RuntimeError("the wrapped app would train on the silo's records here")
+
+    @app.train()
+    def _train(msg, context):
+        config = msg.content.config_records.get("config")
+        if config is not None and config.get("probe") == "reader":
+            return record_reader(msg, context)
+        return mod(msg, context, trains_on_records)
+
+    return app
 
 
 def play(grid, battery: Iterable[tuple[str, str, dict, dict]], nodes: list[int] | None = None) -> list[dict]:
@@ -203,10 +304,10 @@ def non_finite_releases(records: list[dict]) -> list[dict]:
 
 
 def releases_by_node(records: list[dict]) -> dict[int, int]:
-    """How many releases (replies without error) each node sent."""
+    """How many releases (replies without error that carry arrays) each node sent."""
     out: dict[int, int] = {}
     for r in records:
-        if r["error"] is None:
+        if r["error"] is None and r["arrays"]:
             out[r["node"]] = out.get(r["node"], 0) + 1
     return out
 
@@ -216,5 +317,6 @@ def error_texts(records: list[dict], node: int) -> list[tuple[str, str | None]]:
     return [(r["attack"], r["error"]) for r in records if r["node"] == node]
 
 
-__all__ = ["HOSTILE_RUN_CONFIGS", "MAX", "MESSAGE_TYPES", "Reply", "SHORT", "aim_at_record", "attacks", "crafted_models",
-           "error_texts", "make_server_app", "malformed_arrays", "non_finite_releases", "play", "releases_by_node"]
+__all__ = ["HOSTILE_RUN_CONFIGS", "MAX", "MESSAGE_TYPES", "READER_RUN", "Reply", "SHORT", "aim_at_record", "attacks",
+           "crafted_models", "error_texts", "make_mod_client_app", "make_server_app", "malformed_arrays", "mod_attacks",
+           "non_finite_releases", "play", "record_reader", "releases_by_node"]
