@@ -1,7 +1,9 @@
 """Execute the notebooks top to bottom and save them with their outputs, so a repository page
 shows what they compute: ``python notebooks/refresh.py`` (all), or name some. Each runs in a
 scratch directory (nothing is written beside it); no timing metadata is recorded, so a refresh
-changes only what the notebook prints. ``tests/test_notebooks.py`` executes them again."""
+changes only what the notebook prints. ``tests/test_notebooks.py`` executes them again with the
+same settings and fails when a printed number moved beyond the notebook's tolerance: after a change
+to the code a notebook runs, refresh it (``python notebooks/refresh.py NAME.ipynb``)."""
 
 from __future__ import annotations
 

@@ -215,3 +215,37 @@ def test_chernoff_window_searched_on_a_coarse_copy_matches_the_full_search(z, q,
     best = full(pld._argmin_over_t(full, spread))
     coarse = pld._chernoff_bound(l, m, count, tau, spread)
     assert best * (1 - 1e-12) <= coarse <= best + 1e-6 * abs(best)
+
+
+def test_a_small_support_is_composed_whole_without_tails():
+    """Below pld.SMALL_SUPPORT points the T-fold support is kept whole: no Chernoff window, nothing
+    wrapped or charged to +inf, the masses those of T direct convolutions (to the charged round-off)."""
+    import numpy as np
+
+    from silodp.accounting import pld as pld_mod
+
+    one = pld_mod.LossPmf(0.5, -1, np.array([0.2, 0.3, 0.5]), 0.0)
+    got = one.self_compose(12, pld_mod.LOG_TAIL_MASS)
+    want = np.array([1.0])
+    for _ in range(12):
+        want = np.convolve(want, one.masses)
+    assert got.infinity_mass == 0.0 and got.offset == -12 and len(got.masses) == len(want)
+    assert np.sum(np.abs(got.masses - want)) <= got.roundoff + 1e-15
+
+
+def test_single_steps_are_built_once_and_shared_read_only():
+    """The accountant's passes and a second accountant on the same event reuse each step's PLD
+    (pld.cached_step): the same certificate, masses read-only, another grid another entry."""
+    from silodp.accounting import pld as pld_mod
+    from silodp.accounting.accountants import get_accountant
+
+    pld_mod._STEPS.clear()
+    event = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.1)), 300)
+    first = get_accountant("pld", ADD_OR_REMOVE_ONE).compose(event).get_epsilon(1e-6)
+    assert len(pld_mod._STEPS) == 1
+    (cached,) = pld_mod._STEPS.values()
+    assert not cached.remove.masses.flags.writeable and not cached.add.masses.flags.writeable
+    assert get_accountant("pld", ADD_OR_REMOVE_ONE).compose(event).get_epsilon(1e-6) == first
+    assert len(pld_mod._STEPS) == 1
+    coarse = get_accountant("pld", ADD_OR_REMOVE_ONE, value_discretization_interval=2e-4).compose(event).get_epsilon(1e-6)
+    assert len(pld_mod._STEPS) == 2 and coarse >= first * (1 - 1e-3)

@@ -361,3 +361,30 @@ def test_the_service_asks_the_algorithm_classes_what_it_computes():
     assert declared.noise_multiplier == pytest.approx(mod.noise_multiplier, rel=1e-12)
     assert plan.sigmas["sigma"] / 2.0 == declared.noise_multiplier
     assert certify_releases(plan.releases, 1e-4) <= 1.0
+
+
+def test_the_local_steps_of_an_update_are_capped_by_the_operator(tmp_path):
+    """``[caps] max_local_steps`` (an ``update`` message's local training, IsrlDpMod's service
+    mode) is the operator's: a proposal above it, or not a positive integer, is refused (code
+    ``plan``) before any record is read, and recorded."""
+    from silodp.integrations.flower_silo import MODE_SERVICE
+    from silodp.service.core import Refusal, Silo
+    from silodp.service.plan import UPDATE, Settings
+
+    base = {"records": {"dataset": "wbcd"}, "ledger": {"path": "l.sqlite", "budget_epsilon": 1.0, "budget_delta": 1e-4},
+            "listen": {"socket": "s"}}
+    assert service_config.parse(base, tmp_path).max_local_steps == 100
+    config = service_config.parse({**base, "caps": {"max_local_steps": 4}}, tmp_path)
+    for bad in (0, "4"):
+        with pytest.raises(ValueError, match="max_local_steps"):
+            service_config.parse({**base, "caps": {"max_local_steps": bad}}, tmp_path)
+
+    def no_records(settings):
+        raise AssertionError("a refused proposal reads no record")
+
+    silo = Silo(config.policy, no_records, mode=MODE_SERVICE, max_local_steps=config.max_local_steps)
+    for steps in (5, 0):
+        with pytest.raises(Refusal) as info:
+            silo.release("1", Settings(algorithm=UPDATE, local_steps=steps), "update", np.zeros(DIM))
+        assert info.value.code == "plan" and "local_steps" in str(info.value)
+    assert silo.status()["refused"] == 2
