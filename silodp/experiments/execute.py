@@ -141,8 +141,7 @@ def calibrate_request(request: dict) -> dict:
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
         cal = algo.plan.calibrate(tc, eps, delta)
-        spec = {} if cal.spec is None else {"accountant_spec": {"name": cal.spec.name,
-                                                                "settings": dict(cal.spec.settings)}}
+        spec = {} if cal.spec is None else {"accountant_spec": cal.spec.to_json()}
         return {"status": "ok", "sigmas": dict(cal.sigmas), "shuffle": dict(cal.shuffle), "epsilon": float(cal.epsilon),
                 "delta": float(cal.delta), "accountant": cal.accountant, **spec}
     except Exception as exc:  # recorded; the runs that need it fail with this message
@@ -162,7 +161,7 @@ def _certified(request: dict, result: dict) -> float:
     from silodp.accounting.spec import AccountantSpec
 
     stored = result.get("accountant_spec")  # the spec, never the printed label
-    spec = AccountantSpec(stored["name"], stored["settings"]) if stored else result["accountant"]
+    spec = AccountantSpec.from_json(stored) if stored else result["accountant"]
     algo, tc = _requested(request, accountant=spec)
     cls, delta = type(algo), request["delta"]
     if not cls.shuffled:

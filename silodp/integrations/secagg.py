@@ -68,9 +68,33 @@ from silodp.accounting import distributed as acc
 #: SecAgg+'s modulus (its largest): a multiple of every 2^bits, bits <= 31.
 FLOWER_MODULUS = 1 << 32
 
-#: The SDP algorithms the app runs on P_vec, and all it runs (its run config's ``algorithm``).
-SDP = ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
-ALGORITHMS = SDP + ("isrl-mb-sgd",)
+class _Algorithms:
+    """Names of registered algorithms, read live (the registry imports torch, so only when asked):
+    those whose releases are shuffle-DP (``shuffled``: the app runs them on P_vec, asking each
+    class for its message groups and period, never its name), plus ``extra``."""
+
+    def __init__(self, *extra: str) -> None:
+        self._extra = extra
+
+    def _names(self) -> tuple[str, ...]:
+        from silodp.algorithms import ALGORITHMS as registered
+
+        return (*(name for name, cls in registered.items() if cls.shuffled), *self._extra)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+#: The SDP algorithms the app runs on P_vec (every registered shuffle-DP one), and all it runs (its
+#: run config's ``algorithm``): those and isrl-mb-sgd on distributed discrete noise.
+SDP = _Algorithms()
+ALGORITHMS = _Algorithms("isrl-mb-sgd")
 
 
 def workflow_settings(bits: int, silos: int) -> dict:
