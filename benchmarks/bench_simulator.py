@@ -85,8 +85,8 @@ def silodp_algorithms(args) -> dict:
     return {
         "silodp mb-sgd (ghost)": (IsrlMBSGD(sigmas={"sigma": SIGMA}, **common), None),
         "silodp mb-sgd (materialize)": (IsrlMBSGD(sigmas={"sigma": SIGMA}, grad_method="materialize", **common), None),
-        "silodp spider": (IsrlSpider(q=3, sigmas=s, **common), None),
-        "silodp spider (beta)": (IsrlSpider(q=3, sigmas=s, **common), 5.0),
+        "silodp spider": (IsrlSpider(period=3, sigmas=s, **common), None),
+        "silodp spider (beta)": (IsrlSpider(period=3, sigmas=s, **common), 5.0),
         "silodp prox-svrg": (IsrlProxSVRG(sigmas=s, replacement=False, **common), None),
     }
 

@@ -111,3 +111,22 @@ def round_up(value: float, digits: int = 6) -> str:
         mantissa, exp = text.split("e")
         text = f"{float(mantissa) + 10.0 ** -(digits - 1):.{digits - 1}f}e{exp}"
     return f"{float(text):.{digits}g}"
+
+
+#: Spellings renamed in round 7 so that one name means one thing across silodp (``q`` is the
+#: sampling rate of ``silodp epsilon`` / ``noise``; ``alpha`` an RDP order; ``beta`` the smoothness):
+#: old name -> (new name, what it is). Passing an old name raises instead of being read.
+RENAMED = {
+    "q": ("period", "SPIDER's period of fresh minibatch gradients"),
+    "--spider-q": ("--spider-period", "SPIDER's period of fresh minibatch gradients"),
+}
+
+
+def refuse_renamed(given: object, renamed: dict | None = None) -> None:
+    """Raise ``ValueError`` naming the first old spelling in ``given`` (names, or a mapping's keys)
+    with its new name (``renamed``: old -> (new, meaning); default :data:`RENAMED`)."""
+    table = RENAMED if renamed is None else renamed
+    for name in given:  # type: ignore[attr-defined]
+        if name in table:
+            new, meaning = table[name]
+            raise ValueError(f"{name}: renamed to {new} ({meaning}); pass {new}")

@@ -4,6 +4,10 @@ A figure that shows an algorithm takes its style from here, so ``sdp-prox-sgd`` 
 colour, and reads "SDP Prox-SGD", in every panel and every figure. Matplotlib colour names
 (``C0``-``C9`` of the default cycle); non-private baselines share their private variant's
 colour and have no marker (drawn as lines). Pure data: importing it imports nothing.
+
+A registry (``tests/test_capabilities.py`` lists it in ``REGISTRIES``): a choice of presentation
+per registered name, read by every figure, never a switch on what an algorithm does; an
+algorithm without an entry is drawn in grey under its own name.
 """
 
 from __future__ import annotations

@@ -19,9 +19,6 @@ DOC = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 #: flags every parser has, or the top-level parser's own
 GLOBAL = {"--help", "--version"}
-#: flags being renamed by issue 36 item 7 (FedProx's heterogeneity, the audit's confidence): their
-#: lines in docs/cli.md come with the rename
-PENDING = {"run": {"--alpha", "--beta"}, "audit": {"--alpha"}}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -77,8 +74,8 @@ def misnamed(doc: str, parsers: dict) -> dict[str, list[str]]:
 def undocumented(doc: str, parsers: dict, generated: dict) -> dict[str, list[str]]:
     """Per subcommand, its flags that its section does not name (generated ones aside)."""
     text = sections(doc)
-    out = {name: sorted(_flags(p) - generated.get(name, set()) - set(FLAG.findall(text[name][0]))
-                        - PENDING.get(name, set())) for name, p in parsers.items()}
+    out = {name: sorted(_flags(p) - generated.get(name, set()) - set(FLAG.findall(text[name][0])))
+               for name, p in parsers.items()}
     return {k: v for k, v in out.items() if v}
 
 

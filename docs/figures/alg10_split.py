@@ -14,7 +14,7 @@ each message group (the P_vec noise variance is proportional to b) and the certi
 from __future__ import annotations
 
 from silodp.accounting import papers
-from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm
+from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm, stored_transcript
 from silodp.algorithms.spider import SdpSpider
 
 #: the setting of the rates presets for Thm 3.1 (sigmoid-l1, d = 11, M = N = 4, n = 250), eps = 1
@@ -26,7 +26,7 @@ GRID = ((20, 4), (40, 4), (20, 20))
 def rows() -> list[dict]:
     out = []
     for rounds, q in GRID:
-        cfg = TranscriptConfig(rounds=rounds, q=q, **SETTING)
+        cfg = TranscriptConfig(rounds=rounds, period=q, **SETTING)
         for split in papers.ALG10_SPLITS:
             b = papers.alg10_pvec(EPS, DELTA, cfg.num_silos, cfg.m, cfg.n, cfg.batch_size, cfg.k2, rounds, q, split)
             cal = calibrate_algorithm(SdpSpider.with_split(split), cfg, EPS, DELTA, "tight")
@@ -45,12 +45,14 @@ def store_rows(store: str) -> list[dict]:
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
         requests = [json.loads(r) for (r,) in db.execute("SELECT request FROM calibrations")]
     for req in requests:
-        if req["algorithm"] != "sdp-spider" or (req["transcript"].get("q") or 1) < 2:
+        if req["algorithm"] != "sdp-spider":
             continue
-        cfg = TranscriptConfig(**req["transcript"])
+        cfg = stored_transcript(req["transcript"])  # a store written before round 7 spells the period q
+        if cfg.period < 2:
+            continue
         for split in papers.ALG10_SPLITS:
             cal = calibrate_algorithm(SdpSpider.with_split(split), cfg, req["epsilon"], req["delta"], "tight")
-            out.append({"eps": req["epsilon"], "R": cfg.rounds, "q": cfg.q, "n": cfg.n, "K": cfg.batch_size,
+            out.append({"eps": req["epsilon"], "R": cfg.rounds, "q": cfg.period, "n": cfg.n, "K": cfg.batch_size,
                         "split": split, "b_grad": cal.shuffle["grad"]["b"], "b_diff": cal.shuffle["diff"]["b"],
                         "certified": cal.epsilon})
     return out

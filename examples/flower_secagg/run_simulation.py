@@ -2,7 +2,7 @@
 encodes and noises its own message, the server learns only the modular sum
 (silodp.integrations.secagg). The run config's ``algorithm``: sdp-prox-sgd (paper Alg 7) or
 sdp-prox-svrg (Alg 8, ``rounds`` epochs of 1 + ``inner_steps`` sums), sdp-pl-svrg (Alg 9,
-``restarts`` of those) or sdp-spider (Alg 10, a fresh gradient every ``q`` rounds), the binomial P_vec reports
+``restarts`` of those) or sdp-spider (Alg 10, a fresh gradient every ``period`` rounds), the binomial P_vec reports
 summed by SecAgg+ in the shuffler's role, or isrl-mb-sgd (the distributed twin of ISRL-DP
 minibatch SGD with Skellam or discrete-Gaussian noise per silo).
 
@@ -39,7 +39,7 @@ def wbcd_silos(num_silos: int = 3, seed: int = 0):
 #: The run config's defaults (every key a keyword of :func:`simulate`).
 RUN_CONFIG = {"algorithm": "sdp-prox-sgd", "mechanism": "discrete-gaussian", "rounds": 3, "epsilon": 4.0,
               "delta": 1e-5, "bits": 20, "batch_size": 50, "threshold": 2, "inner_steps": None,
-              "restarts": None, "q": None}
+              "restarts": None, "period": None}
 
 
 def simulate(drop: tuple[int, int] | None = None, **run_config) -> dict:
@@ -85,10 +85,10 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"])
     ap.add_argument("--inner-steps", type=int, default=None, help="sdp-prox-svrg's and sdp-pl-svrg's Q (default floor(n / K))")
     ap.add_argument("--restarts", type=int, default=None, help="sdp-pl-svrg's S (default 3)")
-    ap.add_argument("--q", type=int, default=None, help="sdp-spider's period q (default 2)")
+    ap.add_argument("--period", type=int, default=None, help="sdp-spider's period (the paper's q; default 2)")
     ap.add_argument("--epsilon", type=float, default=RUN_CONFIG["epsilon"])
     ap.add_argument("--drop", action="store_true", help="silo 0 drops out in round 2")
     args = ap.parse_args()
     print(json.dumps(simulate(drop=(0, 2) if args.drop else None, algorithm=args.algorithm, mechanism=args.mechanism,
                               bits=args.bits, rounds=args.rounds, epsilon=args.epsilon,
-                              inner_steps=args.inner_steps, restarts=args.restarts, q=args.q)))
+                              inner_steps=args.inner_steps, restarts=args.restarts, period=args.period)))

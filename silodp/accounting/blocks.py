@@ -17,7 +17,7 @@ import functools
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from silodp.accounting import events as ev
 
@@ -100,7 +100,7 @@ class Block:
     rho: float = 0.0
     #: the parameters of the other mechanisms: (a, sensitivity) of a discrete Laplace, (sigma,
     #: sensitivity) of a discrete Gaussian, (p, k) of randomized response (:mod:`silodp.accounting.mechanisms`)
-    params: tuple = ()
+    params: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind in (Mechanism.GAUSSIAN, Mechanism.BALLS_IN_BINS, Mechanism.TRUNCATED_POISSON):
@@ -128,9 +128,10 @@ def _effective_noise_multiplier(event: ev.DpEvent) -> float:
     raise UnsupportedEventError(f"a subsampled event must contain only Gaussian events, found {event}")
 
 
-def _sampled(event, sampling: Sampling, count: int) -> list[Block]:
+def _sampled(event: ev.PoissonSampledDpEvent | ev.SampledWithoutReplacementDpEvent | ev.SampledWithReplacementDpEvent,
+             sampling: Sampling, count: int) -> list[Block]:
     z = _effective_noise_multiplier(event.event)
-    if sampling == Sampling.POISSON:
+    if isinstance(event, ev.PoissonSampledDpEvent):  # sampling POISSON
         return [Block(Mechanism.GAUSSIAN, count, z, sampling, q=float(event.sampling_probability))]
     n, m = int(event.source_dataset_size), int(event.sample_size)
     if sampling == Sampling.WITHOUT_REPLACEMENT:
@@ -141,7 +142,7 @@ def _sampled(event, sampling: Sampling, count: int) -> list[Block]:
 
 
 def flatten(event: ev.DpEvent, count: int = 1,
-            leaf: Callable[[ev.DpEvent, int], list] | None = None) -> list:
+            leaf: Callable[[ev.DpEvent, int], list[Any]] | None = None) -> list[Any]:
     """The blocks of ``event`` repeated ``count`` times (adaptive composition).
 
     dp-accounting's own events are accepted and read as the silodp events of the same name.
@@ -155,51 +156,50 @@ def flatten(event: ev.DpEvent, count: int = 1,
         except ValueError as exc:
             raise UnsupportedEventError(f"unsupported event: {event} ({exc})") from None
     ev.revalidate(event)
-    kind = type(event)
-    if kind is ev.NoOpDpEvent:
+    if type(event) is ev.NoOpDpEvent:
         return []
-    if kind is ev.NonPrivateDpEvent:
+    if type(event) is ev.NonPrivateDpEvent:
         return [Block(Mechanism.NON_PRIVATE, count)]
-    if kind is ev.SelfComposedDpEvent:
+    if type(event) is ev.SelfComposedDpEvent:
         return flatten(event.event, count * event.count, leaf)
-    if kind is ev.ComposedDpEvent:
+    if type(event) is ev.ComposedDpEvent:
         return [b for e in event.events for b in flatten(e, count, leaf)]
-    if kind is ev.ParallelComposedDpEvent:
+    if type(event) is ev.ParallelComposedDpEvent:
         return flatten(event.event, count, leaf)
     if leaf is not None:
         return leaf(event, count)
-    if kind is ev.GaussianDpEvent:
+    if type(event) is ev.GaussianDpEvent:
         return [Block(Mechanism.GAUSSIAN, count, noise_multiplier=float(event.noise_multiplier))]
-    if kind is ev.PoissonSampledDpEvent:
+    if type(event) is ev.PoissonSampledDpEvent:
         return _sampled(event, Sampling.POISSON, count)
-    if kind is ev.SampledWithoutReplacementDpEvent:
+    if type(event) is ev.SampledWithoutReplacementDpEvent:
         return _sampled(event, Sampling.WITHOUT_REPLACEMENT, count)
-    if kind is ev.SampledWithReplacementDpEvent:
+    if type(event) is ev.SampledWithReplacementDpEvent:
         return _sampled(event, Sampling.WITH_REPLACEMENT, count)
-    if kind is ev.BallsInBinsDpEvent:
+    if type(event) is ev.BallsInBinsDpEvent:
         return [Block(Mechanism.BALLS_IN_BINS, count, _effective_noise_multiplier(event.event),
                       sample_size=int(event.batches))]
-    if kind is ev.TruncatedSubsampledGaussianDpEvent:
+    if type(event) is ev.TruncatedSubsampledGaussianDpEvent:
         return [Block(Mechanism.TRUNCATED_POISSON, count, float(event.noise_multiplier),
                       q=float(event.sampling_probability), dataset_size=int(event.dataset_size),
                       sample_size=int(event.truncated_batch_size))]
-    if kind is ev.EpsilonDeltaDpEvent:
+    if type(event) is ev.EpsilonDeltaDpEvent:
         return [Block(Mechanism.EPSILON_DELTA, count, epsilon=float(event.epsilon), delta=float(event.delta))]
-    if kind is ev.LaplaceDpEvent:
+    if type(event) is ev.LaplaceDpEvent:
         return [Block(Mechanism.LAPLACE, count, noise_multiplier=float(event.noise_multiplier))]
-    if kind is ev.DiscreteLaplaceDpEvent:
+    if type(event) is ev.DiscreteLaplaceDpEvent:
         return [Block(Mechanism.DISCRETE_LAPLACE, count, params=(float(event.noise_parameter), int(event.sensitivity)))]
-    if kind is ev.DiscreteGaussianDpEvent:
+    if type(event) is ev.DiscreteGaussianDpEvent:
         return [Block(Mechanism.DISCRETE_GAUSSIAN, count, params=(float(event.sigma), int(event.sensitivity)))]
-    if kind is ev.RandomizedResponseDpEvent:
+    if type(event) is ev.RandomizedResponseDpEvent:
         return [Block(Mechanism.RANDOMIZED_RESPONSE, count,
                       params=(float(event.noise_parameter), int(event.num_buckets)))]
-    if kind is ev.ZCDpEvent:
+    if type(event) is ev.ZCDpEvent:
         if event.xi != 0:
             raise UnsupportedEventError(f"truncated zCDP (xi != 0) is not supported: {event}")
         return [Block(Mechanism.ZCDP, count, rho=float(event.rho))]
     from silodp.accounting import distributed  # distributed sums (Skellam, discrete Gaussian) are zCDP
 
-    if kind in distributed.EVENTS:
-        return flatten(event.zcdp_event(), count)
+    if type(event) in distributed.EVENTS:
+        return flatten(cast(distributed.DistributedSumEvent, event).zcdp_event(), count)
     raise UnsupportedEventError(f"unsupported event: {event}")

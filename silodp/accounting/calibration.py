@@ -58,7 +58,7 @@ class Calibration:
     target_epsilon: float
     accountant: str
     #: the accountant settings the certificate depends on (the PLD discretization)
-    settings: dict = dataclasses.field(default_factory=dict)
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: empty when target * (1 - rtol) <= epsilon <= target; otherwise why not
     note: str = ""
     #: the registered accountant and settings that certified it (None: an unregistered factory);
@@ -67,7 +67,7 @@ class Calibration:
 
 
 def _check_reachable(event_fn: EventFn, epsilon: float, delta: float, accountant: AccountantFactory,
-                     neighbouring: ev.NeighboringRelation, kwargs: dict) -> None:
+                     neighbouring: ev.NeighboringRelation, kwargs: dict[str, Any]) -> None:
     """ValueError at once (not after a long search) when even the largest noise multiplier the
     search tries does not certify ``epsilon``."""
     floor = _certifier(event_fn, delta, accountant, neighbouring, **kwargs)(MAX_NOISE_MULTIPLIER)
@@ -167,7 +167,7 @@ def _search(eps_of: Callable[[float], float], target: float, rtol: float, start:
                 return (*best, slope)  # even tiny noise meets the budget (e.g. a huge epsilon)
         else:
             lo = x if lo is None else max(lo, x)
-        if lo is not None and hi is not None and hi - lo < 1e-9:
+        if lo is not None and hi is not None and hi - lo < 1e-9 and best is not None:  # (hi set: best is)
             return (*best, slope)
         le = math.log(e) if 0 < e < math.inf else (-700.0 if e == 0 else 700.0)
         if prev is not None and x != prev[0]:
@@ -242,7 +242,7 @@ def calibrate(
     return Calibration(z, certified, dl, eps, name, dict(accountant_kwargs), note, _spec(make, accountant_kwargs))
 
 
-def _spec(make: AccountantFactory, settings: dict) -> AccountantSpec | None:
+def _spec(make: AccountantFactory, settings: dict[str, Any]) -> AccountantSpec | None:
     """The spec of the registered class ``make`` with ``settings`` (None: not a registered class,
     or settings its spec does not carry)."""
     name = getattr(make, "name", None)
@@ -254,10 +254,10 @@ def _spec(make: AccountantFactory, settings: dict) -> AccountantSpec | None:
         return None
 
 
-def _candidates() -> list[type]:
+def _candidates() -> list[type[Accountant]]:
     """The registered accountants that compete for the default certificate, tightest first
     (their :attr:`~silodp.accounting.accountants.Accountant.candidacy` and ``candidate_rank``)."""
-    return sorted((cls for cls in ACCOUNTANTS.values() if getattr(cls, "candidacy", None)),
+    return sorted((cls for cls in ACCOUNTANTS.values() if cls.candidacy),
                   key=lambda cls: cls.candidate_rank)
 
 
@@ -278,13 +278,15 @@ def candidate_accountants(event: ev.DpEvent, neighbouring: ev.NeighboringRelatio
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation, pool: tuple) -> tuple:
+def _cached_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation,
+                       pool: tuple[type[Accountant], ...]) -> tuple[str, ...]:
     """:func:`_candidate_names` of a hashable (frozen) event, kept: the answer depends only on the
     event, the relation and the registered ``pool``, all in the key."""
     return tuple(_candidate_names(event, neighbouring, pool))
 
 
-def _candidate_names(event: ev.DpEvent, neighbouring: ev.NeighboringRelation, pool) -> list[str]:
+def _candidate_names(event: ev.DpEvent, neighbouring: ev.NeighboringRelation,
+                     pool: tuple[type[Accountant], ...]) -> list[str]:
     names = [cls for cls in pool if cls(neighbouring).supports(event)]
     if not names:
         reasons = "; ".join(f"{c.name}: {c(neighbouring).unsupported_reason(event)}" for c in pool)
@@ -297,13 +299,13 @@ def _candidate_names(event: ev.DpEvent, neighbouring: ev.NeighboringRelation, po
     return [c.name for c in tight + extra]
 
 
-def settings_for(name: str, settings: dict | None) -> dict:
+def settings_for(name: str, settings: dict[str, Any] | None) -> dict[str, Any]:
     """The entries of ``settings`` that the accountant ``name`` takes (its ``SETTINGS``)."""
     taken = getattr(_maker(name), "SETTINGS", ())
     return {k: v for k, v in (settings or {}).items() if k in taken}
 
 
-def _check_settings(settings: dict | None) -> None:
+def _check_settings(settings: dict[str, Any] | None) -> None:
     known = {k for cls in ACCOUNTANTS.values() for k in getattr(cls, "SETTINGS", ())}
     unknown = sorted(set(settings or {}) - known)
     if unknown:
@@ -311,7 +313,7 @@ def _check_settings(settings: dict | None) -> None:
 
 
 def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.NeighboringRelation | None = None,
-                     pld_settings: dict | None = None) -> tuple[float, str]:
+                     pld_settings: dict[str, Any] | None = None) -> tuple[float, str]:
     """The smallest certified epsilon of ``event`` at ``delta`` among
     :func:`candidate_accountants` (each given the entries of ``pld_settings`` it takes, its
     ``SETTINGS``: the ``pld`` grid), and the accountant that certifies it. A candidate that cannot
@@ -320,7 +322,8 @@ def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.Neighbori
     dl = check_delta("delta", delta)
     neighbouring = neighbouring_arg(neighbouring)
     _check_settings(pld_settings)
-    results, error = [], None
+    results: list[tuple[float, str]] = []
+    error: UncertifiableDeltaError | None = None
     for name in candidate_accountants(event, neighbouring):
         try:
             results.append((get_accountant(name, neighbouring, **settings_for(name, pld_settings))
@@ -328,13 +331,14 @@ def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.Neighbori
         except UncertifiableDeltaError as exc:
             error = exc
     if not results:
+        assert error is not None  # every candidate failed: the last one's error
         raise error
     return min(results)
 
 
 def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accountant: str | None = None,
                          neighbouring: ev.NeighboringRelation | None = None,
-                         pld_settings: dict | None = None) -> Calibration:
+                         pld_settings: dict[str, Any] | None = None) -> Calibration:
     """``calibrate`` with ``accountant``, or with each candidate accountant, keeping the smallest
     certified noise multiplier (each candidate's result is a certificate on its own); one that
     ``calibrates_as_fallback`` (``rdp``) is only tried when no tighter candidate could calibrate
@@ -344,7 +348,8 @@ def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accoun
     neighbouring = neighbouring_arg(neighbouring)
     _check_settings(pld_settings)
     names = [accountant] if accountant else candidate_accountants(event_fn(1.0), neighbouring)
-    results, error = [], None
+    results: list[Calibration] = []
+    error: UncertifiableDeltaError | None = None
     for name in names:
         if results and getattr(_maker(name), "calibrates_as_fallback", False):
             continue
@@ -355,5 +360,6 @@ def tightest_calibration(event_fn: EventFn, epsilon: float, delta: float, accoun
                 raise
             error = exc
     if not results:
+        assert error is not None  # every candidate failed: the last one's error
         raise error
     return min(results, key=lambda c: c.noise_multiplier)

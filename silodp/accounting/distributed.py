@@ -58,13 +58,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from silodp._validation import check_count, check_delta, check_positive, check_probability
 from silodp.accounting import events as ev
 
-MECHANISMS = ("binomial", "skellam", "discrete-gaussian")
 #: Share of delta that the calibration leaves for the wrap-around probability.
 WRAP_SHARE = 0.1
 #: Conditional rounding's failure probability per try (KLS21's default e^-1/2; utility only).
@@ -107,7 +108,7 @@ def sensitivities(c: float, dimension: int, beta: float = ROUNDING_BETA, record:
     return 2.0 * r, min(2.0 * math.sqrt(dimension) * r, 2.0 * r * r)
 
 
-def skellam_rdp(orders, l2: float, l1: float, mu: float) -> np.ndarray:
+def skellam_rdp(orders: Any, l2: float, l1: float, mu: float) -> np.ndarray:
     """AKL21's multi-dimensional Skellam RDP at integer ``orders`` for aggregate variance ``mu``."""
     a = np.asarray(orders, dtype=float)
     if np.any(a != np.floor(a)) or np.any(a < 2):
@@ -149,7 +150,7 @@ class SkellamSumDpEvent(ev.DpEvent):
         if self.l1_sensitivity < self.l2_sensitivity:
             raise ValueError(f"SkellamSumDpEvent.l1_sensitivity: must be >= l2_sensitivity, got {self}")
 
-    def rdp(self, orders) -> np.ndarray:
+    def rdp(self, orders: Any) -> np.ndarray:
         return skellam_rdp(orders, self.l2_sensitivity, self.l1_sensitivity, self.variance)
 
     def zcdp_event(self) -> ev.ZCDpEvent:
@@ -179,7 +180,7 @@ class DiscreteGaussianSumDpEvent(ev.DpEvent):
         ev._count(self, "summed")
         ev._count(self, "dimension")
 
-    def rdp(self, orders) -> np.ndarray:
+    def rdp(self, orders: Any) -> np.ndarray:
         return np.asarray(orders, dtype=float) * self.zcdp_event().rho
 
     def zcdp_event(self) -> ev.ZCDpEvent:
@@ -189,6 +190,140 @@ class DiscreteGaussianSumDpEvent(ev.DpEvent):
 #: The distributed events that the accountants allow-list (silodp.accounting.blocks reads each as
 #: its zCDP event).
 EVENTS = (SkellamSumDpEvent, DiscreteGaussianSumDpEvent)
+#: either distributed sum (what :func:`silodp.accounting.blocks.flatten` reads as zCDP)
+DistributedSumEvent = SkellamSumDpEvent | DiscreteGaussianSumDpEvent
+
+
+class DistributedMechanism:
+    """One kind of distributed noise: what :class:`DistributedParams` asks of its ``mechanism``
+    instead of comparing its name (the noise's variance, the event it releases, its tail, its
+    certificate and calibration). One instance per kind, registered in :data:`MECHANISM_KINDS`."""
+
+    #: the name ``DistributedParams.mechanism`` carries (the CLI's ``--mechanism``)
+    name: ClassVar[str] = ""
+    #: the JSON name of its noise parameter (``silodp distributed``)
+    noise_name: ClassVar[str] = ""
+    #: whether it certifies record level (``vector_norm``: a silo's vector of many records)
+    record_level: ClassVar[bool] = True
+    #: the smallest local noise the calibration tries
+    min_noise: ClassVar[float] = 1e-6
+
+    def check(self, p: DistributedParams) -> None:
+        """ValueError naming the field for a configuration this mechanism cannot run."""
+
+    def noise_variance(self, noise: float) -> float:
+        """One silo's noise variance per coordinate (integer units) at noise parameter ``noise``."""
+        raise NotImplementedError
+
+    def event(self, p: DistributedParams, l2: float, l1: float) -> ev.DpEvent:
+        """The event of one release of ``p`` (sensitivities ``l2``, ``l1`` in integer units)."""
+        raise ValueError(f"mechanism: {self.name!r} has no distributed event (its certificate is pvec's)")
+
+    def log_tail(self, p: DistributedParams, t: float) -> float:
+        """log of a bound on P[S_j >= t] for one coordinate's centred sum S_j (module docstring)."""
+        raise NotImplementedError
+
+    def certified_epsilon(self, p: DistributedParams, delta: float) -> float:
+        """The certificate of ``p`` at ``delta`` (wrap not charged here): its event's RDP."""
+        return _rdp_epsilon(p, delta)
+
+    def calibrate(self, base: dict[str, Any], eps: float, dp_delta: float, budget: float) -> DistributedParams:
+        """The finest configuration of ``base`` certifying ``eps`` at ``dp_delta`` with a wrap
+        probability within ``budget``."""
+        return _calibrate_scale(self, base, eps, dp_delta, budget)
+
+    def extra(self, p: DistributedParams) -> dict[str, Any]:
+        """Its own parameters beside the noise, as ``summary`` prints them."""
+        return {}
+
+
+class Binomial(DistributedMechanism):
+    """The paper's binomial protocol with the rotation (P_vec, certified by :mod:`silodp.accounting.pvec`)."""
+
+    name, noise_name, record_level = "binomial", "trials", False
+
+    def check(self, p: DistributedParams) -> None:
+        if int(p.levels) < 1 or p.noise != int(p.noise):
+            raise ValueError(f"levels: the binomial needs levels >= 1 and integer trials, got {p}")
+
+    def noise_variance(self, noise: float) -> float:
+        return noise / 4.0
+
+    def log_tail(self, p: DistributedParams, t: float) -> float:  # Hoeffding
+        s = t - p.silos * p.levels / 2.0 - 0.5
+        return -2.0 * s * s / (p.silos * p.noise) if s > 0 else 0.0
+
+    def certified_epsilon(self, p: DistributedParams, delta: float) -> float:
+        from silodp.accounting import pvec
+
+        return float(pvec.transcript_epsilon((_binomial_group(p),), delta, pvec.default_interval(1.0)))
+
+    def calibrate(self, base: dict[str, Any], eps: float, dp_delta: float, budget: float) -> DistributedParams:
+        return _calibrate_binomial(base, eps, dp_delta, budget)
+
+    def extra(self, p: DistributedParams) -> dict[str, Any]:
+        return {"levels": p.levels}
+
+
+class Skellam(DistributedMechanism):
+    """Skellam noise Pois(v/2) - Pois(v/2) per coordinate (AKL21)."""
+
+    name, noise_name = "skellam", "local_variance"
+
+    def noise_variance(self, noise: float) -> float:
+        return noise
+
+    def event(self, p: DistributedParams, l2: float, l1: float) -> ev.DpEvent:
+        return SkellamSumDpEvent(l2, l1, p.summed * p.noise)
+
+    def log_tail(self, p: DistributedParams, t: float) -> float:  # the Skellam sum's log-MGF
+        s0, signal = _rounded_tail(p, t)
+        if s0 <= 0:
+            return 0.0
+        from scipy.optimize import minimize_scalar  # slow to import: off the CLI's light paths
+
+        lam = p.silos * p.noise / 2.0  # each side's Poisson mean in the sum of M Skellams
+
+        def log_mgf(u: float) -> float:
+            return u * u * signal / 2.0 + 2.0 * lam * (math.cosh(u) - 1.0) - u * s0
+
+        best = minimize_scalar(log_mgf, bounds=(0.0, 50.0), method="bounded", options={"xatol": 1e-10})
+        return min(0.0, float(best.fun))
+
+
+class DiscreteGaussian(DistributedMechanism):
+    """Discrete Gaussian noise N_Z(0, sigma^2) per coordinate (KLS21)."""
+
+    name, noise_name, min_noise = "discrete-gaussian", "local_sigma", MIN_SIGMA
+
+    def check(self, p: DistributedParams) -> None:
+        if p.noise < 0.5:
+            raise ValueError(f"noise: the discrete Gaussian's sigma must be >= 1/2, got {p.noise}")
+
+    def noise_variance(self, noise: float) -> float:  # at most sigma^2 (Canonne, Kamath & Steinke 2020)
+        return noise ** 2
+
+    def event(self, p: DistributedParams, l2: float, l1: float) -> ev.DpEvent:
+        return DiscreteGaussianSumDpEvent(l2, p.noise, p.summed, p.padded)
+
+    def log_tail(self, p: DistributedParams, t: float) -> float:  # sigma-sub-Gaussian noise
+        s0, signal = _rounded_tail(p, t)
+        return -s0 * s0 / (2.0 * (signal + p.silos * p.noise ** 2)) if s0 > 0 else 0.0
+
+
+#: Every kind of distributed noise by its name, in the order tables list them.
+MECHANISM_KINDS: dict[str, DistributedMechanism] = {m.name: m for m in (Binomial(), Skellam(), DiscreteGaussian())}
+#: Their names (``--mechanism``'s choices).
+MECHANISMS = tuple(MECHANISM_KINDS)
+#: The JSON name of each mechanism's noise parameter.
+NOISE_NAMES = {name: m.noise_name for name, m in MECHANISM_KINDS.items()}
+
+
+def get_mechanism(name: str) -> DistributedMechanism:
+    """The mechanism object named ``name`` (ValueError naming ``mechanism`` otherwise)."""
+    if name not in MECHANISM_KINDS:
+        raise ValueError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {name!r}")
+    return MECHANISM_KINDS[name]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,8 +351,7 @@ class DistributedParams:
     vector_norm: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.mechanism not in MECHANISMS:
-            raise ValueError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {self.mechanism!r}")
+        kind = get_mechanism(self.mechanism)
         check_count("dimension", self.dimension)
         check_positive("clip", self.clip)
         check_count("silos", self.silos)
@@ -230,13 +364,15 @@ class DistributedParams:
         check_positive("noise", self.noise)
         check_positive("scale", self.scale)
         check_probability("beta", self.beta)
-        if self.mechanism == "binomial" and (int(self.levels) < 1 or self.noise != int(self.noise)):
-            raise ValueError(f"levels: the binomial needs levels >= 1 and integer trials, got {self}")
-        if self.vector_norm and (self.mechanism == "binomial" or not self.vector_norm >= self.clip):
+        if self.vector_norm and (not kind.record_level or not self.vector_norm >= self.clip):
             raise ValueError(f"vector_norm: record level needs Skellam or discrete Gaussian and vector_norm >= clip, "
                              f"got {self.vector_norm} ({self.mechanism})")
-        if self.mechanism == "discrete-gaussian" and self.noise < 0.5:
-            raise ValueError(f"noise: the discrete Gaussian's sigma must be >= 1/2, got {self.noise}")
+        kind.check(self)
+
+    @property
+    def kind(self) -> DistributedMechanism:
+        """The mechanism object of :attr:`mechanism` (its noise, certificate and calibration)."""
+        return get_mechanism(self.mechanism)
 
     @property
     def modulus(self) -> int:
@@ -254,9 +390,7 @@ class DistributedParams:
     def noise_variance(self) -> float:
         """Variance of one silo's noise per coordinate, in integer units (the discrete
         Gaussian's is at most sigma^2, Canonne, Kamath & Steinke 2020)."""
-        if self.mechanism == "binomial":
-            return self.noise / 4.0
-        return self.noise if self.mechanism == "skellam" else self.noise ** 2
+        return self.kind.noise_variance(self.noise)
 
     def variance(self, silos: int | None = None) -> float:
         """Per-coordinate variance of the decoded sum of ``silos`` (default M) vectors: noise plus
@@ -269,15 +403,10 @@ class DistributedParams:
 def release_event(p: DistributedParams) -> ev.DpEvent:
     """The event of one release of ``p`` (Skellam or discrete Gaussian; the binomial's is
     :func:`silodp.accounting.pvec`'s certificate, not an event here)."""
-    l2, l1 = sensitivities(p.clip / p.scale, p.padded, p.beta, record=bool(p.vector_norm))
-    if p.mechanism == "skellam":
-        return SkellamSumDpEvent(l2, l1, p.summed * p.noise)
-    if p.mechanism == "discrete-gaussian":
-        return DiscreteGaussianSumDpEvent(l2, p.noise, p.summed, p.padded)
-    raise ValueError(f"mechanism: {p.mechanism!r} has no distributed event (its certificate is pvec's)")
+    return p.kind.event(p, *sensitivities(p.clip / p.scale, p.padded, p.beta, record=bool(p.vector_norm)))
 
 
-def _binomial_group(p: DistributedParams, trials: int | None = None):
+def _binomial_group(p: DistributedParams, trials: int | None = None) -> Any:
     from silodp.accounting import pvec, pvec_l2
 
     return pvec.PvecGroup(p.rounds, p.levels, int(p.noise if trials is None else trials), p.summed, p.padded,
@@ -288,30 +417,20 @@ def _rdp_epsilon(p: DistributedParams, delta: float) -> float:
     from silodp.accounting import rdp
 
     orders = np.asarray(ORDERS, dtype=float)
-    return rdp.epsilon_from_rdp(orders, p.rounds * release_event(p).rdp(orders), delta)
+    event = release_event(p)
+    assert isinstance(event, EVENTS)  # what every mechanism with an event releases
+    return rdp.epsilon_from_rdp(orders, p.rounds * event.rdp(orders), delta)
 
 
 def _log_tail(p: DistributedParams, t: float) -> float:
     """log of a bound on P[S_j >= t] for one coordinate's centred sum S_j (module docstring)."""
-    m = p.silos
-    if p.mechanism == "binomial":
-        s = t - m * p.levels / 2.0 - 0.5
-        return -2.0 * s * s / (m * p.noise) if s > 0 else 0.0
-    s0 = t - m  # rounding moves each silo's coordinate by less than one step
-    if s0 <= 0:
-        return 0.0
-    signal = (m * p.bound / p.scale) ** 2 / p.padded
-    if p.mechanism == "discrete-gaussian":
-        return -s0 * s0 / (2.0 * (signal + m * p.noise ** 2))
-    from scipy.optimize import minimize_scalar  # slow to import: off the CLI's light paths
+    return p.kind.log_tail(p, t)
 
-    lam = m * p.noise / 2.0  # each side's Poisson mean in the sum of M Skellams
 
-    def log_mgf(u: float) -> float:
-        return u * u * signal / 2.0 + 2.0 * lam * (math.cosh(u) - 1.0) - u * s0
-
-    best = minimize_scalar(log_mgf, bounds=(0.0, 50.0), method="bounded", options={"xatol": 1e-10})
-    return min(0.0, float(best.fun))
+def _rounded_tail(p: DistributedParams, t: float) -> tuple[float, float]:
+    """(s0, signal) of the rounded mechanisms' tail: the threshold less the rounding's at most one
+    step per silo, and the rotated signal's sub-Gaussian variance proxy (module docstring)."""
+    return t - p.silos, (p.silos * p.bound / p.scale) ** 2 / p.padded
 
 
 def wrap_probability(p: DistributedParams) -> float:
@@ -327,14 +446,10 @@ def certified_epsilon(p: DistributedParams, delta: float) -> float:
     w = wrap_probability(p)
     if w >= dl:
         return math.inf
-    if p.mechanism == "binomial":
-        from silodp.accounting import pvec
-
-        return pvec.transcript_epsilon((_binomial_group(p),), dl - w, pvec.default_interval(1.0))
-    return _rdp_epsilon(p, dl - w)
+    return p.kind.certified_epsilon(p, dl - w)
 
 
-def _bisect(feasible, lo: float, hi: float, steps: int = 48) -> float:
+def _bisect(feasible: Callable[[float], bool], lo: float, hi: float, steps: int = 48) -> float:
     """The smallest x in [lo, hi] (geometric bisection) with ``feasible(x)``; ``feasible(hi)`` holds."""
     for _ in range(steps):
         mid = math.sqrt(lo * hi)
@@ -342,12 +457,12 @@ def _bisect(feasible, lo: float, hi: float, steps: int = 48) -> float:
     return hi
 
 
-def _local_noise(mechanism: str, base: dict, epsilon: float, delta: float) -> float:
+def _local_noise(kind: DistributedMechanism, base: dict[str, Any], epsilon: float, delta: float) -> float:
     """The smallest local noise certifying ``epsilon`` at ``delta`` (wrap not charged here)."""
     def ok(v: float) -> bool:
-        return _rdp_epsilon(DistributedParams(mechanism, noise=v, **base), delta) <= epsilon
+        return _rdp_epsilon(DistributedParams(kind.name, noise=v, **base), delta) <= epsilon
 
-    lo = MIN_SIGMA if mechanism == "discrete-gaussian" else 1e-6
+    lo = kind.min_noise
     if ok(lo):
         return lo
     hi = lo
@@ -366,22 +481,25 @@ def calibrate(mechanism: str, dimension: int, clip: float, silos: int, bits: int
     Skellam / discrete Gaussian: the smallest step gamma whose calibrated noise keeps the wrap
     within budget; binomial: the most levels g (trials b by :func:`pvec.calibrate_noise`)."""
     eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
-    base = dict(dimension=check_count("dimension", dimension), clip=check_positive("clip", clip),
-                silos=check_count("silos", silos), summed=check_count("summed", silos if summed is None else summed),
-                bits=int(bits), rounds=check_count("rounds", rounds))
+    base: dict[str, Any] = dict(dimension=check_count("dimension", dimension), clip=check_positive("clip", clip),
+                                silos=check_count("silos", silos),
+                                summed=check_count("summed", silos if summed is None else summed),
+                                bits=int(bits), rounds=check_count("rounds", rounds))
+    kind = get_mechanism(mechanism)
     if vector_norm:
+        if not kind.record_level:
+            raise ValueError(f"vector_norm: the {kind.name} certifies one record per message (the SDP algorithms)")
         base["vector_norm"] = check_positive("vector_norm", vector_norm)
-    budget, dp_delta = WRAP_SHARE * dl, (1.0 - WRAP_SHARE) * dl
-    if mechanism == "binomial":
-        if vector_norm:
-            raise ValueError("vector_norm: the binomial certifies one record per message (the SDP algorithms)")
-        return _calibrate_binomial(base, eps, dp_delta, budget)
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism: must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    return kind.calibrate(base, eps, (1.0 - WRAP_SHARE) * dl, WRAP_SHARE * dl)
 
+
+def _calibrate_scale(kind: DistributedMechanism, base: dict[str, Any], eps: float, dp_delta: float,
+                     budget: float) -> DistributedParams:
+    """Skellam / discrete Gaussian: the smallest step gamma whose calibrated local noise keeps the
+    wrap probability within ``budget``."""
     def at(gamma: float) -> DistributedParams:
         scaled = dict(base, scale=gamma)
-        return DistributedParams(mechanism, noise=_local_noise(mechanism, scaled, eps, dp_delta), **scaled)
+        return DistributedParams(kind.name, noise=_local_noise(kind, scaled, eps, dp_delta), **scaled)
 
     def fits(gamma: float) -> bool:
         return wrap_probability(at(gamma)) <= budget
@@ -390,11 +508,11 @@ def calibrate(mechanism: str, dimension: int, clip: float, silos: int, bits: int
     while not fits(hi):
         hi *= 8.0
         if hi > base.get("vector_norm", base["clip"]) * 1e12:
-            raise ValueError(f"bits: {bits} bits cannot hold the sum of {silos} silos at epsilon={eps:g}")
+            raise ValueError(f"bits: {base['bits']} bits cannot hold the sum of {base['silos']} silos at epsilon={eps:g}")
     return at(_bisect(fits, hi * 1e-9, hi, steps=40))
 
 
-def _calibrate_binomial(base: dict, eps: float, dp_delta: float, budget: float) -> DistributedParams:
+def _calibrate_binomial(base: dict[str, Any], eps: float, dp_delta: float, budget: float) -> DistributedParams:
     from silodp.accounting import pvec
 
     gamma_rot = pvec.rotated_bound(base["clip"], base["dimension"])
@@ -451,18 +569,12 @@ def availability_floor(num_silos: int, mean_silos: int, draws: int, tail: float)
     return best, charge
 
 
-#: The JSON name of each mechanism's noise parameter.
-NOISE_NAMES = {"binomial": "trials", "skellam": "local_variance", "discrete-gaussian": "local_sigma"}
-
-
-def summary(p: DistributedParams, epsilon: float, delta: float) -> dict:
+def summary(p: DistributedParams, epsilon: float, delta: float) -> dict[str, Any]:
     """What ``silodp distributed`` prints for ``p`` at the target (``epsilon``, ``delta``)."""
     var = p.variance()
     central = central_variance(p.dimension, p.clip, epsilon, delta, p.rounds)
-    out = {"mechanism": p.mechanism, "noise_parameter": p.noise, "noise_parameter_name": NOISE_NAMES[p.mechanism],
-           "scale": p.scale}
-    if p.mechanism == "binomial":
-        out["levels"] = p.levels
+    out: dict[str, Any] = {"mechanism": p.mechanism, "noise_parameter": p.noise,
+                           "noise_parameter_name": p.kind.noise_name, "scale": p.scale, **p.kind.extra(p)}
     out.update(bits=int(p.bits), modulus=p.modulus, wrap_probability=wrap_probability(p), variance=var,
                central_variance=central, ratio=var / central, epsilon=certified_epsilon(p, delta),
                delta=delta, silos=p.silos, summed=p.summed, rounds=p.rounds)
@@ -470,7 +582,7 @@ def summary(p: DistributedParams, epsilon: float, delta: float) -> dict:
 
 
 def comparison_table(dimension: int = 1024, clip: float = 1.0, silos: int = 10, rounds: int = 50,
-                     epsilon: float = 3.0, delta: float = 1e-5, bits=tuple(range(8, 25, 2))) -> str:
+                     epsilon: float = 3.0, delta: float = 1e-5, bits: tuple[int, ...] = tuple(range(8, 25, 2))) -> str:
     """Markdown: each mechanism's variance over central DP's at equal (``epsilon``, ``delta``) per
     secure-aggregation bit width, with its certified epsilon (rounded up); "-" where the sum does
     not fit in that many bits at any noise (docs/shuffle.md, ``benchmarks/distributed_table.py``)."""
@@ -487,7 +599,7 @@ def comparison_table(dimension: int = 1024, clip: float = 1.0, silos: int = 10, 
                 cells.append("-")
                 continue
             s = summary(p, epsilon, delta)
-            extra = f"g = {p.levels}, " if mech == "binomial" else ""
+            extra = "".join(f"{'g' if k == 'levels' else k} = {v}, " for k, v in p.kind.extra(p).items())
             cells.append(f"{round_up(s['ratio'], 3)} ({extra}{round_up(s['epsilon'], 4)})")
         lines.append(f"| {width} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -81,10 +81,10 @@ def loads(text: str) -> ev.DpEvent:
     return ev.from_dp_accounting(_read(obj, "event"))
 
 
-def _tree(event: ev.DpEvent) -> dict:
+def _tree(event: ev.DpEvent) -> dict[str, Any]:
     if type(event).__name__ not in ev._SHARED:
         raise ValueError(f"event: {type(event).__name__} has no dp-accounting counterpart")
-    out = {"class_name": type(event).__name__}
+    out: dict[str, Any] = {"class_name": type(event).__name__}
     for field in dataclasses.fields(event):
         value = getattr(event, field.name)
         out[field.name] = (_tree(value) if field.name == "event" else

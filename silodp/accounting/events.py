@@ -43,6 +43,7 @@ import dataclasses
 import enum
 import math
 from numbers import Integral, Real
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Sequence, TypeVar, dataclass_transform
 
 
@@ -63,7 +64,7 @@ def relation(value: Any) -> NeighboringRelation:
     name = getattr(value, "name", None)
     if isinstance(value, NeighboringRelation):
         return value
-    if name in NeighboringRelation.__members__:
+    if isinstance(name, str) and name in NeighboringRelation.__members__:
         return NeighboringRelation[name]
     raise ValueError(f"neighbouring: must be REPLACE_ONE or ADD_OR_REMOVE_ONE, got {value}")
 
@@ -405,7 +406,8 @@ _SHARED = {
 }
 
 
-def _convert(event: Any, target: dict[str, type], origin: str, child=None) -> Any:
+def _convert(event: Any, target: Mapping[str, type[Any]], origin: str,
+             child: Callable[[Any], Any] | None = None) -> Any:
     name = type(event).__name__
     if name not in target:
         raise ValueError(f"event: {name} has no counterpart {origin}")

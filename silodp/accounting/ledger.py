@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import Any
 
 from silodp.accounting import events as ev
 from silodp._validation import check_count, check_delta, check_index, check_nonnegative
@@ -59,11 +60,11 @@ class IsrlLedger:
         acc = get_accountant(self.accountant, ev.REPLACE_ONE)
         return acc.compose(ev.ComposedDpEvent(events)).get_epsilon(delta)
 
-    def report(self, delta: float, records_per_silo: int | None = None) -> dict:
+    def report(self, delta: float, records_per_silo: int | None = None) -> dict[str, Any]:
         """Per-silo epsilons, the worst silo, and the Appendix B implications."""
         dl = check_delta("delta", delta)
         per_silo = {i: self.silo_epsilon(i, dl) for i in range(self.num_silos)}
-        worst = max(per_silo, key=per_silo.get)
+        worst = max(per_silo, key=lambda i: per_silo[i])
         out = {
             "neighbouring": "replace-one record within a silo (ISRL-DP)",
             "accountant": self.accountant,

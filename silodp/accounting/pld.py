@@ -526,9 +526,14 @@ class LossPmf:
                              "(epsilon is huge); use a coarser grid or the 'rdp' accountant")
         size = _next_fast_length(n)
         u = _unit(self.masses)
-        positions = (self.offset + np.arange(len(self.masses))) % size
         wrapped = np.zeros(size, dtype=self.masses.dtype)
-        np.add.at(wrapped, positions, self.masses)
+        start = self.offset % size
+        if len(self.masses) <= size:  # no two masses share a position: two slices (the same values)
+            head = min(len(self.masses), size - start)
+            wrapped[start:start + head] = self.masses[:head]
+            wrapped[:len(self.masses) - head] = self.masses[head:]
+        else:
+            np.add.at(wrapped, (self.offset + np.arange(len(self.masses))) % size, self.masses)
         spectrum = np.fft.rfft(wrapped)
         # per-coefficient forward error: the normwise bound, or the componentwise one (masses >= 0)
         e = min(_fft_error(size, math.sqrt(size) * _l2(wrapped), u),

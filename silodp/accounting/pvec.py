@@ -97,6 +97,7 @@ def power(dist: pld_lib.PrivacyLossDistribution, count: int) -> pld_lib.PrivacyL
             out = base if out is None else out.compose(base)
         k >>= 1
         if not k:
+            assert out is not None  # k >= 1: the first pass set it
             return out
         base = base.compose(base)
 
@@ -201,7 +202,7 @@ def _shift_squared(group: PvecGroup) -> float:
     return full if group.l2 is None else min(full, group.l2 ** 2)
 
 
-def _gaussian_scale(groups, weights, epsilon: float, delta: float) -> float:
+def _gaussian_scale(groups: Sequence[PvecGroup], weights: Sequence[float], epsilon: float, delta: float) -> float:
     """The scale s at which b_r = s w_r meets the target under the Gaussian approximation of the
     binomial counts (a shift of :func:`_shift_squared` over sd sqrt(m b / 4); the search's
     starting point only, never a certificate)."""

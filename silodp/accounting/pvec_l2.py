@@ -132,9 +132,9 @@ def log_correlations(c: np.ndarray, n: int, shifts: int, a: float) -> np.ndarray
     while chunks:
         s0, L = chunks.pop()
         J = -(-n // L)
-        lu = np.full(J * L, -np.inf)
-        lu[:n] = lu_all
-        lu = lu.reshape(J, L)
+        flat = np.full(J * L, -np.inf)
+        flat[:n] = lu_all
+        lu = flat.reshape(J, L)
         lv = np.full(max((J + 1) * L + s0, m), -np.inf)
         lv[:m] = lv_all
         lv = np.lib.stride_tricks.sliding_window_view(lv[s0:], 2 * L - 1)[::L][:J]  # row j: z = jL + s0 + t
@@ -221,7 +221,7 @@ def _envelopes(log_v: np.ndarray, u0: float) -> np.ndarray:
     return out
 
 
-def invocation_moments(g: int, trials: int, dimension: int, l2: float, multiplicity: int,
+def invocation_moments(g: int, trials: int, dimension: int, l2: float | None, multiplicity: int,
                        shifts: int | None = None, orders: tuple[float, ...] = ORDERS) -> np.ndarray:
     """log E_Q[(P_W / Q)^a] of one invocation (``dimension`` coordinates, Bin(``trials``, 1/2)
     each) when one record moves ``multiplicity`` identical messages with level shifts of l2 norm
@@ -230,7 +230,7 @@ def invocation_moments(g: int, trials: int, dimension: int, l2: float, multiplic
     return _multiplicity_moments(g, trials, dimension, l2, (multiplicity,), shifts or multiplicity * g, orders)[0]
 
 
-def _multiplicity_moments(g: int, trials: int, dimension: int, l2: float, multiplicities: tuple[int, ...],
+def _multiplicity_moments(g: int, trials: int, dimension: int, l2: float | None, multiplicities: tuple[int, ...],
                           shifts: int, orders: tuple[float, ...]) -> np.ndarray:
     """:func:`invocation_moments` for each of ``multiplicities`` (rows), one envelope pass for all."""
     logT, _ = shift_moments(trials, shifts, orders)
@@ -243,7 +243,7 @@ def _multiplicity_moments(g: int, trials: int, dimension: int, l2: float, multip
             bad = np.flatnonzero(finite)[np.any(np.diff(v, 2, axis=1) < -1e-12 * v[:, 2:], axis=1)]
             bar[bad] = np.inf
         rows.append(bar[:, ::k])
-    u0 = min(l2 * l2 / dimension, float(g * g))
+    u0 = float(g * g) if l2 is None else min(l2 * l2 / dimension, float(g * g))  # None: only g per coordinate
     out = dimension * _envelopes(np.concatenate(rows), u0).reshape(len(multiplicities), len(orders))
     return out + SLACK * np.abs(out)
 

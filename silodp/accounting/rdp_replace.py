@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr
@@ -64,7 +65,7 @@ def _log_mass(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return lb + np.log(-np.expm1(la - lb))
 
 
-def _log_q_mass(lo: np.ndarray, hi: np.ndarray, q: float, z: float, tilt=0.0) -> np.ndarray:
+def _log_q_mass(lo: np.ndarray, hi: np.ndarray, q: float, z: float, tilt: Any = 0.0) -> np.ndarray:
     """log int_lo^hi q(x) e^{t x} dx for Q = (1 - q) N(0, z^2) + q N(-1, z^2), t = ``tilt``
     (exponential tilting: int phi_z(x - mu) e^{t x} = e^{t mu + t^2 z^2 / 2} Phi-mass shifted by t z^2)."""
     t = np.asarray(tilt, dtype=float)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 from silodp.accounting import _binomial
 from silodp.accounting import events as ev
@@ -112,7 +112,7 @@ class ShuffleRelease:
     dataset_size: int
     messages: int = 1
     bound: float = 1.0
-    params: tuple = ()
+    params: tuple[Any, ...] = ()
     dimension: int = 1
 
     def __post_init__(self) -> None:
@@ -127,7 +127,7 @@ class ShuffleRelease:
 Release = GaussianRelease | ShuffleRelease
 
 
-def _check_common(r) -> None:
+def _check_common(r: GaussianRelease | ShuffleRelease) -> None:
     if not isinstance(r.sampling, BatchSampling):
         raise ValueError(f"release {r.group!r}: sampling must be a BatchSampling, got {r.sampling!r}")
     check_count("count", r.count, minimum=0)
@@ -257,7 +257,7 @@ def pvec_event(releases: Sequence[Release]) -> ev.DpEvent:
     return ev.ComposedDpEvent(parts) if parts else ev.NoOpDpEvent()
 
 
-def pvec_groups(releases: Sequence[Release]) -> tuple:
+def pvec_groups(releases: Sequence[Release]) -> tuple[Any, ...]:
     """The shuffle releases as the P_vec certificate sees them (:class:`silodp.accounting.pvec.PvecGroup`
     of :func:`pvec_event`); each must carry its parameters (g, b, 1/2, rotate)."""
     from silodp.accounting.accountants import pvec_items
@@ -297,7 +297,7 @@ class Sent:
     batch_size: int
     dataset_size: int
     noise_multiplier: float = math.inf
-    params: tuple = ()
+    params: tuple[Any, ...] = ()
     messages: int = 0
 
 
@@ -313,7 +313,7 @@ class ReleaseLedger:
     def __init__(self, declaration: Sequence[Release] | None) -> None:
         #: the declared release of each message group (None: non-private, nothing checked)
         self.declaration = None if declaration is None else {r.group: r for r in declaration}
-        if declaration is not None and len(self.declaration) != len(declaration):
+        if self.declaration is not None and declaration is not None and len(self.declaration) != len(declaration):
             raise ValueError("releases: each message group must be declared once")
         self.sent: list[Sent] = []
         self._counts: dict[str, int] = {}
@@ -349,7 +349,7 @@ class ReleaseLedger:
 
 
 def shuffle_invocations(plan: Sequence["ShuffleRelease"], dimension: int, delta: float | None,
-                        params: dict | None = None) -> list:
+                        params: dict[str, Any] | None = None) -> list[Any]:
     """A shuffle-DP algorithm's protocol invocations (``plan``: the paper's per-invocation budgets)
     in ``dimension`` coordinates. Where all the invocations a record can enter would spend more
     than the target ``delta`` (the paper's budgets assume each record is used once), their deltas

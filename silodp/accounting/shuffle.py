@@ -53,7 +53,7 @@ def _fmt21_pair(eps0: float, n: int, tail: float = 1e-14, width: float = 9.0) ->
     left_out = float(_binomial.cdf(c_lo - 1, n - 1, q) + _binomial.sf(c_hi, n - 1, q))
     log_pc = _binomial.logpmf(cs, n - 1, q)
     l0s, l1s = [], []
-    for c, lpc in zip(cs, log_pc):
+    for c, lpc in zip(cs.tolist(), log_pc):  # c: a Python int
         half = width * math.sqrt(c + 1) / 2.0 + 2
         xs = np.arange(max(0, int(c / 2 - half)), min(c + 1, int(c / 2 + half)) + 1)
         # P0(x) = p b(x-1) + (1-p) b(x), P1(x) = (1-p) b(x-1) + p b(x), b = Bin(c, 1/2)

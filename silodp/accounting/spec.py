@@ -54,6 +54,16 @@ class AccountantSpec:
             return self.name
         return f"{self.name}({', '.join(f'{k}={v:.2g}' if isinstance(v, float) else f'{k}={v}' for k, v in self.settings)})"
 
+    def to_json(self) -> dict[str, Any]:
+        """``{"name": ..., "settings": {...}}``: how outputs and stores carry it (read back by
+        :meth:`from_json`, never by parsing the label)."""
+        return {"name": self.name, "settings": dict(self.settings)}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> AccountantSpec:
+        """The spec :meth:`to_json` wrote (validated against the registry again)."""
+        return cls(value["name"], value.get("settings", {}))
+
     def make(self, neighbouring: ev.NeighboringRelation | None = None) -> Accountant:
         """A fresh accountant of this spec under ``neighbouring``."""
         from silodp.accounting.accountants import get_accountant

@@ -25,7 +25,10 @@ ACCOUNTING_VERSION = 1
 #: DP-SCAFFOLD's, certified by ``pld`` alone, whose charge did not change.)
 #: "balls-in-bins" 2 (2026-12-06): random allocation's grid spreads keep means (convex order) instead
 #: of rounding up: 1-25% smaller epsilon at 50-1000 batches (no stamped table uses it yet).
-CERTIFICATE_VERSIONS = {"with-replacement": 2, "without-replacement": 2, "balls-in-bins": 2}
+#: "discrete-mechanisms" 2 (2026-12-06): a composition of one discrete Laplace, discrete Gaussian or
+#: randomized response alone is accounted on the mechanism's own loss lattice (its exact PLD, no
+#: rounding up to the grid): equal or smaller epsilon (4th-5th digit); beside other mechanisms the grid as before.
+CERTIFICATE_VERSIONS = {"with-replacement": 2, "without-replacement": 2, "balls-in-bins": 2, "discrete-mechanisms": 2}
 
 
 def version(certificates: Iterable[str] = ()) -> str:

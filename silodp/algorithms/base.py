@@ -97,10 +97,13 @@ class FederatedAlgorithm:
     #: plain data by silodp.experiments
     Transcript = _plan.TranscriptOf()
     #: the paper's closed-form noise ``(cfg, epsilon, delta) -> sigmas``, or None
-    paper_formula: ClassVar = None
+    paper_formula: ClassVar[Any] = None
     #: the per-run :class:`Context` class (None: :class:`Context`); only the instruments of
     #: :data:`INSTRUMENTS_MODULE` (audit recordings, mutations) subclass it
     context_class: ClassVar[type | None] = None
+
+    if TYPE_CHECKING:  # the Config's fields are instance attributes, set from the dataclass in __init__
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(self, **params: Any) -> None:
         config = type(self).Config
@@ -141,7 +144,11 @@ class FederatedAlgorithm:
         return self.uniform_output and self.output != "last"
 
     def eta(self, problem: Problem) -> float:
-        return float(self.step_size) if self.step_size is not None else 1.0 / (2.0 * problem.beta)
+        if self.step_size is not None:
+            return float(self.step_size)
+        if problem.beta is None:
+            raise ValueError("step_size: required when the problem has no smoothness constant beta")
+        return 1.0 / (2.0 * problem.beta)
 
     # -- what a family writes beside _run ------------------------------------------------------
     @classmethod
@@ -323,6 +330,9 @@ class Context:
     ``_offset_mean``, ``_shuffle_aggregate``.
     """
 
+    #: set by :func:`_unchecked_instrument` on the one instrument class it marks
+    _unchecked_by: ClassVar[type | None] = None
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__module__ != INSTRUMENTS_MODULE:
@@ -330,7 +340,7 @@ class Context:
 
     def __init__(self, algo, problem, federation, seed, sigmas, shuffle, replay):
         self._algo, self._problem, self._fed = algo, problem, federation
-        self._checked = getattr(type(self), "_unchecked_by", None) is not type(self)
+        self._checked = type(self)._unchecked_by is not type(self)
         self._channel = algo.plan.channel()
         declared = self._declaration(algo, problem, federation, sigmas, shuffle) if self._checked else None
         self._ledger = ReleaseLedger(declared)
@@ -401,6 +411,7 @@ class Context:
         per step (:class:`~silodp.algorithms.federation.SubsetSampler`); with the algorithm's
         ``balls_in_bins``, t = min_size // batch_size balls-in-bins batches per epoch
         (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
+        out: Any
         if subset:
             out = SubsetSampler(self._fed.mask, batch_size, self._gen)
         elif getattr(self._algo, "balls_in_bins", False) and replacement is None:

@@ -204,7 +204,7 @@ class Plan:
         a = self.algo
         shared = dict(
             n=federation.min_size, rounds=int(a.rounds), batch_size=int(a.batch_size),
-            batch_size2=int(a.batch_size), q=1, inner_steps=1, restarts=1, local_steps=1,
+            batch_size2=int(a.batch_size), period=1, inner_steps=1, restarts=1, local_steps=1,
             clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
             replacement=a.uses_replacement, balls_in_bins=bool(a.balls_in_bins),
@@ -248,6 +248,10 @@ class Plan:
         """What one silo releases over the whole run, one release per message group (a
         non-private algorithm releases its messages without noise)."""
         return [GaussianRelease(group, 1, 0.0, BatchSampling.FULL, 1, 1) for group in self.cls.message_groups]
+
+    def shuffle_declaration(self, cfg: Any, budgets: dict | None, params: dict | None = None) -> list:
+        """Shuffle-DP's protocol invocations (:class:`ShufflePlan`; none here)."""
+        raise NotImplementedError(f"{self.cls.__name__} declares no shuffle invocations")
 
     def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         """The releases this run must stay within (None: not private, nothing to check)."""

@@ -21,7 +21,7 @@ import functools
 import math
 from typing import Any
 
-from silodp._validation import check_count, check_delta, check_noise_map, check_positive
+from silodp._validation import check_count, check_delta, check_noise_map, check_positive, refuse_renamed
 from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_epsilon
 from silodp.accounting.events import DpEvent
@@ -42,7 +42,8 @@ class TranscriptConfig:
     batch_size: int
     clip: float = 1.0
     batch_size2: int | None = None
-    q: int = 1
+    #: SPIDER's period of fresh minibatch gradients (Alg 3 / 10: a fresh gradient when ``period | r``)
+    period: int = 1
     inner_steps: int = 1
     restarts: int = 1
     local_steps: int = 1
@@ -56,9 +57,13 @@ class TranscriptConfig:
     #: delta already spent outside the certificate: random availability's lower tail below the
     #: declared floor of silos summed (silos_per_round is then that floor; FederatedAlgorithm.config_fields)
     charged_delta: float = 0.0
+    #: the old spelling of ``period`` (renamed in round 7: ``q`` is a sampling rate elsewhere), refused
+    q: dataclasses.InitVar[Any] = None
 
-    def __post_init__(self) -> None:
-        for name in ("n", "rounds", "batch_size", "q", "inner_steps", "restarts", "local_steps", "num_silos",
+    def __post_init__(self, q: Any = None) -> None:
+        if q is not None:
+            refuse_renamed(["q"])
+        for name in ("n", "rounds", "batch_size", "period", "inner_steps", "restarts", "local_steps", "num_silos",
                      "dimension"):
             check_count(name, getattr(self, name))
         check_positive("clip", self.clip)
@@ -80,6 +85,21 @@ class TranscriptConfig:
     @property
     def m(self) -> int:
         return self.num_silos if self.silos_per_round is None else self.silos_per_round
+
+
+#: transcript fields renamed since transcripts were first stored (results stores' calibration
+#: requests): stored spelling -> current name (round 7: SPIDER's ``q`` is ``period``)
+STORED_NAMES = {"q": "period"}
+
+
+def stored_transcript(data: dict, transcript: type = TranscriptConfig) -> Any:
+    """The ``transcript`` (an algorithm's :attr:`Transcript` class) a stored dict describes
+    (``dataclasses.asdict`` of one), read through the one migration of :data:`STORED_NAMES`;
+    users' keywords are never migrated (``TranscriptConfig(q=...)`` is refused)."""
+    fields = {STORED_NAMES.get(k, k): v for k, v in data.items()}
+    if len(fields) < len(data):
+        raise ValueError(f"transcript: both a stored name and its current one in {sorted(data)}")
+    return transcript(**fields)
 
 
 @dataclasses.dataclass(frozen=True)

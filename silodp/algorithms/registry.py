@@ -23,7 +23,7 @@ def unregister_algorithm(name: str) -> None:
     ALGORITHMS.pop(name, None)
 
 
-def algorithm_class(algorithm: Any) -> type:
+def algorithm_class(algorithm: Any) -> Any:
     """The class of ``algorithm`` (a registry name, a class, or an instance)."""
     if isinstance(algorithm, str):
         if algorithm not in ALGORITHMS:

@@ -138,7 +138,8 @@ class DpScaffold(LocalUpdates):
         return batch_from_rate("data_sampling", float(self.data_sampling), federation.min_size)
 
     def n_warm(self) -> int:
-        return self.config.warm()
+        config: Any = self.config  # a DpScaffoldConfig (or a subclass): its warm start
+        return int(config.warm())
 
     # -- the algorithm: the FedAvg template's hooks (silodp.algorithms.fedavg) --------------------
     def local_sampler(self, ctx: Context) -> Any:

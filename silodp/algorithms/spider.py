@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from silodp._validation import check_count
+from silodp._validation import check_count, refuse_renamed
 from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
@@ -37,28 +37,34 @@ class FedSpiderConfig(AlgorithmConfig):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SpiderConfig(FedSpiderConfig):
-    """FedProx-SPIDER (Alg 3, 10): K2 and the period q of fresh minibatch gradients."""
+    """FedProx-SPIDER (Alg 3, 10): K2 and the ``period`` (the paper's q) of fresh minibatch
+    gradients. ``q`` is refused with the new name: in silodp ``q`` is a sampling rate."""
 
-    q: int = param(2, help="q, the period of fresh minibatch gradients", domain="count", flag="--spider-q",
-                   transcript=True, noise_default=1)
+    period: int = param(2, help="the period of fresh minibatch gradients (the paper's q)", domain="count",
+                        flag="--spider-period", transcript=True, noise_default=1)
+    #: the old spelling of ``period`` (renamed in round 7), refused
+    q: dataclasses.InitVar[object] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, q: object = None) -> None:  # type: ignore[override]
+        if q is not None:
+            refuse_renamed(["q"])
         super().__post_init__()
-        check_count("q", self.q)
+        check_count("period", self.period)
 
     def transcript_fields(self, n: int) -> dict:
-        return {**super().transcript_fields(n), "q": int(self.q)}
+        return {**super().transcript_fields(n), "period": int(self.period)}
 
 
 def anchors(cfg: TranscriptConfig) -> int:
-    """Rounds r = 0..R-1 of Alg 3 / Alg 10 with q | r (fresh minibatch gradients): ceil(R / q)."""
-    return -(-cfg.rounds // cfg.q)
+    """Rounds r = 0..R-1 of Alg 3 / Alg 10 with q | r (q = ``period``, fresh minibatch gradients):
+    ceil(R / q)."""
+    return -(-cfg.rounds // cfg.period)
 
 
 def _spider_paper(cfg, eps, delta):
     if math.isinf(cfg.beta):
-        return papers.h2_spider(eps, delta, cfg.clip, cfg.n, cfg.rounds, cfg.q)
-    return papers.thm_f1(eps, delta, cfg.clip, cfg.beta, cfg.n, cfg.rounds, cfg.q)
+        return papers.h2_spider(eps, delta, cfg.clip, cfg.n, cfg.rounds, cfg.period)
+    return papers.thm_f1(eps, delta, cfg.clip, cfg.beta, cfg.n, cfg.rounds, cfg.period)
 
 
 def _smaller(a: float, b):
@@ -69,8 +75,8 @@ def _smaller(a: float, b):
 class IsrlSpider(FederatedAlgorithm):
     """ISRL-DP FedProx-SPIDER, paper Algorithm 3 (Thm 3.1 / F.1).
 
-    Every ``q`` rounds the available silos send a noisy minibatch gradient (K1 = ``batch_size``
-    samples, noise ``sigma1``, sensitivity 2L/K1); in between they send the SPIDER difference
+    Every ``period`` rounds (the paper's q) the available silos send a noisy minibatch gradient
+    (K1 = ``batch_size`` samples, noise ``sigma1``, sensitivity 2L/K1); in between they send the SPIDER difference
     ``mean_K2[g(w_r) - g(w_{r-1})]`` (K2 = ``batch_size2``) with noise std
     ``min(sigma2 * ||w_r - w_{r-1}||, sigma2_hat)`` (Alg. 3 line 10). When the problem has a
     smoothness constant beta, each per-sample difference is clipped to
@@ -86,6 +92,11 @@ class IsrlSpider(FederatedAlgorithm):
 
     name = "isrl-spider"
     stacked_trials = True
+
+    def __init__(self, **params) -> None:
+        refuse_renamed(params)  # ``q`` -> ``period``, named before the generic "not a parameter"
+        super().__init__(**params)
+
     noise_keys = ("sigma1", "sigma2", "sigma2_hat")
     message_groups = ("grad", "diff")
     #: what a silo service computes (:mod:`silodp.service`): kind -> the noise key of its std, or
@@ -118,7 +129,7 @@ class IsrlSpider(FederatedAlgorithm):
         return min(s2 * step if math.isfinite(s2) else math.inf, s2_hat)
 
     def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:
-        q = check_count("q", self.q)
+        q = check_count("period", self.period)
         s1 = ctx.sigmas.get("sigma1", 0.0)
         clip, beta = ctx.clip, ctx.beta
         sample1, sample2 = ctx.sampler(int(self.batch_size)), ctx.sampler(self._k2())
@@ -172,7 +183,7 @@ class SdpSpider(IsrlSpider):
         a, k1, k2 = anchors(cfg), cfg.batch_size, cfg.k2
         b = {"epsilon1": math.inf, "delta1": 0.0, "epsilon2": math.inf, "delta2": 0.0}
         if epsilon:
-            b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.q,
+            b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.period,
                                   cls.alg10_split)
         how = cls.sampling(cfg)
         return [ShuffleRelease("grad", a, b["epsilon1"], b["delta1"], how, k1, cfg.n, cfg.m * k1, cfg.clip),

@@ -72,7 +72,7 @@ def one_line(exc: BaseException) -> str:
 def _flag_names(message: str, parser: argparse.ArgumentParser | None, aliases: dict | None = None) -> str:
     """``dataset_size: must ...`` from the library as ``--dataset-size: must ...`` when the command
     has that flag (or ``aliases`` maps the library's name to the flag the user typed, e.g.
-    ``q`` -> ``--spider-q``), so the one line names what the user typed; the library's keyword
+    ``period`` -> ``--spider-period``), so the one line names what the user typed; the library's keyword
     spelling ``method='tight'`` reads as the flag, ``--method tight``."""
     if parser is None:
         return message
@@ -165,14 +165,19 @@ def _number(text: str) -> bool:
 
 
 def _precheck(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
-    """Errors argparse words poorly, caught before it runs: a mistyped flag (named with the
-    closest real one, before any 'required' complaint), ``--param n 1000`` (hint ``n=1000``).
+    """Errors argparse words poorly, caught before it runs: a renamed flag (named with its new
+    spelling: :data:`silodp._validation.RENAMED` and the command parser's ``renamed_flags``), a
+    mistyped flag (named with the closest real one, before any 'required' complaint),
+    ``--param n 1000`` (hint ``n=1000``).
     Commands whose flags are generated on ``--algorithm`` leave unknown flags to argparse."""
     command = _command_parser(argv, parser)
     if command is None:
         return
     known = _long_flags(command)
     generated = "parse_known_args" in vars(command)
+    from silodp._validation import RENAMED
+
+    renamed = {**{k: v for k, v in RENAMED.items() if k.startswith("--")}, **getattr(command, "renamed_flags", {})}
     tokens = list(argv)
     for i, token in enumerate(tokens):
         if token == "--":
@@ -180,6 +185,9 @@ def _precheck(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
         if not token.startswith("--"):
             continue
         name = token.split("=", 1)[0]
+        if name in renamed and name not in known:
+            new, meaning = renamed[name]
+            raise CliError(f"{command.prog}: error: {name}: renamed to {new} ({meaning}); pass {new}")
         if not generated and not any(k.startswith(name) for k in known):
             raise CliError(f"{command.prog}: error: unrecognized arguments: {name}")
         following = tokens[i + 1:i + 3]

@@ -272,6 +272,8 @@ def _noise_generic(args) -> int:
     def one(name: str | None) -> dict:
         cal = tightest_calibration(_event_fn(args), eps, delta, name, _relation(args), _pld_settings(args))
         out = {"noise_multiplier": cal.noise_multiplier, "epsilon": cal.epsilon, "accountant": cal.accountant}
+        if cal.spec is not None and cal.spec.settings:  # the label (with settings) is for reading; the spec
+            out["accountant_spec"] = cal.spec.to_json()  # is what a script reads back
         if cal.settings:  # named by the accountant that took them (its spec), as ``epsilon``'s
             out[f"{cal.spec.name}_settings" if cal.spec is not None else "settings"] = cal.settings
         if cal.note:

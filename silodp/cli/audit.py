@@ -27,6 +27,9 @@ from silodp.cli.domains import DELTA, SEED, Int, PathArg, Real
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
 ONE_RUN_CHOICES = ("steinke", "fdp", "clopper-pearson", "gdp")
+#: flags renamed in round 7 (``--alpha`` was the heterogeneity of ``silodp run``; alpha is also an
+#: RDP order): old -> (new, what it is); refused with the new name (silodp.cli._precheck)
+RENAMED_FLAGS = {"--alpha": ("--confidence", "the lower bound's confidence, 1 - alpha: --alpha 0.05 is --confidence 0.95")}
 
 
 def register(subparsers) -> None:
@@ -60,11 +63,13 @@ def register(subparsers) -> None:
     p.add_argument("--estimator", choices=ONE_RUN_CHOICES, default=None,
                    help="lower bound that decides 'violation' (all are always reported); default clopper-pearson, "
                         "steinke for one-run audits")
-    p.add_argument("--alpha", type=Real(0.0, 1.0), default=0.05, help="1 - confidence of the lower bound (default 0.05)")
+    p.add_argument("--confidence", type=Real(0.0, 1.0), default=0.95,
+                   help="confidence of the epsilon lower bound (default 0.95)")
     p.add_argument("--repeats", type=Int(1, 10 ** 4), default=None, help="with --mutation: repeat the audit, report the detection rate")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=handle)
+    p.renamed_flags = RENAMED_FLAGS  # type: ignore[attr-defined]
 
 
 def _check_applicable(args) -> None:
@@ -89,7 +94,7 @@ def _check_applicable(args) -> None:
     elif args.mechanism == "pvec":
         refuse(args, ("--noise-multiplier", "--mutation", "--repeats"), "to --mechanism pvec")
     elif args.papers:
-        refuse(args, ("--noise-multiplier", "--messages", "--mutation", "--repeats", "--alpha"), "to --papers")
+        refuse(args, ("--noise-multiplier", "--messages", "--mutation", "--repeats", "--confidence"), "to --papers")
     else:
         refuse(args, ("--noise-multiplier", "--messages"), "to --algorithm (use --epsilon)")
 
@@ -109,8 +114,9 @@ def _check_args(args) -> None:
     for flag, value in (("--canaries", args.canaries), ("--runs", args.runs)):
         if value is not None and value < 1:
             raise ValueError(f"{flag}: must be >= 1, got {value}")
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha: must lie in (0, 1), got {args.alpha}")
+    if not 0 < args.confidence < 1:
+        raise ValueError(f"--confidence: must lie in (0, 1), got {args.confidence}")
+    args.alpha = round(1.0 - args.confidence, 12)  # the estimators' level: 1 - confidence (0.05 exactly at 0.95)
 
 
 def handle(args) -> int:

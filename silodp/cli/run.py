@@ -9,6 +9,10 @@ import math
 DATASETS = ("wbcd", "mnist", "synthetic")
 #: --output: the algorithm's own output rule or the last iterate (FederatedAlgorithm's ``output``)
 OUTPUT_RULES = ("random", "last")
+#: flags renamed in round 7 (``--beta`` is the smoothness of ``silodp noise``, ``--alpha`` was the
+#: audit's 1 - confidence): old -> (new, what it is); refused with the new name (silodp.cli._precheck)
+RENAMED_FLAGS = {"--alpha": ("--model-heterogeneity", "FedProx Synthetic(alpha, beta)'s alpha"),
+                 "--beta": ("--input-heterogeneity", "FedProx Synthetic(alpha, beta)'s beta")}
 
 
 def register(subparsers) -> None:
@@ -39,11 +43,16 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     add_quiet_flag(p)
     g = p.add_argument_group("heterogeneous data (FedProx, Noble et al. 2022)")
-    g.add_argument("--alpha", type=Real(0.0, 1e3, closed="lowhigh"), default=None, help="synthetic: FedProx Synthetic(alpha, beta) model heterogeneity")
-    g.add_argument("--beta", type=Real(0.0, 1e3, closed="lowhigh"), default=None, help="synthetic: FedProx Synthetic(alpha, beta) input heterogeneity")
+    g.add_argument("--model-heterogeneity", type=Real(0.0, 1e3, closed="lowhigh"), default=None,
+                   help="synthetic: FedProx Synthetic(alpha, beta)'s alpha, the variance of the shift of each user's "
+                        "model (W_k, b_k) from the others'")
+    g.add_argument("--input-heterogeneity", type=Real(0.0, 1e3, closed="lowhigh"), default=None,
+                   help="synthetic: FedProx Synthetic(alpha, beta)'s beta, the variance of the shift of each user's "
+                        "input mean v_k")
     g.add_argument("--iid", action="store_true", help="synthetic: FedProx's i.i.d. variant")
     g.add_argument("--similarity", type=Real(0.0, 1.0, closed="lowhigh"), default=None, help="mnist: label-skew partition, fraction of i.i.d. data")
-    g.add_argument("--users", type=Int(1, 10 ** 5), default=None, help="number of users for --alpha/--beta/--iid/--similarity data")
+    g.add_argument("--users", type=Int(1, 10 ** 5), default=None, help="number of users for --model-heterogeneity/--input-heterogeneity/--iid/--similarity data")
+    p.renamed_flags = RENAMED_FLAGS  # type: ignore[attr-defined]
     p.set_defaults(handler=handle)
     generate_on_algorithm(p, transcript_only=False,
                           title="the algorithm's own parameters (generated from its config: docs/algorithms.md)")
@@ -59,23 +68,26 @@ def _load_data(args):
 
     from silodp._validation import check_nonnegative
 
-    for flag, value in (("alpha", args.alpha), ("beta", args.beta), ("similarity", args.similarity)):
+    model, inputs = args.model_heterogeneity, args.input_heterogeneity
+    for flag, value in (("--model-heterogeneity", model), ("--input-heterogeneity", inputs),
+                        ("--similarity", args.similarity)):
         if value is not None:
             check_nonnegative(flag, value)  # finite: Synthetic(alpha, beta) with inf is degenerate
     if args.similarity is not None and args.similarity > 1:
         raise ValueError(f"--similarity: must lie in [0, 1], got {args.similarity}")
-    fedprox = args.alpha is not None or args.beta is not None or args.iid
+    fedprox = model is not None or inputs is not None or args.iid
     if fedprox and args.dataset != "synthetic":
-        raise ValueError("--alpha/--beta/--iid: only with --dataset synthetic")
+        raise ValueError("--model-heterogeneity/--input-heterogeneity/--iid: only with --dataset synthetic")
     if args.similarity is not None and args.dataset != "mnist":
         raise ValueError("--similarity: only with --dataset mnist")
     users = {} if args.users is None else {"num_users": args.users}
     if fedprox:
-        return fedprox_synthetic(args.alpha or 0.0, args.beta or 0.0, iid=args.iid, seed=args.seed, **users)
+        return fedprox_synthetic(model or 0.0, inputs or 0.0, iid=args.iid, seed=args.seed, **users)
     if args.similarity is not None:
         return mnist_label_skew(similarity=args.similarity, seed=args.seed, **users)
     if args.users is not None:
-        raise ValueError("--users: only with --alpha/--beta/--iid (synthetic) or --similarity (mnist)")
+        raise ValueError("--users: only with --model-heterogeneity/--input-heterogeneity/--iid (synthetic) or "
+                         "--similarity (mnist)")
     return {"wbcd": wbcd, "mnist": mnist, "synthetic": synthetic}[args.dataset](seed=args.seed)
 
 

@@ -85,8 +85,8 @@ def prepare(cfg: RunConfig) -> Prepared:
     batch = cfg.batch_size if cfg.batch_size is not None else paper_batch_size(n, cfg.rounds, cfg.batch_epsilon)
     params = dict(rounds=cfg.rounds, batch_size=batch, step_size=cfg.step_size, replacement=cfg.replacement,
                   metrics_every=0)
-    if cfg.q is not None:
-        params["q"] = cfg.q
+    if cfg.q is not None:  # the grid's q is SPIDER's period
+        params["period"] = cfg.q
     if cfg.local_steps is not None:
         params["local_steps"] = cfg.local_steps
         if cfg.batch_size is None:  # the rule's K records per round, spread over the local steps
@@ -119,7 +119,7 @@ def _requested(request: dict, **params):
 
     cls = privacy.algorithm_class(request["algorithm"])
     algo = cls(calibration=request["method"], **request.get("settings", {}), **params)
-    return algo, cls.Transcript(**request["transcript"])
+    return algo, privacy.stored_transcript(request["transcript"], cls.Transcript)
 
 
 def request_key(request: dict) -> str:
@@ -141,8 +141,7 @@ def calibrate_request(request: dict) -> dict:
             except ValueError as exc:
                 return {"status": "skipped", "error": f"paper calibration: {exc}"}
         cal = algo.plan.calibrate(tc, eps, delta)
-        spec = {} if cal.spec is None else {"accountant_spec": {"name": cal.spec.name,
-                                                                "settings": dict(cal.spec.settings)}}
+        spec = {} if cal.spec is None else {"accountant_spec": cal.spec.to_json()}
         return {"status": "ok", "sigmas": dict(cal.sigmas), "shuffle": dict(cal.shuffle), "epsilon": float(cal.epsilon),
                 "delta": float(cal.delta), "accountant": cal.accountant, **spec}
     except Exception as exc:  # recorded; the runs that need it fail with this message
@@ -162,7 +161,7 @@ def _certified(request: dict, result: dict) -> float:
     from silodp.accounting.spec import AccountantSpec
 
     stored = result.get("accountant_spec")  # the spec, never the printed label
-    spec = AccountantSpec(stored["name"], stored["settings"]) if stored else result["accountant"]
+    spec = AccountantSpec.from_json(stored) if stored else result["accountant"]
     algo, tc = _requested(request, accountant=spec)
     cls, delta = type(algo), request["delta"]
     if not cls.shuffled:

@@ -12,6 +12,8 @@ import collections
 
 from silodp.palette import label, legend_outside, style
 
+from .paper import SCAFFOLD_TITLES
+
 CALIBRATION_TITLES = {"tight": "tight accounting (silodp)", "paper": "paper's closed-form noise (App H.2)"}
 
 
@@ -92,7 +94,8 @@ def error_vs_epsilon(rows: list[dict], calibrations: tuple[str, ...] | None = No
     return fig
 
 
-SCAFFOLD_NAMES = ("dp-scaffold", "dp-scaffold-warm", "dp-fedavg", "scaffold", "fedavg")
+#: the headline's algorithms, in the ``scaffold`` table's column order (:mod:`.paper`)
+SCAFFOLD_NAMES = tuple(SCAFFOLD_TITLES)
 
 
 def scaffold_headline(rows: list[dict]):

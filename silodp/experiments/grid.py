@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import paper
 from .partition import check_partition
 
 CALIBRATIONS = ("tight", "paper")
@@ -346,19 +347,19 @@ def _sdp_algorithms(steps, clips, qs) -> list[AlgorithmGrid]:
     binomial noise summed by P_vec, App D) on the ISRL-DP arm's step sizes, clips and q. The paper
     runs no SDP experiment, so its Sec 4 / App H settings are the ISRL-DP arm's; an SVRG run takes
     R epochs of 1 + floor(n / K) messages, PL-SVRG restarts S = 3 times (Alg 9's default here)."""
-    return [AlgorithmGrid(name, steps, clips) for name in ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg")] + [
-        AlgorithmGrid("sdp-spider", steps, clips, q=tuple(qs))]
+    return _rows(paper.SDP_ARM, steps, clips, qs)
 
 
 def _paper_algorithms(steps, clips, qs, local_steps, rounds=None) -> list[AlgorithmGrid]:
     """The five algorithms of Sec 4: MB-SGD, Local SGD (non-private and ISRL-DP), ISRL-DP SPIDER."""
-    return [
-        AlgorithmGrid("mb-sgd", steps, clips, rounds=rounds),
-        AlgorithmGrid("local-sgd", steps, clips, local_steps=(local_steps,), rounds=rounds),
-        AlgorithmGrid("isrl-mb-sgd", steps, clips, rounds=rounds),
-        AlgorithmGrid("isrl-local-sgd", steps, clips, local_steps=(local_steps,), rounds=rounds),
-        AlgorithmGrid("isrl-spider", steps, clips, q=tuple(qs), rounds=rounds),
-    ]
+    return _rows(paper.SEC4, steps, clips, qs, local_steps, rounds)
+
+
+def _rows(algorithms, steps, clips, qs, local_steps=None, rounds=None) -> list[AlgorithmGrid]:
+    """One :class:`AlgorithmGrid` per (name, axis) of ``algorithms`` (:mod:`.paper`), sweeping its
+    axis: ``qs`` for ``q``, ``local_steps`` for ``local_steps``."""
+    axes = {None: {}, "q": {"q": tuple(qs)}, "local_steps": {"local_steps": (local_steps,)}}
+    return [AlgorithmGrid(name, steps, clips, rounds=rounds, **axes[axis]) for name, axis in algorithms]
 
 
 # Local SGD takes the K records of a round in LOCAL_STEPS steps of K / LOCAL_STEPS records (the
@@ -424,7 +425,7 @@ def cifar10_preset(quick: bool = False, path: str | None = None) -> GridSpec:
     algs = []
     for rounds, steps, qs in ((50, exp_grid(-5, 0, 12), range(1, 5)), (100, exp_grid(-5, 1, 8), range(1, 9))):
         for a in _paper_algorithms(steps, clips, qs, LOCAL_STEPS, rounds=(rounds,)):
-            algs.append(dataclasses.replace(a, step_sizes=local) if "local-sgd" in a.name else a)
+            algs.append(dataclasses.replace(a, step_sizes=local) if a.local_steps != (None,) else a)  # Local SGD
     return GridSpec("cifar10", "cifar10", tuple(algs), PAPER_EPSILONS, ((10, 50), (10, 100)), trials=10, data=data)
 
 
@@ -442,7 +443,7 @@ def scaffold_preset(quick: bool = False) -> GridSpec:
                                                                   {"alpha": 0.0, "beta": 0.0, "iid": True}]
     algs = tuple(AlgorithmGrid(name, (10.0 / k,), (1.0,), local_steps=(k,), rounds=(total // k,),
                                params={"user_sampling": 1.0, "data_sampling": 0.2})
-                 for name in ("dp-fedavg", "dp-scaffold") for k in ks)
+                 for name in paper.SCAFFOLD_GRID for k in ks)
     return GridSpec("scaffold-synthetic-quick" if quick else "scaffold-synthetic", "fedprox_synthetic", algs, (10.0,),
                     tuple((None, total // k) for k in ks), trials=1 if quick else 3, data=tuple({**common, **v} for v in variants),
                     model="linear", regularizer="l2:0.005", delta=1e-5)

@@ -12,11 +12,9 @@ import collections
 import math
 import statistics
 
+from .paper import ALG11, FED_SPIDER, LOCAL, MB, ORDER, SCAFFOLD_PAIRS, SCAFFOLD_TITLES, SPIDER
 from .select import Selection
 
-SPIDER, MB, LOCAL = "isrl-spider", "isrl-mb-sgd", "isrl-local-sgd"
-ORDER = ("isrl-spider", "isrl-spider-alg11", "isrl-fed-spider", "isrl-mb-sgd", "isrl-local-sgd", "mb-sgd", "local-sgd",
-         "sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 PAPER = "Lowy, Ghafelebashi & Razaviyayn 2023"
 
 
@@ -71,8 +69,6 @@ def summarize(selections: list[Selection]) -> list[dict]:
     return rows
 
 
-ALG11 = "isrl-spider-alg11"
-
 
 def alg11_rule(rows: list[dict]) -> list[dict]:
     """``rows`` plus, wherever both ISRL-DP SPIDER (Alg 3) and Fed-SPIDER (Alg 11) have a row, one
@@ -82,7 +78,7 @@ def alg11_rule(rows: list[dict]) -> list[dict]:
     two algorithms is one more hyperparameter, never made on test data)."""
     pair = collections.defaultdict(dict)
     for r in rows:
-        if r["algorithm"] in (SPIDER, "isrl-fed-spider"):
+        if r["algorithm"] in (SPIDER, FED_SPIDER):
             pair[(r["experiment"], r["calibration"], r["epsilon"])][r["algorithm"]] = r
     extra = []
     for both in pair.values():
@@ -239,12 +235,6 @@ def scaffold_heterogeneous(row: dict) -> bool:
     return not data.get("iid")
 
 
-#: the ``scaffold`` table's columns in order, with their titles: the private algorithms and their
-#: noiseless twins (a grid of the twins has no epsilon: its rows are the ``none`` calibration)
-SCAFFOLD_TITLES = {"dp-scaffold": "DP-SCAFFOLD", "dp-scaffold-warm": "DP-SCAFFOLD-warm", "dp-fedavg": "DP-FedAvg",
-                   "scaffold": "SCAFFOLD (no noise)", "fedavg": "FedAvg (no noise)"}
-#: the pairs whose gap the table shows (the first pair present in the rows)
-SCAFFOLD_PAIRS = (("dp-scaffold", "dp-fedavg"), ("scaffold", "fedavg"))
 
 
 def scaffold_gaps(rows: list[dict], calibration: str = "tight") -> list[dict]:

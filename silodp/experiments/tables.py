@@ -84,14 +84,15 @@ def _t95(n: int) -> float:
 def scaffold_table(rows: list[dict], calibration: str = "tight") -> str:
     """The ``scaffold`` table: accuracy (1 - test error) per setting and K, gap = DP-SCAFFOLD
     minus DP-FedAvg (or, on a noiseless grid, SCAFFOLD minus FedAvg) with its paired 95%
-    confidence interval; a column for every algorithm of :data:`.report.SCAFFOLD_TITLES` the rows hold
+    confidence interval; a column for every algorithm of :data:`.paper.SCAFFOLD_TITLES` the rows hold
     (DP-SCAFFOLD and DP-FedAvg always, unless the rows are noiseless)."""
-    from .report import SCAFFOLD_PAIRS, SCAFFOLD_TITLES, scaffold_setting
+    from .paper import SCAFFOLD_PAIRS, SCAFFOLD_TITLES
+    from .report import scaffold_setting
 
     rows = [r for r in rows if r["algorithm"] in SCAFFOLD_TITLES
             and (r["calibration"] == calibration or r["epsilon"] is None)]
     present = {r["algorithm"] for r in rows}
-    if present and present <= {"scaffold", "fedavg"}:
+    if present and present <= set(SCAFFOLD_PAIRS[1]):  # only the noiseless twins
         pair = SCAFFOLD_PAIRS[1]
     else:
         pair = SCAFFOLD_PAIRS[0]

@@ -169,7 +169,7 @@ class SilodpAccountant:
         """The PLD :class:`PldAccountant` composes for one call (cached: rounds repeat their event),
         on the grid ``factor`` times coarser (:func:`_coarsened`)."""
         if (call, factor) not in self._blocks:
-            fine = self._blocks.get((call, 1)) or self._accountant([call])._pld()
+            fine = self._blocks.get((call, 1)) or self._accountant([call]).composed_pld()
             self._blocks[(call, 1)] = fine
             self._cap = max(self._cap, _points(fine))
             self._blocks[(call, factor)] = _coarsened(fine, factor)
@@ -202,10 +202,9 @@ class SilodpAccountant:
         if not calls:
             return 0.0
         if self._incremental:
-            if state.roundoff <= PldAccountant.DIRECT_SHARE * delta:  # PldAccountant's own first path
-                eps = state.get_epsilon_for_delta(delta)
-                if math.isfinite(eps):
-                    return float(eps)
+            eps = PldAccountant.fast_epsilon(state, delta)  # PldAccountant's own first path
+            if eps is not None:
+                return eps
             return self._accountant(calls).get_epsilon(delta)  # its slower paths, or its refusal
         return state.get_epsilon(delta)
 
@@ -512,10 +511,10 @@ class IsrlDpMod:
         for a in arrays:
             with np.errstate(over="ignore", invalid="ignore"):
                 part = message[start:start + a.size].reshape(a.shape).astype(a.dtype if a.dtype.kind == "f" else np.float64)
-            if not np.isfinite(part).all():
-                from silodp.algorithms.release import REFUSALS
+            if not np.isfinite(part).all():  # not finite in the sent dtype: nothing leaves (the service's text)
+                from silodp.service.wire import REFUSALS
 
-                return refuse(REFUSALS["non-finite"])
+                return refuse(REFUSALS["release"])
             parts.append(part)
             start += a.size
         content = RecordDict({key: ArrayRecord({k: Array(v) for k, v in zip(sent.keys(), parts, strict=True)})})

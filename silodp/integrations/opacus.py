@@ -69,12 +69,15 @@ finally:
 
 from silodp.accounting import ACCOUNTANTS, calibrate, get_accountant
 from silodp.accounting import events as ev
+from silodp.accounting.accountants import TIGHT
 from silodp._validation import check_count, check_delta, check_positive, check_probability
 from silodp.accounting.releases import BatchSampling, gaussian_steps
 
-#: silodp accountants registered in Opacus by default (tight PLD first; RDP as Opacus' own
-#: default); :func:`opacus_accountant` takes any registered one that supports the steps.
-ACCOUNTANT_NAMES = ("pld", "rdp")
+#: silodp accountants registered in Opacus by default: the registered tight ones (``candidacy``
+#: TIGHT: pld, then rdp, Opacus' own default), by ``candidate_rank``; :func:`opacus_accountant`
+#: takes any registered one that supports the steps.
+ACCOUNTANT_NAMES = tuple(sorted((name for name, cls in ACCOUNTANTS.items() if cls.candidacy == TIGHT),
+                                key=lambda name: ACCOUNTANTS[name].candidate_rank))
 
 
 _APPROXIMATION_ALLOWED = False

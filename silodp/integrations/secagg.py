@@ -29,7 +29,7 @@ without a regularizer (the prox step is the identity):
   choice is post-processing, the certificate is the same). ``sdp-pl-svrg`` (Algorithm 9): the
   same, ``restarts`` S times in a row, each restart continuing from the last iterate (Alg 9
   restarts from a uniform inner iterate: post-processing again), calibrated on Alg 9's declaration.
-* ``sdp-spider`` (paper Algorithm 10): every ``q``-th round a fresh K-record gradient sum (group
+* ``sdp-spider`` (paper Algorithm 10): every ``period``-th round a fresh K-record gradient sum (group
   "grad", bound L), between them K-record differences of clipped gradients at w and the previous
   iterate (group "diff", bound 2L: the declared bound; no smoothness-based clip), h fresh or h +
   the difference, w <- w - lr h; both groups through R_vec, calibrated on Alg 10's declaration.
@@ -68,9 +68,33 @@ from silodp.accounting import distributed as acc
 #: SecAgg+'s modulus (its largest): a multiple of every 2^bits, bits <= 31.
 FLOWER_MODULUS = 1 << 32
 
-#: The SDP algorithms the app runs on P_vec, and all it runs (its run config's ``algorithm``).
-SDP = ("sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
-ALGORITHMS = SDP + ("isrl-mb-sgd",)
+class _Algorithms:
+    """Names of registered algorithms, read live (the registry imports torch, so only when asked):
+    those whose releases are shuffle-DP (``shuffled``: the app runs them on P_vec, asking each
+    class for its message groups and period, never its name), plus ``extra``."""
+
+    def __init__(self, *extra: str) -> None:
+        self._extra = extra
+
+    def _names(self) -> tuple[str, ...]:
+        from silodp.algorithms import ALGORITHMS as registered
+
+        return (*(name for name, cls in registered.items() if cls.shuffled), *self._extra)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+#: The SDP algorithms the app runs on P_vec (every registered shuffle-DP one), and all it runs (its
+#: run config's ``algorithm``): those and isrl-mb-sgd on distributed discrete noise.
+SDP = _Algorithms()
+ALGORITHMS = _Algorithms("isrl-mb-sgd")
 
 
 def workflow_settings(bits: int, silos: int) -> dict:
@@ -319,7 +343,7 @@ def sdp_transcript(algorithm: str, xs, ys, rounds: int, batch_size: int, clip: f
                    lr: float = 1.0, **config):
     """The library's transcript configuration of the SDP ``algorithm`` on these silos, the
     federation declaring SecAgg+'s ``threshold`` as the fewest silos summed (``config``: the
-    algorithm's own parameters, e.g. inner_steps, restarts, q; None: its default)."""
+    algorithm's own parameters, e.g. inner_steps, restarts, period; None: its default)."""
     from silodp.algorithms import Federation, Problem, get_algorithm, linear_model
 
     fed = Federation.from_silos([np.asarray(x, np.float64) for x in xs], [np.asarray(y, np.float64) for y in ys],
@@ -335,7 +359,7 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
     """Calibrate ``algorithm`` (:data:`ALGORITHMS`) for the silos' data at the reconstruction
     ``threshold``. ``mechanism`` and ``bits``: isrl-mb-sgd's noise and width (the SDP algorithms'
     binomial sets its own width from the calibrated (g, b)); ``config``: an SDP algorithm's own
-    parameters (inner_steps Q, restarts S, q), None meaning its default."""
+    parameters (inner_steps Q, restarts S, period), None meaning its default."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm: must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     m, dim = len(xs), xs[0].shape[1] + 1
@@ -355,12 +379,12 @@ def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: 
         workflow_settings(width, m)  # refuses a sum that SecAgg+ cannot hold
         from silodp.algorithms.registry import algorithm_class
 
-        # asked of the algorithm: full-gradient anchors (SVRG) and a period q (SPIDER), not its name
-        svrg, spider = "full" in params, "q" in algorithm_class(algorithm)().get_params()
+        # asked of the algorithm: full-gradient anchors (SVRG) and a period (SPIDER), not its name
+        svrg, spider = "full" in params, "period" in algorithm_class(algorithm)().get_params()
         return SdpDeployment(epsilon=cal.epsilon, bits=width, algorithm=algorithm, params=params,
                              bounds={g: float(r["bound"]) for g, r in cal.shuffle.items()},
                              inner_steps=cfg.inner_steps if svrg else 0, restarts=cfg.restarts if svrg else 1,
-                             period=cfg.q if spider else 0, replacement=cfg.replacement, **common)
+                             period=cfg.period if spider else 0, replacement=cfg.replacement, **common)
     if any(v is not None for v in config.values()):
         raise ValueError(f"config: isrl-mb-sgd takes none of {sorted(config)}")
     p = acc.calibrate(mechanism, dim, clip, m, bits, epsilon, delta, rounds, summed=threshold,

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 UPDATE = "clipped-update"
 #: the message kind of :data:`UPDATE` and its noise key
 UPDATE_NOISE = {"update": "sigma"}
-#: the config field of an algorithm's period of fresh gradients (SPIDER's ``q``): the one place
-#: that names it
-PERIOD_FIELD = "q"
+#: the config field of an algorithm's period of fresh gradients (SPIDER's ``period``, the paper's
+#: q): the one place that names it
+PERIOD_FIELD = "period"
 
 
 def silo_noise(algorithm: str) -> Mapping[str, str]:
@@ -89,7 +89,8 @@ class Settings:
     delta: float = 1e-4
     rounds: int = 25
     batch_size: int = 32
-    q: int = 5
+    #: SPIDER's period of fresh gradients (run config key ``period``; the old ``q`` is refused)
+    period: int = 5
     step_size: float = 0.5
     clip: float = 1.0
     seed: int = 0
@@ -107,6 +108,9 @@ class Settings:
 
     @classmethod
     def from_run_config(cls, config: dict) -> "Settings":
+        from silodp._validation import refuse_renamed
+
+        refuse_renamed(key.replace("-", "_") for key in config)  # q -> period
         fields = {f.name: f for f in dataclasses.fields(cls)}
         out = {}
         for key, value in config.items():

@@ -12,4 +12,5 @@ from silodp.accounting import accountants, events
 @pytest.fixture(autouse=True)
 def _replace_one_default(request, monkeypatch):
     if request.node.get_closest_marker("ecosystem_default") is None:
-        monkeypatch.setattr(accountants, "DEFAULT_RELATION", events.REPLACE_ONE)
+        # where neighbouring_arg reads it (the accountants package re-exports it)
+        monkeypatch.setattr(accountants.base, "DEFAULT_RELATION", events.REPLACE_ONE)

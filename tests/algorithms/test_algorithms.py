@@ -36,7 +36,7 @@ def test_unknown_algorithm_raises():
 def test_result_metrics_and_transcript(setup):
     data, problem = setup
     fed = data.train.with_availability(2, "random")
-    algo = IsrlSpider(rounds=6, batch_size=5, q=3, step_size=0.2, record_transcript=True,
+    algo = IsrlSpider(rounds=6, batch_size=5, period=3, step_size=0.2, record_transcript=True,
                       sigmas={"sigma1": 0.1, "sigma2": 1.0, "sigma2_hat": 0.2})
     res = algo.run(problem, fed, seed=0)
     assert res.history["round"] == list(range(6))

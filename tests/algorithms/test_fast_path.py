@@ -43,7 +43,7 @@ def test_the_simulator_runs_unchanged_on_cuda(beta):
     gpu = Federation(x.cuda(), y.cuda(), torch.full((4,), 30))
     problem = Problem(mlp(5, [6], 1), "logistic", clip=1.0, beta=beta)
     for algo in (IsrlMBSGD(rounds=4, batch_size=8, step_size=0.1, sigmas={"sigma": 0.05}, metrics_every=0),
-                 IsrlSpider(rounds=4, batch_size=8, step_size=0.1, q=2, metrics_every=0,
+                 IsrlSpider(rounds=4, batch_size=8, step_size=0.1, period=2, metrics_every=0,
                             sigmas={"sigma1": 0.05, "sigma2": 0.05, "sigma2_hat": 0.05})):
         a, b = algo.run(problem, cpu, seed=3), algo.run(problem, gpu, seed=3)
         assert b.w_last.device.type == "cuda"

@@ -73,7 +73,7 @@ def test_thm_e1_constant_8_falls_short_of_prop_d2():
 
 def test_thm_f1_spider_double_counts_the_zcdp_budget():
     """Both message types of Alg 3 use the whole budget eps^2/(8 ln(1/delta)) in the proof of Thm F.1."""
-    cfg = TranscriptConfig(n=500, rounds=20, batch_size=500, q=4, beta=1.0, replacement=False)
+    cfg = TranscriptConfig(n=500, rounds=20, batch_size=500, period=4, beta=1.0, replacement=False)
     sig = papers.thm_f1(1.0, 1e-5, 1.0, 1.0, 500, 20, 4)
     acc = get_accountant("zcdp", REPLACE_ONE).compose(privacy_event("isrl-spider", cfg, sig))
     assert acc.rho() > 1.0 ** 2 / (8 * math.log(1e5)) * 1.5
@@ -81,7 +81,7 @@ def test_thm_f1_spider_double_counts_the_zcdp_budget():
 
 @pytest.mark.parametrize("name", ["isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-prox-svrg", "isrl-spider"])
 def test_tight_calibration_meets_target(name):
-    cfg = TranscriptConfig(n=1000, rounds=8, batch_size=100, inner_steps=5, q=2, beta=1.0, local_steps=3,
+    cfg = TranscriptConfig(n=1000, rounds=8, batch_size=100, inner_steps=5, period=2, beta=1.0, local_steps=3,
                            replacement=False)
     cal = calibrate_algorithm(name, cfg, 2.0, 1e-5)
     assert 0.99 * 2.0 <= cal.epsilon <= 2.0

@@ -32,8 +32,8 @@ def _run_pair(name, neighbours, **extra):
     problem = Problem(mlp(3, [4]), "logistic", clip=CLIP)
     kw = dict(rounds=6, batch_size=10, step_size=0.5, record_transcript=True, metrics_every=0, **zero_noise(cls))
     kw.update(extra)
-    if "q" in cls().get_params():  # SPIDER's period
-        kw["q"] = 2
+    if "period" in cls().get_params():  # SPIDER's period
+        kw["period"] = 2
     ref = cls(**kw).run(problem, fed, seed=1)
     other = cls(**kw).run(problem, fed2, seed=1, replay=ref)
     return ref.transcript, other.transcript
@@ -44,7 +44,7 @@ def test_gaussian_message_sensitivity(name, neighbours):
     """The conformance check (silodp.verify.conformance.check_message_sensitivity: the bound is the
     ledger's contribution bound, 2C per use of the record) on a non-linear model over 6 rounds."""
     cls = ALGORITHMS[name]
-    kw = dict(rounds=6, batch_size=10, step_size=0.5, metrics_every=0, **({"q": 2} if "q" in cls().get_params() else {}))
+    kw = dict(rounds=6, batch_size=10, step_size=0.5, metrics_every=0, **({"period": 2} if "period" in cls().get_params() else {}))
     results = run_algorithm_checks(cls, Problem(mlp(3, [4]), "logistic", clip=CLIP), neighbours[0], kw,
                                    checks=("check_message_sensitivity",))
     assert [(r.check, r.status, r.detail) for r in results] == [("check_message_sensitivity", "passed", "")]

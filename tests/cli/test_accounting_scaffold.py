@@ -16,7 +16,8 @@ def _run(capsys, argv):
 
 
 def test_dp_scaffold_on_fedprox_synthetic(capsys):
-    code, out, _ = _run(capsys, BASE + ["--algorithm", "dp-scaffold", "--alpha", "1", "--beta", "1", "--local-steps", "3",
+    code, out, _ = _run(capsys, BASE + ["--algorithm", "dp-scaffold", "--model-heterogeneity", "1", "--input-heterogeneity", "1",
+                                        "--local-steps", "3",
                                         "--user-sampling", "0.5", "--data-sampling", "0.25"])
     assert code == 0
     data = json.loads(out)
@@ -43,7 +44,7 @@ def test_local_steps_reaches_other_algorithms(capsys):
 
 
 @pytest.mark.parametrize("argv,flag", [
-    (["--algorithm", "dp-scaffold", "--dataset", "wbcd", "--alpha", "1"], "--alpha"),
+    (["--algorithm", "dp-scaffold", "--dataset", "wbcd", "--model-heterogeneity", "1"], "--model-heterogeneity"),
     (["--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--user-sampling", "0.5"], "--user-sampling"),
     (["--algorithm", "dp-scaffold", "--dataset", "wbcd", "--users", "4"], "--users"),
     (["--algorithm", "dp-scaffold", "--dataset", "synthetic", "--similarity", "0.5"], "--similarity"),

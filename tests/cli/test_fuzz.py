@@ -43,7 +43,7 @@ COMMANDS = {
     "run": (["--algorithm", "isrl-prox-sgd", "--dataset", "wbcd", "--epsilon", "2", "--rounds", "2"],
             ["--epsilon", "--rounds", "--batch-size", "--delta", "--seed", "--silos-per-round", "--step-size"]),
     "audit": (["--mechanism", "gaussian", "--noise-multiplier", "2", "--trials", "200"],
-              ["--noise-multiplier", "--trials", "--delta", "--alpha", "--epsilon"]),
+              ["--noise-multiplier", "--trials", "--delta", "--confidence", "--epsilon"]),
 }
 
 
@@ -302,7 +302,7 @@ ISSUE_CASES = [
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--accountant", "gdp", "--log-mass-truncation-bound", "-30"],
      "--log-mass-truncation-bound"),
     # noise --algorithm: flags that change nothing in that algorithm's transcript
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-prox-sgd", "--spider-q", "2"], "--spider-q"),
+    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-prox-sgd", "--spider-period", "2"], "--spider-period"),
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-prox-sgd", "--data-sampling", "0.2"],
      "--data-sampling"),
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "dp-scaffold", "--batch-size", "10"], "--batch-size"),
@@ -332,7 +332,7 @@ ISSUE_CASES = [
     (["audit", "--mechanism", "pvec", "--epsilon", "1e-320"], "--epsilon"),
     # the issue's unclear messages, now naming the flag typed
     (["epsilon", "--noise-multiplier", "1e-320", "--delta", "1e-5"], "--noise-multiplier"),
-    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-spider", "--spider-q", "0"], "--spider-q"),
+    (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-spider", "--spider-period", "0"], "--spider-period"),
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--algorithm", "isrl-prox-sgd", "--silos", "0"], "--silos"),
     (["noise", "--epsilon", "1", "--delta", "1e-5", "--steps", "100000000000000000000000000000"], "--steps"),
     (["rates", "--vary", "kappa", "--quick"], "--vary"),

@@ -10,7 +10,7 @@ from silodp.cli import main
 def test_rates_json_contract_plot_and_csv(tmp_path, capsys):
     png, table = tmp_path / "rates.png", tmp_path / "rates.csv"
     code = main(["rates", "--algorithm", "isrl-prox-sgd", "--vary", "eps", "--quick", "--trials", "16",
-                 "--values", "0.1", "0.4", "--plot", str(png), "--csv", str(table), "--json"])
+                 "--values", "0.07", "0.14", "--plot", str(png), "--csv", str(table), "--json"])
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
     assert {"vary", "slope", "slope_ci", "theory_exponent", "explicit_bound_holds"} <= set(payload)

@@ -14,7 +14,7 @@ from silodp.cli import main
 
 
 def _spider(output):
-    return get_algorithm("isrl-spider", rounds=6, batch_size=20, step_size=0.5, q=2, output=output,
+    return get_algorithm("isrl-spider", rounds=6, batch_size=20, step_size=0.5, period=2, output=output,
                          sigmas={"sigma1": 0.05, "sigma2": 0.05, "sigma2_hat": 0.1}, metrics_every=0)
 
 
@@ -41,7 +41,7 @@ def test_rate_trials_respect_the_output_rule():
     from silodp.verify.rates.trials import run_trials
 
     fam = families.logistic_ridge(dim=3, num_silos=2, pool_size=64)
-    algo = get_algorithm("isrl-spider", rounds=4, batch_size=8, q=2, output="last", metrics_every=0,
+    algo = get_algorithm("isrl-spider", rounds=4, batch_size=8, period=2, output="last", metrics_every=0,
                          sigmas={"sigma1": 0.1, "sigma2": 0.1, "sigma2_hat": 0.1})
     out = run_trials(algo, fam.problem, lambda t, g: fam.sample(8, t, g), trials=6, seed=1)
     assert torch.equal(out.w_priv, out.w_last)

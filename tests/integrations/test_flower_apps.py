@@ -68,7 +68,7 @@ RUNS = 8  # Flower runs per configuration
 # accountant "rdp" for the calibration (fast); each silo's ledger certifies with the tightest
 @pytest.mark.parametrize("config", [
     {"algorithm": "isrl-mb-sgd", "rounds": 20, "epsilon": 3.0, "batch-size": 32},
-    {"algorithm": "isrl-spider", "rounds": 12, "epsilon": 8.0, "batch-size": 64, "q": 3},
+    {"algorithm": "isrl-spider", "rounds": 12, "epsilon": 8.0, "batch-size": 64, "period": 3},
 ])
 def test_flower_run_certifies_what_silodp_run_certifies(config, tmp_path):
     config = {**config, "delta": 1e-4, "accountant": "rdp"}

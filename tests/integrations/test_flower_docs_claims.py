@@ -1,7 +1,8 @@
 """Issue 36 item 1: the numbers docs/integrations.md states about the Flower example come from the
 commands it names. Section 1c: the noise factor of an ``"rdp"`` calibration, for the example's own
 defaults. Section 1d: the local federation's ``silodp silo admits`` (epsilon of one run, how many
-runs the budget admits), run on the configuration ``silodp federation up`` writes for silo 0. And
+runs the budget admits), run on the configuration ``silodp federation up`` writes for silo 0, and
+the one-host deployment's claim that its budget admits one run and refuses the second. And
 no Flower command in the docs, the README, the notebooks or the example proposes ``accountant="rdp"``
 (it over-noises: the silos' ledgers then certify far below the target)."""
 
@@ -66,6 +67,28 @@ def test_the_federation_numbers_are_silo_admits(tmp_path, capsys):
     assert out["epsilon_run"] <= float(stated.group(2)) <= out["epsilon_run"] * (1 + 1e-5)
     assert float(stated.group(3)) == out["budget_epsilon"] == float(flags["--budget-epsilon"])
     assert int(stated.group(4)) == out["runs"] and out["epsilon_spent"] == 0.0
+
+
+def test_the_one_host_budget_admits_one_run_per_silo(tmp_path, capsys):
+    """The one-host commands' node-config budgets admit exactly one run of their ``flwr run``
+    (the section: the second is refused by both silos), each silo's certificate as stated."""
+    from silodp.service.federation import _service_config
+
+    one_host = DEPLOYMENT[DEPLOYMENT.index("**One host**"):DEPLOYMENT.index("**What a round costs.**")]
+    nodes = [dict(item.split("=", 1) for item in shlex.split(m)) for m in re.findall(r"--node-config '([^']+)'", one_host)]
+    run_config = shlex.split(re.search(r"^flwr run examples/flower local (.+)$", one_host, re.M).group(1))[-1]
+    stated = re.search(r"one run certifies epsilon (\d+\.\d+) for silo 0 and (\d+\.\d+) for silo 1", _flat(one_host))
+    assert [int(n["partition-id"]) for n in nodes] == [0, 1] and stated
+    for node, shown in zip(nodes, stated.groups()):
+        silo = tmp_path / f"silo-{node['partition-id']}"
+        silo.mkdir()
+        config = _service_config(silo, node["dataset"], int(node["partition-id"]), int(node["seed"]),
+                                 float(node["silodp-budget-epsilon"]), float(node["silodp-budget-delta"]), 1)
+        assert main(["silo", "admits", str(config), "--run-config", run_config, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["runs"] == 1  # the first run fits, the second is refused
+        assert out["epsilon_run"] <= float(shown) <= out["epsilon_run"] * (1 + 1e-5)
+    assert f"{float(nodes[0]['silodp-budget-epsilon']):g}" in _flat(one_host).split("At the budget below, ")[1][:4]
 
 
 def test_no_flower_command_proposes_rdp():

@@ -27,8 +27,9 @@ off through the operator's test-only environment variable (``SILODP_SERVICE_TEST
 read once at start; no message reaches it); ``test_isrl_dp_mod_forwards_...`` runs ``IsrlDpMod``'s
 service mode in a fresh process; ``test_isrl_dp_mod_silos_and_a_record_reader_in_two_concurrent_runs``
 ships a server's own ClientApp (``IsrlDpMod`` and a record reader) to the module's one
-``silodp federation up`` deployment in two concurrent runs (kept to two messages a run: a
-SuperNode answers one message at a time, a process each).
+``silodp federation up`` deployment in two concurrent runs (kept to one message a run, the
+reader's probe riding on the mod's update: a SuperNode answers one message at a time, a process
+each).
 """
 
 import dataclasses
@@ -330,7 +331,7 @@ def test_isrl_dp_mod_silos_and_a_record_reader_in_two_concurrent_runs(service_fe
     for result in results:
         records, run = result["records"], str(result["run_id"])
         assert malicious.non_finite_releases(records) == []
-        readers = {r["node"]: r["config"] for r in records if r["attack"] == "probe:reader"}
+        readers = {r["node"]: r["config"] for r in records if r["attack"] == "update:0"}
         assert len(readers) == 2
         received = malicious.releases_by_node(records)
         for node, found in readers.items():
@@ -483,3 +484,39 @@ print(ev.error.reason)
     assert lines[-1] == f"IsrlDpMod: {REFUSALS['kind']}"
     after = ServiceClient(f"unix:{socks['silo0']}").status()
     assert (after.releases, after.refused) == (before.releases + 1, before.refused + 1)
+
+
+def test_isrl_dp_mod_sends_no_release_that_is_not_finite_in_the_servers_dtype():
+    """Service mode: the service's release (float64) is cast back to the dtypes the server sent;
+    where that overflows (float32 arrays near their largest value), the mod sends the service's
+    fixed text, not an inf; the reply otherwise keeps the sent names, shapes and dtypes."""
+    import types
+
+    from flwr.app import Array, ArrayRecord, Context, Message, MessageType, RecordDict
+
+    from silodp.integrations.flower import EPSILON_KEY, IsrlDpMod
+    from silodp.service.wire import REFUSALS
+
+    class Service:  # stands in for ServiceClient: what the service released
+        def __init__(self, message):
+            self.message = message
+
+        def release(self, run_id, proposal, kind, w):
+            assert kind == "update" and proposal["algorithm"] == "clipped-update" and w.shape == (3,)
+            return self.message, types.SimpleNamespace(epsilon_run=0.25)
+
+        def close(self):
+            pass
+
+    mod = IsrlDpMod(clipping_norm=1.0, epsilon=1.0, delta=1e-5, rounds=2)
+    ctx = Context(run_id=3, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    sent = {"a": np.zeros(2, dtype=np.float32), "b": np.zeros(1)}
+    msg = Message(RecordDict({"p": ArrayRecord({k: Array(v) for k, v in sent.items()})}), dst_node_id=1,
+                  message_type=MessageType.TRAIN)
+    msg.metadata.__dict__["_message_id"] = msg.object_id
+    out = mod._forward(Service(np.array([1e39, 0.5, 2.0])), msg, ctx)
+    assert out.has_error() and out.error.reason == f"IsrlDpMod: {REFUSALS['release']}"
+    out = mod._forward(Service(np.array([1.5, 0.5, 2.0])), msg, ctx)
+    got = {k: out.content["p"][k].numpy() for k in out.content["p"].keys()}
+    assert list(got) == ["a", "b"] and got["a"].dtype == np.float32 and got["a"].tolist() == [1.5, 0.5]
+    assert got["b"].tolist() == [2.0] and out.content["metrics"][EPSILON_KEY] == 0.25

@@ -44,7 +44,7 @@ RUNS = {
     "alg8": {"algorithm": "sdp-prox-svrg", "rounds": 1, "inner_steps": 1, "epsilon": 16.0, "batch_size": 100},
     "alg9": {"algorithm": "sdp-pl-svrg", "rounds": 1, "restarts": 2, "inner_steps": 1, "epsilon": 16.0,
              "batch_size": 100},
-    "alg10": {"algorithm": "sdp-spider", "rounds": 2, "q": 2, "epsilon": 16.0, "batch_size": 100},
+    "alg10": {"algorithm": "sdp-spider", "rounds": 2, "period": 2, "epsilon": 16.0, "batch_size": 100},
     "twin": {"algorithm": "isrl-mb-sgd", "mechanism": "discrete-gaussian", "bits": 20},
 }
 
@@ -127,7 +127,7 @@ def test_sdp_algorithms_train_and_certify_at_the_threshold(runs, name, replaceme
 
     res, run = runs[name], {**DEFAULTS, **RUNS[name]}
     algorithm, eps, k = run.pop("algorithm"), run.pop("epsilon"), run.pop("batch_size")
-    config = {key: run[key] for key in ("rounds", "inner_steps", "restarts", "q") if key in run}
+    config = {key: run[key] for key in ("rounds", "inner_steps", "restarts", "period") if key in run}
     xs, ys, _, _ = _wbcd()
     cfg = secagg.sdp_transcript(algorithm, xs, ys, batch_size=k, clip=1.0, threshold=2, **config)
     assert (cfg.silos_per_round, cfg.charged_delta, cfg.dimension, cfg.replacement) == (2, 0.0, 31, replacement)

@@ -1,10 +1,11 @@
 """silodp.verify.rates: ISRL-DP Prox-SGD (Thm 2.1) has the rates of its bound's privacy term.
 
-Quick mode, privacy-dominated regime (the rate bound's privacy term dominates at every grid
-point): the fitted log-log slope's 95% bootstrap interval must contain the exponent of the bound's
-dominant term, -2 in eps, -2 in n, -1 in M, +1 in d; and the measured mean plus its interval must
-stay below the explicit bound eq. (19)-(20) with the silo-sampling term (``eq20-sampling``) at the
-run's constants and noise.
+Noise-dominated presets (``noise_dominated_setup``: the rate bound's privacy term dominates at every
+grid point, and the output is the accumulated noise, worse than w0): the fitted log-log slope's 95%
+bootstrap interval must contain the exponent of the bound's dominant term, -2 in eps, -2 in n, -1
+in M, +1 in d; and the measured mean plus its interval must stay below the explicit bound
+eq. (19)-(20) with the silo-sampling term (``eq20-sampling``) at the run's constants and noise.
+The quick presets (where the output improves on w0) and the verdict: tests/verify/test_rates_verdict.py.
 """
 
 import csv
@@ -28,7 +29,7 @@ def results():
 
 def _result(results, vary):
     if vary not in results:
-        results[vary] = rates.run_rates(rates.quick_setup("isrl-prox-sgd", vary))
+        results[vary] = rates.run_rates(rates.noise_dominated_setup("isrl-prox-sgd", vary))
     return results[vary]
 
 
@@ -109,7 +110,7 @@ def test_term_exponents_of_a_bound():
 
 def test_isrl_versus_sdp_as_n_grows():
     """SDP's privacy term decays as 1/N^2, ISRL-DP's as 1/M = 1/N: the ratio falls like 1/N."""
-    setup = rates.quick_setup("isrl-prox-sgd", "N", values=(2, 8), trials=24)
+    setup = rates.noise_dominated_setup("isrl-prox-sgd", "N", values=(2, 8), trials=24)
     cmp = rates.compare(setup, "sdp-prox-sgd")
     assert cmp.theory_exponent == pytest.approx(-1.0, abs=1e-6)
     assert cmp.fit.slope < -0.5 and cmp.fit.contains(-1.0)

@@ -2,7 +2,7 @@
 them, and ``silodp rates --mutations --json`` prints the contract.
 
 References: a mutated run equals, bit for bit, the correct algorithm constructed with the bug as a
-parameter (3 eta, 10 sigma, q = R + 1, ...); the quick suite's Prox-SGD preset passes correct and
+parameter (3 eta, 10 sigma, period = R + 1, ...); the quick suite's Prox-SGD preset passes correct and
 fails under the mutations (the full table, every preset: docs/rates.md).
 """
 
@@ -33,7 +33,7 @@ def _run(family, algo, mutation=None, trials=3):
 @pytest.mark.parametrize("name, extra, mutation, equivalent", [
     ("isrl-prox-sgd", dict(rounds=5, batch_size=6), "step-x3", dict(step_size=1.5)),
     ("isrl-prox-sgd", dict(rounds=5, batch_size=6), "noise-x10", dict(sigmas={"sigma": 3.0})),
-    ("isrl-spider", dict(rounds=6, batch_size=6, q=2), "wrong-snapshot", dict(q=7)),
+    ("isrl-spider", dict(rounds=6, batch_size=6, period=2), "wrong-snapshot", dict(period=7)),
     ("isrl-prox-svrg", dict(rounds=3, batch_size=6, inner_steps=2), "wrong-snapshot",
      dict(rounds=1, inner_steps=6)),
 ])
@@ -94,6 +94,16 @@ def test_cli_prints_exactly_the_contract(monkeypatch, capsys):
     assert main(["rates", "--mutations"]) == 0
     out = capsys.readouterr().out
     assert "step-x3" in out and "(none)" in out and "every correct run passes: True" in out
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_the_progress_total_is_the_number_of_runs(monkeypatch, quick):
+    """The CLI's progress count (and so its ETA) is over suite_size runs: exactly what run_suite makes."""
+    calls = []
+    monkeypatch.setattr(mu, "run_preset", lambda preset, mutation, quick: {"passes": True})
+    details: dict = {}
+    mu.run_suite(quick=quick, details=details, on_run=lambda d: calls.append(1))
+    assert len(calls) == len(details) == mu.suite_size(quick) > len(mu.MUTATIONS)
 
 
 def test_vary_is_required_without_mutations(capsys):

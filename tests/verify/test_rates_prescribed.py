@@ -82,9 +82,10 @@ def test_spider_with_replacement_variant_is_kept_and_labelled():
 
 
 def test_noise_floor_shows_fixed_rounds_output_is_accumulated_noise():
-    """At R = 15 and small eps (the quick preset) the output is the noise: started at the optimum
-    the same runs have the same excess risk (issue 14)."""
-    r = rates.run_rates(rates.quick_setup("isrl-prox-sgd", "eps", values=(0.1, 0.4), trials=32, noise_floor=True))
+    """At R = 15 and small eps (the noise-dominated preset) the output is the noise: started at the
+    optimum the same runs have the same excess risk (issue 14)."""
+    r = rates.run_rates(rates.noise_dominated_setup("isrl-prox-sgd", "eps", values=(0.1, 0.4), trials=32,
+                                                    noise_floor=True))
     for row in r.rows:
         assert 0.8 < row["mean_over_noise_only"] < 1.25
         assert row["mean"] > row["start_metric"]  # worse than w0 = 0

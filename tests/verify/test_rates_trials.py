@@ -30,7 +30,7 @@ def _single(family, n, seed):
 @pytest.mark.parametrize("name, extra", [
     ("isrl-prox-sgd", dict(rounds=6, batch_size=8)),
     ("isrl-prox-svrg", dict(rounds=2, batch_size=8, inner_steps=3)),
-    ("isrl-spider", dict(rounds=6, batch_size=8, q=3)),
+    ("isrl-spider", dict(rounds=6, batch_size=8, period=3)),
 ])
 def test_one_stacked_trial_reproduces_the_algorithm_bit_for_bit(family, name, extra):
     x, y, fed = _single(family, 48, seed=2)
@@ -56,11 +56,11 @@ def test_without_noise_each_trial_equals_its_own_run(family):
 @pytest.mark.parametrize("name", ["isrl-spider", "sdp-spider"])
 def test_stacked_spider_trials_use_their_own_step_norms(family, name):
     """SPIDER's difference clip min(2L, beta ||w_r - w_{r-1}||) (and, for Alg 10, its P_vec bound)
-    is per trial: without noise each stacked trial equals its own run (beta finite, q = 2)."""
+    is per trial: without noise each stacked trial equals its own run (beta finite, period 2)."""
     n, trials = 24, 3
     x, y = family.sample(n, trials, torch.Generator().manual_seed(7))
     assert family.problem.beta is not None
-    kwargs = dict(rounds=5, batch_size=n, q=2, metrics_every=0, step_size=0.5, replacement=False)  # full batches
+    kwargs = dict(rounds=5, batch_size=n, period=2, metrics_every=0, step_size=0.5, replacement=False)  # full batches
     if name == "isrl-spider":
         kwargs["sigmas"] = {"sigma1": 0.0, "sigma2": 0.0, "sigma2_hat": 0.0}
     else:
@@ -176,7 +176,7 @@ def test_uniform_output_returns_the_iterates_it_picks_from(family):
     rates take the exact expectation, issue 25) and each trial's w_priv is one of its own."""
     n, trials = 24, 4
     x, y = family.sample(n, trials, torch.Generator().manual_seed(7))
-    algo = get_algorithm("isrl-spider", rounds=5, batch_size=n, q=2, sigmas={k: 0.2 for k in ("sigma1", "sigma2", "sigma2_hat")},
+    algo = get_algorithm("isrl-spider", rounds=5, batch_size=n, period=2, sigmas={k: 0.2 for k in ("sigma1", "sigma2", "sigma2_hat")},
                          metrics_every=0, step_size=0.5)
     out = run_trials(algo, family.problem, lambda t, g: (x[:t], y[:t]), trials, seed=1)
     assert out.iterates.shape == (5, trials, family.dim)

@@ -52,7 +52,7 @@ def run(grid: Grid, settings: Settings) -> dict:
     unavailable: dict[int, list[int]] = {}
     for r in range(settings.rounds):
         start = time.perf_counter()
-        anchor = settings.algorithm == "isrl-mb-sgd" or r % settings.q == 0
+        anchor = settings.algorithm == "isrl-mb-sgd" or r % settings.period == 0
         arrays = {"w": Array(w.numpy())}
         if not anchor:
             arrays["w_prev"] = Array(w_prev.numpy())

@@ -71,10 +71,10 @@ class Scenario:
         if self.steer:
             from silodp.algorithms.registry import algorithm_class
 
-            if "q" not in algorithm_class(self.algorithm)().get_params():  # the replay is SPIDER's (period q)
-                raise ValueError(f"steer: only SPIDER (an algorithm with a period q) can be steered, got {self.algorithm!r}")
+            if "period" not in algorithm_class(self.algorithm)().get_params():  # the replay is SPIDER's
+                raise ValueError(f"steer: only SPIDER (an algorithm with a period) can be steered, got {self.algorithm!r}")
             its = canaries.flip_iterates(model, int(self.params.get("rounds", 10)) + 1, seed=self.data_seed)
-            steer = canaries.spider_replay(its, float(self.params["step_size"]), int(self.params.get("q", 2)),
+            steer = canaries.spider_replay(its, float(self.params["step_size"]), int(self.params.get("period", 2)),
                                            self.num_silos)
         return problem, worlds, steer
 
@@ -90,7 +90,7 @@ SCENARIOS: dict[str, Scenario] = {s.algorithm: s for s in (
     Scenario("isrl-local-sgd", dict(rounds=2, batch_size=5, local_steps=2, **_SGD)),
     Scenario("isrl-prox-svrg", dict(rounds=2, batch_size=5, inner_steps=2, **_SGD)),
     Scenario("isrl-pl-svrg", dict(rounds=1, batch_size=5, inner_steps=2, restarts=2, **_SGD)),
-    Scenario("isrl-spider", dict(rounds=4, q=2, batch_size=20, replacement=False, **_SGD), hidden=(1,), steer=True),
+    Scenario("isrl-spider", dict(rounds=4, period=2, batch_size=20, replacement=False, **_SGD), hidden=(1,), steer=True),
     Scenario("isrl-fed-spider", dict(rounds=3, batch_size=20, replacement=False, **_SGD)),
     # DP-SCAFFOLD family (Noble et al. 2022): the curious server's worst-case claim, fresh subsets
     Scenario("dp-scaffold", dict(rounds=2, local_steps=2, batch_size=5, **_SGD)),
@@ -130,7 +130,7 @@ MUTATION_SCENARIOS: dict[str, Scenario] = {
     "per-layer-clip": Scenario("isrl-prox-sgd", _FULL, hidden=(4,)),
     "median-clip": Scenario("isrl-prox-sgd", dict(_FULL, batch_size=21), num_silos=1, n=21, canary="median"),
     "missing-k": Scenario("isrl-prox-sgd", dict(rounds=2, batch_size=10, **_SGD)),
-    "spider-sensitivity": Scenario("isrl-spider", dict(rounds=4, q=4, batch_size=20, replacement=False, **_SGD),
+    "spider-sensitivity": Scenario("isrl-spider", dict(rounds=4, period=4, batch_size=20, replacement=False, **_SGD),
                                    hidden=(1,), steer=True,
                                    noise_shape={"sigma1": 20.0, "sigma2": math.inf, "sigma2_hat": 1.0}),
     "shared-seed": Scenario("isrl-prox-sgd", dict(rounds=4, batch_size=5, **_SGD)),

@@ -154,34 +154,32 @@ def attacks(dim: int, aimed=None, extra_rounds: int = 3, short: bool = False) ->
 
 def mod_attacks(dim: int, updates: int = 1, hostile: bool = False) -> list[tuple[str, str, dict, dict]]:
     """The battery of one run against an ``IsrlDpMod`` silo in service mode (:func:`make_mod_client_app`):
-    ``updates`` honest updates, with ``hostile`` a ``+MAX`` model and a NaN array (the service refuses
-    both), then the record reader's probe (:func:`record_reader`). Short by default: a SuperNode
-    answers one message at a time, each in a process of its own."""
-    out: list[tuple[str, str, dict, dict]] = [(f"update:{r}", "train", {"w": np.zeros(dim)}, {"round": r})
+    ``updates`` honest updates, the first also probed by the record reader (:func:`read_records`),
+    and with ``hostile`` a ``+MAX`` model and a NaN array (the service refuses both). Short by
+    default: a SuperNode answers one message at a time, each in a process of its own."""
+    out: list[tuple[str, str, dict, dict]] = [(f"update:{r}", "train", {"w": np.zeros(dim)},
+                                               {"round": r, **({"probe": "reader"} if r == 0 else {})})
                                               for r in range(updates)]
     if hostile:
         nan = np.zeros(dim)
         nan[0] = math.nan
         out += [("model:plus-max", "train", {"w": np.full(dim, MAX)}, {}), ("arrays:nan", "train", {"w": nan}, {})]
-    return out + [("probe:reader", "train", {"w": np.zeros(dim)}, {"probe": "reader"})]
+    return out
 
 
 #: the run id under which :func:`record_reader` calls the service (its own run, accounted as one)
 READER_RUN = "reader-{run_id}"
 
 
-def record_reader(msg, context):
-    """A ClientApp handler that a server ships to read the silo's records itself, in a SuperNode
-    whose node config names a silo service. It reports (a config record, every value a string)
-    what it got: the node config's keys (``node-config``) and those naming an existing file
+def read_records(msg, context) -> dict[str, str]:
+    """What a ClientApp that a server ships gets when it tries to read the silo's records itself,
+    in a SuperNode whose node config names a silo service (every value a string): the node config's keys (``node-config``) and those naming an existing file
     (``paths``); whether the in-process silo's policy opens (``policy``: the records live beside
     its ledger); the service's ``status`` fields; the service's answer to kinds that would
     release records or un-noised values (``kind-*``) and to a request with an extra field that
     would turn the noise off (``noise-field``); whether two ``grad`` releases at the same model
     differ (``repeat-differs``: the noise is on) -- under its own run id (:data:`READER_RUN`)."""
     import os
-
-    from flwr.app import ConfigRecord, Message, RecordDict
 
     from silodp.integrations.flower_silo import SiloPolicy, SiloRefusal
     from silodp.service import wire
@@ -198,7 +196,7 @@ def record_reader(msg, context):
     client = ServiceClient.for_node(node)
     if client is None:
         found["service"] = "none"
-        return Message(RecordDict({"found": ConfigRecord(found)}), reply_to=msg)
+        return found
     run = READER_RUN.format(run_id=context.run_id)
     proposal = proposal_of(context.run_config)
     arrays = msg.content.array_records.get("arrays")
@@ -223,13 +221,21 @@ def record_reader(msg, context):
     except ServiceRefused as exc:
         found["repeat-differs"] = str(exc)
     client.close()
-    return Message(RecordDict({"found": ConfigRecord(found)}), reply_to=msg)
+    return found
+
+
+def record_reader(msg, context):
+    """A ClientApp handler replying :func:`read_records`' findings (config record ``found``)."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    return Message(RecordDict({"found": ConfigRecord(read_records(msg, context))}), reply_to=msg)
 
 
 def make_mod_client_app():
     """A ClientApp a server ships: ``IsrlDpMod`` (clip 1, epsilon 1, 2 rounds) around an app that
-    would train on the silo's records, and, on a message whose config says ``probe = "reader"``,
-    :func:`record_reader`. In service mode the mod never calls the wrapped app."""
+    would train on the silo's records; on a message whose config says ``probe = "reader"`` it
+    first tries to read the records (:func:`read_records`) and adds its findings to the mod's
+    reply (config record ``found``). In service mode the mod never calls the wrapped app."""
     from flwr.clientapp import ClientApp
 
     from silodp.integrations.flower import IsrlDpMod
@@ -242,10 +248,14 @@ def make_mod_client_app():
 
     @app.train()
     def _train(msg, context):
+        from flwr.app import ConfigRecord
+
         config = msg.content.config_records.get("config")
-        if config is not None and config.get("probe") == "reader":
-            return record_reader(msg, context)
-        return mod(msg, context, trains_on_records)
+        found = read_records(msg, context) if config is not None and config.get("probe") == "reader" else None
+        out = mod(msg, context, trains_on_records)
+        if found is not None and not out.has_error():
+            out.content["found"] = ConfigRecord(found)
+        return out
 
     return app
 
@@ -319,4 +329,4 @@ def error_texts(records: list[dict], node: int) -> list[tuple[str, str | None]]:
 
 __all__ = ["HOSTILE_RUN_CONFIGS", "MAX", "MESSAGE_TYPES", "READER_RUN", "Reply", "SHORT", "aim_at_record", "attacks",
            "crafted_models", "error_texts", "make_mod_client_app", "make_server_app", "malformed_arrays", "mod_attacks",
-           "non_finite_releases", "play", "record_reader", "releases_by_node"]
+           "non_finite_releases", "play", "read_records", "record_reader", "releases_by_node"]

@@ -26,7 +26,7 @@ SDP_SCENARIOS: dict[str, Scenario] = {s.algorithm: s for s in (
     Scenario("sdp-prox-sgd", _FULL),
     Scenario("sdp-prox-svrg", dict(_FULL, inner_steps=1)),
     Scenario("sdp-pl-svrg", dict(_FULL, inner_steps=1, restarts=1)),
-    Scenario("sdp-spider", dict(_FULL, rounds=2, q=1)),
+    Scenario("sdp-spider", dict(_FULL, rounds=2, period=1)),
 )}
 
 

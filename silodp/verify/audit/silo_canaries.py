@@ -75,7 +75,7 @@ FEW_RUN_MUTATIONS: dict[str, SiloScenario] = {
     "per-layer-clip": SiloScenario(Scenario("isrl-prox-sgd", _FULL, num_silos=1, hidden=(4,) * 6), 2.0, 4000,
                                    verdict_by="fdp"),
     "spider-sensitivity": SiloScenario(
-        Scenario("isrl-spider", dict(rounds=4, q=4, batch_size=20, replacement=False, step_size=0.1), num_silos=1,
+        Scenario("isrl-spider", dict(rounds=4, period=4, batch_size=20, replacement=False, step_size=0.1), num_silos=1,
                  hidden=(1,), steer=True, noise_shape={"sigma1": 20.0, "sigma2": math.inf, "sigma2_hat": 1.0}),
         4.0, 64_000, verdict_by="fdp"),
     "with-replacement-as-disjoint": SiloScenario(Scenario("isrl-prox-sgd", _FULL, num_silos=1), 4.0, 400_000),
@@ -128,7 +128,7 @@ def _steering(sc: Scenario, problem, silos: int):
     if not sc.steer:
         return None, problem.model.init(torch.Generator().manual_seed(sc.data_seed), dtype=torch.float64)
     its = canaries.flip_iterates(problem.model, int(sc.params["rounds"]) + 1, seed=sc.data_seed)
-    replay = canaries.spider_replay(its, float(sc.params["step_size"]), int(sc.params.get("q", 2)), silos)
+    replay = canaries.spider_replay(its, float(sc.params["step_size"]), int(sc.params.get("period", 2)), silos)
     return replay, replay.w_priv
 
 

@@ -89,7 +89,7 @@ def choose_estimator(scores: Scores, estimator: str) -> str:
 
 
 def audit(mechanism, epsilon: float, delta: float, trials: int | None = None, *, score=None,
-          estimator: str = "auto", alpha: float = 0.05, seed: int = 0) -> AuditResult:
+          estimator: str = "auto", confidence: float = 0.95, seed: int = 0, alpha: object = None) -> AuditResult:
     """Audit ``mechanism`` against the claim (``epsilon``, ``delta``).
 
     ``mechanism``: an :class:`~silodp.verify.audit.AlgorithmGame` (or anything with
@@ -97,8 +97,13 @@ def audit(mechanism, epsilon: float, delta: float, trials: int | None = None, *,
     or a black box ``mechanism(world, trials, generator) -> [trials, ...]`` scored by ``score``
     (default: a learned linear statistic). ``trials``: runs per world (default
     :data:`DEFAULT_TRIALS`); ``estimator``: ``auto`` (see the module docstring),
-    ``clopper-pearson`` or ``gdp``.
+    ``clopper-pearson`` or ``gdp``; ``confidence``: of the epsilon lower bound (the estimators'
+    level is 1 - confidence; ``alpha``, its old name, is refused: alpha is an RDP order elsewhere).
     """
+    if alpha is not None:
+        raise ValueError("alpha: renamed to confidence (= 1 - alpha: alpha=0.05 is confidence=0.95); pass confidence")
+    if not 0 < float(confidence) < 1:
+        raise ValueError(f"confidence: must lie in (0, 1), got {confidence}")
     eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
     if estimator not in ESTIMATOR_CHOICES:
         raise ValueError(f"estimator: must be one of {list(ESTIMATOR_CHOICES)}, got {estimator!r}")
@@ -111,7 +116,8 @@ def audit(mechanism, epsilon: float, delta: float, trials: int | None = None, *,
         scores, name = black_box_scores(mechanism, trials, seed, score), getattr(mechanism, "__name__", "mechanism")
     else:
         raise ValueError("mechanism: expected a game (with .collect), a Plan or a callable(world, trials, generator)")
-    return judge(scores, Claim(eps, dl, "asserted", {}), name, choose_estimator(scores, estimator), alpha, seed=seed)
+    return judge(scores, Claim(eps, dl, "asserted", {}), name, choose_estimator(scores, estimator),
+                 round(1.0 - float(confidence), 12), seed=seed)
 
 
 def assert_dp(mechanism, epsilon: float, delta: float, trials: int | None = None, **kwargs) -> AuditResult:

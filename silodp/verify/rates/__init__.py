@@ -10,18 +10,21 @@ from silodp.verify.rates.runs import (
     INTEGER,
     NOISE,
     VARIABLES,
+    VERDICTS,
     Comparison,
     RateResult,
     RateSetup,
     compare,
     full_setup,
+    noise_dominated_setup,
     prescribed_setup,
     quick_setup,
+    rate_verdict,
     run_rates,
     term_exponents,
 )
 
 __all__ = [
-    "Comparison", "INTEGER", "NOISE", "RateResult", "RateSetup", "VARIABLES", "compare", "full_setup",
-    "prescribed_setup", "quick_setup", "run_rates", "term_exponents",
+    "Comparison", "INTEGER", "NOISE", "RateResult", "RateSetup", "VARIABLES", "VERDICTS", "compare",
+    "full_setup", "noise_dominated_setup", "prescribed_setup", "quick_setup", "rate_verdict", "run_rates", "term_exponents",
 ]

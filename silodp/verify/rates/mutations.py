@@ -77,8 +77,8 @@ class Mutation:
 
         def _run(self, ctx, w):
             saved = dict(vars(self))
-            if mut.snapshot and hasattr(self, "q"):  # SPIDER: the anchor only at r = 0
-                self.q = int(self.rounds) + 1
+            if mut.snapshot and hasattr(self, "period"):  # SPIDER: the anchor only at r = 0
+                self.period = int(self.rounds) + 1
             elif mut.snapshot and hasattr(self, "inner_steps"):  # SVRG: one epoch of E Q steps
                 self.inner_steps, self.rounds = self._q(ctx) * int(self.rounds), 1
             try:
@@ -120,7 +120,7 @@ class Preset:
 
 
 def _sgd_eps(quick: bool) -> runs.RateSetup:
-    return runs.quick_setup("isrl-prox-sgd", "eps", values=(0.05, 0.4) if quick else (0.05, 0.1, 0.2, 0.4),
+    return runs.noise_dominated_setup("isrl-prox-sgd", "eps", values=(0.05, 0.4) if quick else (0.05, 0.1, 0.2, 0.4),
                             trials=32 if quick else 64, bootstrap=500)
 
 
@@ -223,6 +223,13 @@ def run_suite(quick: bool = False, presets: tuple[str, ...] | None = None,
             if not out["passes"]:
                 caught[m].append(preset.name)
     return {"mutations": caught, "correct_pass": bool(correct)}
+
+
+def suite_size(quick: bool = False) -> int:
+    """How many runs :func:`run_suite` makes (each preset correct and under each mutation it does
+    not skip): the total of the CLI's progress count."""
+    chosen = [PRESETS[p] for p in (QUICK_PRESETS if quick else tuple(PRESETS))]
+    return sum(1 + sum(m not in p.skip for m in MUTATIONS) for p in chosen)
 
 
 def human(table: dict) -> str:

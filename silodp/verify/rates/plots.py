@@ -9,6 +9,9 @@ import numpy as np
 
 from silodp.palette import label, legend_outside, style
 
+#: the theory-slope line is drawn through this multiple of the fit at the grid's centre, so that
+#: the two stay distinguishable when the slopes agree (only the slope of that line carries meaning)
+THEORY_OFFSET = 0.5
 LABELS = {"eps": r"$\epsilon$", "n": "n (records per silo)", "M": "M (silos per round)", "kappa": r"$\kappa = \beta/\mu$",
           "N": "N (silos, M = N)", "d": "d (dimension)"}
 
@@ -87,11 +90,13 @@ def plot_rates(result, ax=None, title: str | None = None) -> Any:
     xs = np.geomspace(x[fit_mask].min(), x[fit_mask].max(), 32)
     fit = result.fit
     lo, hi = fit.slope_ci
-    ax.plot(xs, fit.predict(xs), "--", color="tab:blue", label=f"fit: slope {fit.slope:.2f} [{lo:.2f}, {hi:.2f}]")
+    ax.plot(xs, fit.predict(xs), "--", color="tab:blue", lw=1.5,
+            label=f"fit: slope {fit.slope:.2f} [{lo:.2f}, {hi:.2f}]")
     centre = np.exp(np.log(x[fit_mask]).mean())
-    anchor = fit.predict(centre)
-    ax.plot(xs, anchor * (xs / centre) ** result.theory_exponent, ":", color="k",
-            label=f"theory slope {result.theory_exponent:.2f} ({result.dominant_term} term)")
+    anchor = fit.predict(centre) * THEORY_OFFSET  # apart from the fit, which it would hide when they agree
+    ax.plot(xs, anchor * (xs / centre) ** result.theory_exponent, ":", color="k", lw=2.0,
+            label=f"theory slope {result.theory_exponent:.2f} ({result.dominant_term} term; "
+                  f"drawn at {THEORY_OFFSET:g}x the fit)")
     ax.set(xscale="log", yscale="log", xlabel=LABELS.get(setup.vary, setup.vary),
            ylabel=result.theorem.metric,
            title=title or f"{label(setup.algorithm)} on {setup.family or result.theorem.family}: "
@@ -118,8 +123,9 @@ def plot_comparison(comparison, ax=None, title: str | None = None) -> Any:
     lo, hi = fit.slope_ci
     ax.plot(xs, fit.predict(xs), "--", label=f"fit: slope {fit.slope:.2f} [{lo:.2f}, {hi:.2f}]")
     centre = np.exp(np.log(x).mean())
-    ax.plot(xs, fit.predict(centre) * (xs / centre) ** comparison.theory_exponent, ":", color="k",
-            label=f"privacy-term ratio of the bounds: slope {comparison.theory_exponent:.2f}")
+    ax.plot(xs, THEORY_OFFSET * fit.predict(centre) * (xs / centre) ** comparison.theory_exponent, ":", color="k",
+            lw=2.0, label=f"privacy-term ratio of the bounds: slope {comparison.theory_exponent:.2f} "
+                          f"(drawn at {THEORY_OFFSET:g}x the fit)")
     ax.axhline(1.0, color="0.6", lw=0.8)
     setup = comparison.first.setup
     ax.set(xscale="log", yscale="log", xlabel=LABELS.get(setup.vary, setup.vary), ylabel="ratio of excess risks",

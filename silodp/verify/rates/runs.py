@@ -69,13 +69,13 @@ class RateSetup:
 
     algorithm: str = "isrl-prox-sgd"
     vary: str = "eps"
-    values: tuple = (0.05, 0.1, 0.2, 0.4)
-    n: int = 960
+    values: tuple = (0.07, 0.14)
+    n: int = 8192
     N: int = 4
     M: int = 4
-    eps: float = 0.2
+    eps: float = 0.1
     delta: float = 1e-5
-    d: int = 11
+    d: int = 3
     rounds: int | None = 15
     heterogeneity: float = 0.5
     trials: int = 64
@@ -168,7 +168,14 @@ class RateResult:
 
     @property
     def slope_agrees(self) -> bool:
+        """Whether the slope's interval contains the theory exponent (alone, not a verdict: a run
+        worse than w0 can have the right slope; see :attr:`verdict`)."""
         return self.fit.contains(self.theory_exponent)
+
+    @property
+    def verdict(self) -> str:
+        """The one summary of the experiment (:func:`rate_verdict`)."""
+        return rate_verdict(self.slope_agrees, self.improves_on_start, self.explicit_bound_holds)
 
     @property
     def noise_slope(self) -> float | None:
@@ -186,6 +193,7 @@ class RateResult:
         return {
             "vary": s.vary, "slope": self.fit.slope, "slope_ci": list(self.fit.slope_ci),
             "theory_exponent": self.theory_exponent, "explicit_bound_holds": self.explicit_bound_holds,
+            "verdict": self.verdict,
             "slope_agrees": self.slope_agrees, "privacy_dominated": self.privacy_dominated,
             "explicit_conditions_hold": self.explicit_conditions_hold, "noise_slope": self.noise_slope,
             "improves_on_start": self.improves_on_start,
@@ -207,6 +215,24 @@ class RateResult:
         writer.writeheader()
         writer.writerows(flat)
         return out.getvalue()
+
+
+#: the values of :func:`rate_verdict`, best first
+VERDICTS = ("agrees", "slope-disagrees", "no-improvement", "explicit-bound-fails")
+
+
+def rate_verdict(slope_agrees: bool, improves_on_start: bool, explicit_bound_holds: bool | None) -> str:
+    """One verdict on a rate experiment (:data:`VERDICTS`): ``explicit-bound-fails`` when the measured
+    mean (upper end of its interval) exceeds the explicit bound at a point (a bound is violated);
+    else ``no-improvement`` when at some point the output is not better than the start w0 (the
+    algorithm did worse than doing nothing there, so its slope says nothing about the theorem);
+    else ``agrees`` or ``slope-disagrees`` as the slope's interval contains the theory exponent or
+    not. ``agrees`` therefore implies ``improves_on_start``."""
+    if explicit_bound_holds is False:
+        return "explicit-bound-fails"
+    if not improves_on_start:
+        return "no-improvement"
+    return "agrees" if slope_agrees else "slope-disagrees"
 
 
 def _flatten(row: dict) -> dict:
@@ -411,11 +437,20 @@ def _curve(bound_id: str, setup: RateSetup, m: _Measured, points: int = 64) -> d
             "terms": {t: stacked[i].tolist() for i, t in enumerate(bound.term_names)}}
 
 
-def run_rates(setup: RateSetup) -> RateResult:
-    """Run the experiment ``setup`` (see module docstring); deterministic given ``setup.seed``."""
+def run_rates(setup: RateSetup, progress: bool | str | None = False) -> RateResult:
+    """Run the experiment ``setup`` (see module docstring); deterministic given ``setup.seed``.
+    ``progress``: one count per grid point on stderr (:func:`silodp.progress.as_mode`; False: none)."""
+    from silodp.progress import Progress, as_mode
+
     theorem = get_theorem(setup.algorithm)
     caches: dict = {}
-    measured = [_run_point(theorem, setup, i, v, caches) for i, v in enumerate(setup.values)]
+    measured = []
+    with Progress(len(setup.values), f"rates {setup.algorithm} over {setup.vary}", "grid points",
+                  mode=as_mode(progress)) as bar:
+        for i, v in enumerate(setup.values):
+            bar.set_postfix(**{setup.vary: f"{v:g}"})
+            measured.append(_run_point(theorem, setup, i, v, caches))
+            bar.update()
     samples = [m.samples for m in measured]
     replicates = stats.bootstrap_means(samples, setup.bootstrap, setup.seed)
     lo, hi = stats.percentile_interval(replicates, setup.confidence)
@@ -437,7 +472,26 @@ def run_rates(setup: RateSetup) -> RateResult:
 
 
 # ------------------------------------------------------------------------------ presets
+#: Prox-SGD's quick presets (and :class:`RateSetup`'s defaults): a regime where the output improves
+#: on w0 = 0 at every grid point and the rate bound's privacy term dominates at the grid's centre.
+#: Chosen from the constants (logistic-ridge, kappa 3, R = 15, K = n / R, the paper's noise): the
+#: measured error is the accumulated noise, about 2.5e3 d / (n eps)^2 (d = 11: 0.70 at n 960, eps 0.2),
+#: against 0.043 at w0 (d = 3); the bound's privacy term dominates its statistical one while
+#: eps^2 n < 35 d. d = 3, n = 8192 and eps around 0.1 meet both with room: at eps 0.07 the mean is
+#: about half the start, and eps^2 n is 80 < 105 at the centre (measured: docs/rates.md, quick mode).
 _QUICK = {
+    "eps": dict(values=(0.07, 0.14)),
+    "n": dict(values=(6144, 12288)),
+    "M": dict(values=(2, 4), N=4),
+    "N": dict(values=(2, 4)),
+    "d": dict(values=(3, 5), eps=0.115),
+}
+#: The regime of the full grids and of :func:`noise_dominated_setup` (the quick presets up to round
+#: 7): n 960, eps 0.2, d 11, where the bound's privacy term dominates and the output is the
+#: accumulated noise, *worse than w0* (mean 0.70 against 0.012 at the start): it exhibits the privacy
+#: term's exponents, not the algorithm's utility (the verdict says ``no-improvement``).
+_NOISE_BASE = dict(n=960, eps=0.2, d=11)
+_NOISE = {
     "eps": dict(values=(0.05, 0.1, 0.2, 0.4)),
     "n": dict(values=(240, 480, 960, 1920)),
     "M": dict(values=(1, 2, 4, 8), N=8),
@@ -453,10 +507,11 @@ _FULL = {
 }
 #: The proof-prescribed settings of PL-SVRG (Thm 2.2) and SPIDER (Thm 3.1), M = N.
 _OTHER = {
-    "isrl-pl-svrg": dict(n=500, eps=1.0, rounds=None, noise="tight", trials=64,
+    "isrl-pl-svrg": dict(n=500, eps=1.0, d=11, rounds=None, noise="tight", trials=64,
                          values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (250, 500, 1000, 2000)}),
-    "isrl-spider": dict(n=250, eps=1.0, rounds=None, noise="tight", trials=16,
-                        values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (125, 250, 500, 1000)}),
+    "isrl-spider": dict(n=250, eps=1.0, d=11, rounds=None, noise="tight", trials=16,
+                        values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (125, 250, 500, 1000)},
+                        quick_values={"eps": (1.0, 2.0, 4.0)}),  # at eps 0.5 the output is not below w0's
 }
 _OTHER["isrl-spider-replacement"] = _OTHER["isrl-spider"]
 
@@ -468,12 +523,12 @@ _OTHER["isrl-spider-replacement"] = _OTHER["isrl-spider"]
 #: K1 = K2 = n; tight noise) over eps and n, where the bound's optimization term (exponent -4/3)
 #: dominates. ``quick`` keeps the ends of each grid and fewer trials.
 _PRESCRIBED = {
-    "isrl-prox-sgd": dict(n=2000, eps=8.0, noise="paper", trials=192, quick_trials=64,
+    "isrl-prox-sgd": dict(n=2000, eps=8.0, d=11, noise="paper", trials=192, quick_trials=64,
                           values={"n": (1000, 2000, 4000, 8000, 16000), "eps": (0.5, 1.0, 2.0, 4.0, 8.0)},
                           quick_values={"n": (1000, 4000), "eps": (1.0, 8.0)}),
     "isrl-pl-svrg": dict(n=1000, eps=15.0, d=3, noise="tight", trials=12, quick_trials=6,
                          values={"kappa": (2.0, 4.0, 8.0)}, quick_values={"kappa": (2.0, 4.0)}),
-    "isrl-spider": dict(n=1000, eps=2.0, noise="tight", trials=32, quick_trials=8,
+    "isrl-spider": dict(n=1000, eps=2.0, d=11, noise="tight", trials=32, quick_trials=8,
                         values={"eps": (1.0, 2.0, 4.0, 8.0), "n": (250, 500, 1000, 2000)},
                         quick_values={"eps": (1.0, 4.0), "n": (500, 2000)}),
 }
@@ -498,8 +553,21 @@ def prescribed_setup(algorithm: str = "isrl-prox-sgd", vary: str = "n", quick: b
 
 
 def quick_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:
-    """A small grid in the privacy-dominated regime (seconds; used by the tests and notebooks)."""
+    """A small grid where the output improves on w0 and, for Prox-SGD, the rate bound's privacy
+    term dominates at the grid's centre (:data:`_QUICK`; PL-SVRG, SPIDER: :data:`_OTHER`)."""
     return _preset(algorithm, vary, False, overrides)
+
+
+def noise_dominated_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:
+    """Prox-SGD (or SDP Prox-SGD) where the privacy noise dominates the measured error and the bound
+    (n 960, eps 0.2, d 11; :data:`_NOISE`): the privacy term's exponents are measured cleanly, but
+    the output is worse than w0 = 0 (``verdict`` ``no-improvement``); for tests of the noise's
+    scaling and the mutation suite, not for utility."""
+    get_theorem(algorithm)
+    if algorithm in _OTHER or vary not in _NOISE:
+        raise ValueError(f"vary: noise-dominated presets exist for Prox-SGD over {sorted(_NOISE)}, "
+                         f"got {algorithm!r} over {vary!r}")
+    return RateSetup(algorithm=algorithm, vary=vary, **{**_NOISE_BASE, "trials": 128, **_NOISE[vary], **overrides})
 
 
 def full_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:
@@ -515,14 +583,16 @@ def _preset(algorithm: str, vary: str, full: bool, overrides: dict) -> RateSetup
         raise ValueError(f"vary: must be one of {VARIABLES}, got {vary!r}")
     if algorithm in _OTHER:
         params = dict(_OTHER[algorithm])
-        grid = params.pop("values")
+        grid, quick = params.pop("values"), params.pop("quick_values", {})
         if vary not in grid:
             raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(grid)}, got {vary!r}")
-        params.update(values=grid[vary], trials=params["trials"] * (2 if full else 1))
+        params.update(values=grid[vary] if full else quick.get(vary, grid[vary]),
+                      trials=params["trials"] * (2 if full else 1))
     elif vary not in (_FULL if full else _QUICK):
         raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(_FULL if full else _QUICK)}, got {vary!r}")
     elif full:
-        params = {**_FULL[vary], "trials": 192, "fit_privacy_only": True, "baseline": not algorithm.startswith("sdp")}
+        params = {**_NOISE_BASE, **_FULL[vary], "trials": 192, "fit_privacy_only": True,
+                  "baseline": not algorithm.startswith("sdp")}
     else:
         params = {**_QUICK[vary], "trials": 128}
     return RateSetup(algorithm=algorithm, vary=vary, **{**params, **overrides})
@@ -546,14 +616,14 @@ class Comparison:
                 "ratio": self.ratio}
 
 
-def compare(setup: RateSetup, other: str = "sdp-prox-sgd") -> Comparison:
+def compare(setup: RateSetup, other: str = "sdp-prox-sgd", progress: bool | str | None = False) -> Comparison:
     """Run ``setup`` and the same grid with ``other``; fit the slope of mean(other)/mean(first).
 
     The theory exponent is that of the ratio of the two rate bounds' privacy terms (e.g. Thm 2.1:
     SDP/ISRL-DP = M ln^2(d/delta) / (N^2 ln(1/delta)), exponent -1 in N when M = N).
     """
-    first = run_rates(setup)
-    second = run_rates(replace(setup, algorithm=other, baseline=False))
+    first = run_rates(setup, progress)
+    second = run_rates(replace(setup, algorithm=other, baseline=False), progress)
     reps = (stats.bootstrap_means(second.samples, setup.bootstrap, setup.seed + 1)
             / stats.bootstrap_means(first.samples, setup.bootstrap, setup.seed))
     means = np.array([r2["mean"] / r1["mean"] for r1, r2 in zip(first.rows, second.rows)])

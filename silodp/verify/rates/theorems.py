@@ -127,7 +127,7 @@ def _spider_plan(point, rounds, constants, ref, replacement: bool = False) -> di
     p = get_bound("thm3.1").prescribe(for_bound("thm3.1", problem_params(point, constants, ref)), variant="corrected")
     n = int(point["n"])
     return {"rounds": max(1, math.ceil(p["R"])) if rounds is None else int(rounds), "batch_size": n,
-            "batch_size2": n, "q": int(p["q"]), "step_size": float(p["eta"]), "replacement": bool(replacement)}
+            "batch_size2": n, "period": int(p["q"]), "step_size": float(p["eta"]), "replacement": bool(replacement)}
 
 
 def _spider_plan_replacement(point, rounds, constants, ref) -> dict:
@@ -138,7 +138,7 @@ def _spider_explicit(point, plan, constants, ref, sigmas) -> dict:
     """eq. (45) re-derived (``eq45-corrected``) at the run's sigma_1 (and sigma_2 for q_small)."""
     return {"Delta": ref.Delta, "L": constants.L, "M": point["M"], "N": point["N"], "R": plan["rounds"],
             "d": point["d"], "eta": plan["step_size"], "n": point["n"], "sigma1": sigmas["sigma1"],
-            "q": plan["q"], "beta": constants.beta, "sigma2": max(sigmas["sigma2"], 1e-300)}
+            "q": plan["period"], "beta": constants.beta, "sigma2": max(sigmas["sigma2"], 1e-300)}
 
 
 THEOREMS: dict[str, Theorem] = {
