@@ -290,7 +290,7 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
     ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference)."""
     h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
     sq = g.square() * ((_sqnorm(x) + 1.0) * hid_sq + _sqnorm(h) + 1.0)
-    if not bool(torch.isfinite(sq).all()):
+    if not _release.all_finite(sq):
         return None
     s = clip_factors(sq, clip) * weights * g  # [n, k]
     sm = m.mul_(s.unsqueeze(-1))  # s m, in place of the mask
@@ -341,7 +341,7 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     eps = h1.mul_(u.unsqueeze(-1)).sub_(h0.mul_(v.unsqueeze(-1)))
     db = u - v
     sq = _sqnorm(delta) * xsq + _sqnorm(eps) + db.square()
-    if not (bool(torch.isfinite(sq1).all()) and bool(torch.isfinite(sq0).all()) and bool(torch.isfinite(sq).all())):
+    if not (_release.all_finite(sq1) and _release.all_finite(sq0) and _release.all_finite(sq)):
         return None
     e = weights if dc is None else clip_factors(sq, dc) * weights
     e3 = e.unsqueeze(-1)

@@ -118,6 +118,13 @@ def clip_update(delta: torch.Tensor, clip: float) -> torch.Tensor:
     return clip_rows(delta.reshape(1, -1), clip).reshape(delta.shape)
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite: one sum first (a sum is finite only if every
+    term is: an infinity or NaN anywhere makes it infinite or NaN, IEEE 754), the entrywise test
+    only when the sum is not finite (an overflow of finite entries is then told apart)."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 # -- the release -------------------------------------------------------------------------------
 def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: torch.Generator | None,
                      offset: torch.Tensor | None = None, *, noise: torch.Tensor | None = None) -> torch.Tensor:
@@ -137,7 +144,7 @@ def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: t
         out = term.to(torch.float64) + noise.to(torch.float64)
     if offset is not None:
         out = offset.to(torch.float64) + out
-    if not bool(torch.isfinite(out).all()):
+    if not all_finite(out):
         raise Refusal("non-finite")
     return out
 
@@ -233,5 +240,5 @@ def check_model(problem, w: torch.Tensor, input_bound: float) -> None:
                 raise Refusal("model")
 
 
-__all__ = ["REFUSALS", "Refusal", "check_model", "clip_factors", "clip_rows", "clip_update", "factors_from_log_norms",
+__all__ = ["REFUSALS", "Refusal", "all_finite", "check_model", "clip_factors", "clip_rows", "clip_update", "factors_from_log_norms",
            "gaussian_release", "log_norms", "mask_rows"]
