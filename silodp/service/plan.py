@@ -124,6 +124,8 @@ class Settings:
         from silodp.algorithms import get_algorithm
         from silodp.algorithms import ALGORITHMS as REGISTERED
 
+        if self.algorithm not in REGISTERED:  # UPDATE included: the service's own mechanism
+            raise ValueError(f"algorithm: must be a registered algorithm, got {self.algorithm!r}")
         silo_noise(self.algorithm)
         fields = {f.name for f in dataclasses.fields(REGISTERED[self.algorithm].Config)}
         extra = {PERIOD_FIELD: getattr(self, PERIOD_FIELD)} if PERIOD_FIELD in fields else {}

@@ -236,3 +236,6 @@ def test_tiny_noise_is_refused_before_allocating():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing allocated
     assert not get_accountant("pld", ev.ADD_OR_REMOVE_ONE).supports(event)
     assert _allocation_rounded.grid_points(0.4, 10) <= _allocation_rounded.MAX_GRID
+    # one batch is the plain Gaussian step (no allocation grid): still certified by pld
+    one = ev.BallsInBinsDpEvent(1, ev.GaussianDpEvent(0.3))
+    assert get_accountant("pld", ev.ADD_OR_REMOVE_ONE).supports(one)

@@ -354,6 +354,8 @@ def test_the_service_asks_the_algorithm_classes_what_it_computes():
     for name in ("mb-sgd", "sdp-spider", "isrl-prox-sgd", "no-such"):  # non-private, shuffled, not opted in, unknown
         with pytest.raises(ValueError, match="algorithm: must be one of"):
             silo_noise(name)
+    with pytest.raises(ValueError, match="algorithm: must be a registered algorithm"):
+        Settings(algorithm=UPDATE).algorithm_object()  # the service's own mechanism has no simulator class
     plan = silo_plan(Settings(algorithm=UPDATE, rounds=4, epsilon=1.0, clip=2.0, accountant="rdp"), 0, 1e-4)
     (declared,) = plan.releases
     mod = IsrlDpMod(clipping_norm=2.0, epsilon=1.0, delta=1e-4, rounds=4, accountant="rdp")

@@ -197,7 +197,8 @@ class PldAccountant(Accountant):
 
             with_replacement.check_grid(block.noise_multiplier, block.sample_size, block.dataset_size,
                                         self.value_discretization_interval, self.log_mass_truncation_bound)
-        elif block.kind == Mechanism.BALLS_IN_BINS and ev.relation(self.neighbouring) != ev.REPLACE_ONE:
+        elif (block.kind == Mechanism.BALLS_IN_BINS and ev.relation(self.neighbouring) != ev.REPLACE_ONE
+              and block.sample_size > 1):  # one batch: the plain Gaussian step, no allocation grid
             from silodp.accounting import _allocation_rounded
 
             _allocation_rounded.check(block.noise_multiplier, block.sample_size)
