@@ -23,24 +23,25 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
-def grouped(blocks) -> list:
+def grouped(blocks: Iterable[Any]) -> list[Any]:
     """``blocks`` with identical ones (equal but for ``count``) merged into one of the summed count,
     in order of first appearance."""
-    counts: dict = {}
+    counts: dict[Any, int] = {}
     for block in blocks:
         key = dataclasses.replace(block, count=1)
         counts[key] = counts.get(key, 0) + int(block.count)
     return [dataclasses.replace(key, count=count) for key, count in counts.items()]
 
 
-def _support(pld) -> int:
+def _support(pld: Any) -> int:
     return sum(len(d.masses) for d in pld._directions())
 
 
-def compose_tree(plds: list) -> Any:
+def compose_tree(plds: list[Any]) -> Any:
     """The composition of ``plds`` (:class:`~silodp.accounting.pld.PrivacyLossDistribution`), the two
     with the smallest supports merged first (None when there are none)."""
     heap = [(_support(p), i, p) for i, p in enumerate(plds)]
@@ -55,7 +56,7 @@ def compose_tree(plds: list) -> Any:
     return heap[0][2] if heap else None
 
 
-def compose_blocks(blocks, block_pld: Callable) -> Any:
+def compose_blocks(blocks: Iterable[Any], block_pld: Callable[[Any], Any]) -> Any:
     """The PLD of all ``blocks`` (None when there are none): :func:`grouped`, each group's PLD by
     ``block_pld(block)``, merged by :func:`compose_tree`."""
     return compose_tree([block_pld(b) for b in grouped(blocks)])
