@@ -526,7 +526,8 @@ def prescribed_setup(algorithm: str = "isrl-prox-sgd", vary: str = "n", quick: b
 
 def quick_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:
     """A small grid where the output improves on w0 and, for Prox-SGD, the rate bound's privacy
-    term dominates at the grid's centre (:data:`_QUICK`; PL-SVRG, SPIDER: their theorem's ``own_grid``)."""
+    term dominates at the grid's centre (:data:`_QUICK`; PL-SVRG, SPIDER: their theorem's ``own_grid``,
+    its ``quick_values`` and ``quick_fixed``)."""
     return _preset(algorithm, vary, False, overrides)
 
 
@@ -555,10 +556,13 @@ def _preset(algorithm: str, vary: str, full: bool, overrides: dict) -> RateSetup
     if theorem.own_grid is not None:
         params = dict(theorem.own_grid)
         grid, quick = params.pop("values"), params.pop("quick_values", {})
+        quick_fixed = params.pop("quick_fixed", {})
         if vary not in grid:
             raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(grid)}, got {vary!r}")
         params.update(values=grid[vary] if full else quick.get(vary, grid[vary]),
                       trials=params["trials"] * (2 if full else 1))
+        if not full:
+            params.update(quick_fixed.get(vary, {}))
     elif vary not in (_FULL if full else _QUICK):
         raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(_FULL if full else _QUICK)}, got {vary!r}")
     elif full:
