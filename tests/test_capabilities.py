@@ -18,18 +18,13 @@ from silodp.algorithms import ALGORITHMS
 
 PACKAGE = pathlib.Path(silodp.__file__).parent
 #: the registries themselves (they hold the names), and the modules of data keyed by names, each
-#: saying in its docstring why it is one: the papers' choice of algorithms (``experiments/paper.py``)
-#: and a colour per algorithm (``palette.py``)
+#: saying in its docstring why it is one: the papers' choice of algorithms (``experiments/paper.py``),
+#: a colour per algorithm (``palette.py``) and the theorem that bounds each algorithm, with its
+#: presets (``verify/rates/theorems.py``)
 REGISTRIES = {"silodp/accounting/accountants/registry.py", "silodp/algorithms/registry.py", "silodp/_registry.py",
-              "silodp/experiments/paper.py", "silodp/palette.py"}
+              "silodp/experiments/paper.py", "silodp/palette.py", "silodp/verify/rates/theorems.py"}
 #: (file, what) of the switches not yet replaced by a capability, and why they are still there
-KNOWN = {
-    # the rates' presets are edited by another helper this round (h36r): next, move them to the
-    # theorem records of verify/rates/theorems.py, declared a registry
-    ("silodp/verify/rates/runs.py", "a table keyed by names"): "the rates' setups per theorem",
-    ("silodp/verify/rates/runs.py", "compares a name"): "the rates' setups per theorem",
-    ("silodp/verify/rates/theorems.py", "a table keyed by names"): "which theorem bounds which algorithm",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _strings(node: ast.AST) -> list[str]:

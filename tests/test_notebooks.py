@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1] / "notebooks"
 #: forms and numerical integrals (deterministic up to floating point: 1e-6); the audits and the
 #: experiments are seeded Monte Carlo runs of torch code, whose last bits may differ between CPUs and
 #: BLAS builds (1e-3 relative; a changed mechanism, claim or seed moves them by far more). The
-#: timeouts only catch hangs: each is at least 4x the slowest whole notebook measured on the shared 2
-#: cores (rates_tour 22-130 s, the others under 45 s), so load cannot fail them.
+#: timeouts are per cell and only catch hangs: whole notebooks measured on the shared 2 cores took
+#: rates_tour 22-440 s (load average 2-14; its three experiment cells share that), the others under
+#: 65 s.
 NOTEBOOKS = {
     "accounting_tour.ipynb": (300, 1e-6, True),
     "audit_tour.ipynb": (300, 1e-3, True),

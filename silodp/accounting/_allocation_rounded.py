@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 from scipy.special import ndtr, ndtri
+from typing import Self, TypeVar, cast
 
 from silodp.accounting import pld as pld_lib
 
@@ -73,11 +74,12 @@ class _Sum:
     """A nonnegative variable on the grid j * step (j <= cap / step), + mass at +inf, + round-off;
     at most ``limit`` points."""
 
-    def __init__(self, masses, inf, roundoff, *, step, cap, up, limit):
+    def __init__(self, masses: np.ndarray, inf: float, roundoff: float, *, step: float, cap: float, up: bool,
+                 limit: int) -> None:
         self.masses, self.step, self.inf, self.roundoff = masses, step, inf, roundoff
         self.cap, self.up, self.limit = cap, up, limit
 
-    def _fit(self) -> "_Sum":
+    def _fit(self) -> Self:
         last = int(self.cap / self.step) + 1
         if len(self.masses) > last:  # past the cap: +inf (up) or down to the cap
             beyond = float(np.sum(self.masses[last:]))
@@ -95,7 +97,7 @@ class _Sum:
         self.masses, self.step = _coarsen(self.masses, self.up), 2.0 * self.step
         self.roundoff += _U * float(np.sum(self.masses))
 
-    def coarsen_to(self, step: float) -> "_Sum":
+    def coarsen_to(self, step: float) -> Self:
         while self.step < step * (1 - 1e-12):
             self._halve()
         return self
@@ -109,15 +111,19 @@ class _Sum:
         return _Sum(out, inf, ra + rb + ra * rb + fresh, step=step, cap=a.cap, up=a.up, limit=a.limit)._fit()
 
 
-def _power(base: _Sum, count: int) -> _Sum | None:
+#: a sum law: the rounded one here, or allocation's spread one
+S = TypeVar("S", bound=_Sum)
+
+
+def _power(base: S, count: int) -> S | None:
     """The sum of ``count`` independent copies (binary powering)."""
     out, sq = None, base
     while count:
         if count & 1:
-            out = sq if out is None else out.plus(sq)
+            out = sq if out is None else cast(S, out.plus(sq))
         count >>= 1
         if count:
-            sq = sq.plus(sq)
+            sq = cast(S, sq.plus(sq))
     return out
 
 

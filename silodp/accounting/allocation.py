@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any, Self
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
@@ -142,11 +143,12 @@ class _Sum(_allocation_rounded._Sum):
     """A sub-probability law on the grid j * step, j <= cap / step (the rest dropped), with a bound
     ``roundoff`` on the l1 error of its masses; at most ``limit`` points."""
 
-    def __init__(self, masses, roundoff, *, step, cap, limit, down=False):
+    def __init__(self, masses: np.ndarray, roundoff: float, *, step: float, cap: float, limit: int,
+                 down: bool = False) -> None:
         self.masses, self.roundoff, self.step, self.cap, self.limit = masses, roundoff, step, cap, limit
         self.down = down
 
-    def _fit(self) -> "_Sum":
+    def _fit(self) -> Self:
         last = int(self.cap / self.step) + 1
         if len(self.masses) > last:  # past the cap: dropped, or (``down``) moved down to it
             beyond = float(np.sum(self.masses[last:]))
@@ -161,7 +163,7 @@ class _Sum(_allocation_rounded._Sum):
         self.masses, self.step = _halve(self.masses), 2.0 * self.step
         self.roundoff += 2.0 * _U * float(np.sum(self.masses))
 
-    def plus(self, other: "_Sum") -> "_Sum":
+    def plus(self, other: _allocation_rounded._Sum) -> "_Sum":
         step = max(self.step, other.step)
         a, b = self.coarsen_to(step), other.coarsen_to(step)
         out, fresh = pld_lib._convolve(a.masses, a.masses if b is a else b.masses)
@@ -193,6 +195,7 @@ def _remove_sum(z: float, t: int, limit: int) -> _Sum:
     q, q_err, p, p_err = _spread_pmf(1.0 / z, step, y_cap)
     never = int(cap / step) + 2  # partial sums are cut at the cap before they could need re-binning
     rest = _allocation_rounded._power(_Sum(q, q_err, step=step, cap=cap, limit=never)._fit(), t - 1)
+    assert rest is not None  # t >= 2
     if rest.step != step:
         raise ArithmeticError("allocation: the remove sum was re-binned")
     out, fresh = pld_lib._convolve(rest.masses, p)
@@ -207,7 +210,9 @@ def _add_sum(z: float, t: int, limit: int) -> _Sum:
     q, q_err, _, _ = _spread_pmf(1.0 / z, step, add_cap)
     q[-1] += float(ndtr(-(math.log((len(q) - 1) * step) + 0.5 / (z * z)) * z))  # P[Y past the grid], down
     base = _Sum(q, q_err + 2.0 * _U, step=step, cap=add_cap, limit=limit, down=True)._fit()
-    return _allocation_rounded._power(base, t)
+    out = _allocation_rounded._power(base, t)
+    assert out is not None  # t >= 1
+    return out
 
 
 #: Largest round-off (l1, charged to delta) a direction of the spread PLD may carry: above it (small
@@ -270,7 +275,7 @@ def _epoch_pld(z: float, t: int, h: float, log_mass_truncation_bound: float) -> 
     return pld_lib.PrivacyLossDistribution(remove, add, bound)
 
 
-def block_pld(block, neighbouring, value_discretization_interval: float,
+def block_pld(block: Any, neighbouring: Any, value_discretization_interval: float,
               log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
     """PLD of one epoch of a :attr:`~silodp.accounting.blocks.Mechanism.BALLS_IN_BINS` block:
     :func:`epoch_pld` under add/remove; under replace-one the un-amplified Gaussian step at shift 2C
@@ -293,7 +298,7 @@ def add_remove_pld(noise_multiplier: float, batches: int, epochs: int,
     return one if e == 1 else one.self_compose(e)
 
 
-def epsilon(noise_multiplier: float, batches: int, epochs: int, delta: float, neighbouring=None,
+def epsilon(noise_multiplier: float, batches: int, epochs: int, delta: float, neighbouring: Any = None,
             value_discretization_interval: float = 1e-4) -> float:
     """Certified epsilon of ``epochs`` balls-in-bins epochs at ``delta``: the allocation PLD under
     add/remove (the default); under replace-one the smaller of :func:`replace_one_epsilon` and the

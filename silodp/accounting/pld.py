@@ -58,6 +58,8 @@ import collections
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr
@@ -102,7 +104,7 @@ EXTENDED = np.longdouble
 HAS_EXTENDED = np.finfo(EXTENDED).nmant in (63, 112)
 
 
-def _unit(values) -> float:
+def _unit(values: Any) -> float:
     """Unit round-off of the floating-point type of ``values`` (float64: 2^-53)."""
     dtype = np.asarray(values).dtype
     return float(np.finfo(dtype).eps) / 2.0 if np.issubdtype(dtype, np.floating) else _U
@@ -167,7 +169,8 @@ def _lse(x: np.ndarray) -> float:
     return top + math.log(float(np.sum(np.exp(x - top))))
 
 
-def _argmin_over_t(fn, spread: float, lo: float = 1e-6, hi: float = 1e4, steps: int = 48) -> float:
+def _argmin_over_t(fn: Callable[[float], float], spread: float, lo: float = 1e-6, hi: float = 1e4,
+                   steps: int = 48) -> float:
     """Where a unimodal ``fn`` is smallest over t in [lo, hi] / spread (golden section on log t,
     ``steps`` steps)."""
     a, b = math.log(lo / spread), math.log(hi / spread)
@@ -257,7 +260,7 @@ class LossPmf:
         """Mass at +inf plus the round-off charge: what delta(eps) never falls below."""
         return self.infinity_mass + self.roundoff
 
-    def astype(self, dtype) -> "LossPmf":
+    def astype(self, dtype: Any) -> "LossPmf":
         """The same masses in floating-point type ``dtype`` (e.g. :data:`EXTENDED`); compositions
         then compute, and bound their round-off, in that precision (the Chernoff windows already
         found are kept: they depend on the values only, which the conversion keeps)."""
@@ -268,7 +271,7 @@ class LossPmf:
             out.__dict__["_windows"] = self._window_cache()
         return out
 
-    def _window_cache(self) -> dict:
+    def _window_cache(self) -> dict[Any, Any]:
         """(count, log_tau) -> :meth:`_chernoff_window`'s answer for these masses (kept on the
         instance: a frozen PMF's masses do not change)."""
         return self.__dict__.setdefault("_windows", {})
@@ -449,7 +452,7 @@ class LossPmf:
         order = order[(error[order] > 0) & ~(estimate >= 0.5 * error[order])]
         if order.size == 0:
             return
-        masses = self.masses[big].astype(ld)
+        masses: Any = self.masses[big].astype(ld)
         m_minus_1 = _exact_sum_minus_one(self.masses.astype(np.float64))
         log_m = np.log1p(ld(m_minus_1[0]) + ld(m_minus_1[1]))  # relative error <= 3 uu
         positions = (self.offset + big).astype(np.int64)
@@ -716,7 +719,7 @@ class OneSidedGaussianPair(GaussianPair):
             return s * s * np.log(w) + 0.5
 
 
-def optimistic_loss_pmf(pair, interval: float, log_mass_truncation_bound: float) -> LossPmf:
+def optimistic_loss_pmf(pair: Any, interval: float, log_mass_truncation_bound: float) -> LossPmf:
     """A PLD *dominated* by ``pair``'s (a :class:`GaussianPair`, or any pair with an increasing loss
     offering ``loss_range``, ``survival`` = P[L > eps] and ``SURVIVAL_UNITS``): the mass of the loss
     in (eps_i, eps_{i+1}] at eps_i, the mass below the first and above the last grid point dropped
@@ -731,7 +734,7 @@ def optimistic_loss_pmf(pair, interval: float, log_mass_truncation_bound: float)
     return LossPmf(interval, first, masses, 0.0, pair.SURVIVAL_UNITS * _U * float(np.sum(surv)))
 
 
-def lower_bound_epsilon(pairs: list[tuple], delta: float, interval: float = 1e-4,
+def lower_bound_epsilon(pairs: list[tuple[Any, int]], delta: float, interval: float = 1e-4,
                         log_mass_truncation_bound: float = LOG_TAIL_MASS) -> float:
     """A rigorous lower bound on the epsilon at ``delta`` of composing ``count`` copies of each
     (one-direction) ``pair``: the dominated PLD of :func:`optimistic_loss_pmf` composed by FFT, with
@@ -740,7 +743,8 @@ def lower_bound_epsilon(pairs: list[tuple], delta: float, interval: float = 1e-4
     (at most e^bound per side and operation). Largest eps (to 1e-6 relative) whose lower delta
     still exceeds ``delta``."""
     dl = check_delta("delta", delta)
-    total, ops = None, 0
+    total: Any = None
+    ops = 0
     for pair, count in pairs:
         part = optimistic_loss_pmf(pair, interval, log_mass_truncation_bound).self_compose(
             count, log_mass_truncation_bound)
@@ -759,7 +763,7 @@ def lower_bound_epsilon(pairs: list[tuple], delta: float, interval: float = 1e-4
                          name="epsilon")
 
 
-def count_test_lower_bound(pair, steps: int, delta: float) -> float:
+def count_test_lower_bound(pair: Any, steps: int, delta: float) -> float:
     """A rigorous lower bound on the epsilon at ``delta`` of ``steps`` independent copies of
     ``pair``, from a test: count the steps whose output exceeds tau and reject when at least m do.
     The per-step pass probabilities (``pair.pass_probabilities``) are closed forms in Phi, so for every (tau, m)
@@ -779,7 +783,7 @@ def count_test_lower_bound(pair, steps: int, delta: float) -> float:
     return float(max(0.0, np.max(eps)))
 
 
-def connect_the_dots(curve, first: int, last: int, interval: float) -> LossPmf:
+def connect_the_dots(curve: Callable[[Any], Any], first: int, last: int, interval: float) -> LossPmf:
     """The pessimistic PLD whose hockey-stick curve equals ``curve`` (the true delta, a vectorized
     function of eps) at the grid points i * interval, ``first`` <= i <= ``last``, the last one's
     value charged to +inf, and is linear in e^eps in between (Doroshenko et al. 2022, Sec 3; module
@@ -817,7 +821,7 @@ class PrivacyLossDistribution:
     def _directions(self) -> tuple[LossPmf, ...]:
         return (self.remove,) if self.add is None else (self.remove, self.add)
 
-    def astype(self, dtype) -> "PrivacyLossDistribution":
+    def astype(self, dtype: Any) -> "PrivacyLossDistribution":
         """Both directions in floating-point type ``dtype`` (:meth:`LossPmf.astype`)."""
         return dataclasses.replace(self, remove=self.remove.astype(dtype),
                                    add=None if self.add is None else self.add.astype(dtype))
@@ -863,7 +867,7 @@ STEP_CACHE_SIZE = 64
 _STEPS: "collections.OrderedDict[object, PrivacyLossDistribution]" = collections.OrderedDict()
 
 
-def cached_step(key: object, build) -> "PrivacyLossDistribution":
+def cached_step(key: object, build: Callable[[], PrivacyLossDistribution]) -> "PrivacyLossDistribution":
     """``build()`` (a single step's PLD), kept under ``key`` (hashable: the frozen block with count 1,
     the relation and the grid): the accountant's passes (float64, direct powers, extended
     precision) and repeated queries of the same event construct each step once. The masses are
@@ -935,7 +939,7 @@ def _convex_minorant(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.interp(x, x[hull], y[hull])
 
 
-def symmetric_loss_pmf(curve, top: float, interval: float, stride: int = 1) -> LossPmf:
+def symmetric_loss_pmf(curve: Callable[[Any], Any], top: float, interval: float, stride: int = 1) -> LossPmf:
     """The pessimistic PLD of a *symmetric* pair dominating every pair (P, Q) with
     H_e(P || Q) <= ``curve``(ln e) and H_e(Q || P) <= ``curve``(ln e) for all e >= 1.
 
@@ -967,7 +971,7 @@ def symmetric_loss_pmf(curve, top: float, interval: float, stride: int = 1) -> L
     return connect_the_dots(lambda e: delta[np.rint(e / interval).astype(int) + last], -last, last, interval)
 
 
-def amplified_mixture(weights, components, interval: float, tail: float = 0.0,
+def amplified_mixture(weights: Any, components: Sequence[Any], interval: float, tail: float = 0.0,
                       stride: int = 16) -> PrivacyLossDistribution:
     """One step of a mechanism run on a batch that holds the changed record k ~ ``weights`` times
     (``weights[0]`` for none, then k = 1, 2, ...; multiplicities of total mass ``tail`` beyond them
@@ -980,14 +984,14 @@ def amplified_mixture(weights, components, interval: float, tail: float = 0.0,
     a symmetric pair (:func:`symmetric_loss_pmf`, either orientation per step)."""
     w = np.asarray(weights, dtype=float) / (1.0 - tail)
     gamma = float(1.0 - w[0])
-    pmfs = [p.remove if p.add is None else None for p in components]
+    pmfs: list[Any] = [p.remove if p.add is None else None for p in components]
     if any(p is None for p in pmfs):
         raise ValueError("components: each must be symmetric (add is None)")
     if gamma <= 0.0:
         return identity(interval)
     top = max(float(p.losses[-1]) for p in pmfs) + interval
 
-    def curve(eps):
+    def curve(eps: Any) -> Any:
         inner = np.log1p(np.expm1(eps) / gamma)
         out = sum(wk * p.deltas(inner) for wk, p in zip(w[1:], pmfs))
         return (1.0 - tail) * out + tail

@@ -31,22 +31,23 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 
-def grouped(blocks) -> list:
+def grouped(blocks: Iterable[Any]) -> list[Any]:
     """``blocks`` with identical ones (equal but for ``count``) merged into one of the summed count,
     in order of first appearance."""
-    counts: dict = {}
+    counts: dict[Any, int] = {}
     for block in blocks:
         key = dataclasses.replace(block, count=1)
         counts[key] = counts.get(key, 0) + int(block.count)
     return [dataclasses.replace(key, count=count) for key, count in counts.items()]
 
 
-def _support(pld) -> int:
+def _support(pld: Any) -> int:
     return sum(len(d.masses) for d in pld._directions())
 
 
@@ -60,7 +61,7 @@ LOG_WINDOW_TAIL = math.log(1e-14)
 _MGF_SLACK = 1e-8
 
 
-def _log_mgf(pmf, t: float, centre: float) -> float:
+def _log_mgf(pmf: Any, t: float, centre: float) -> float:
     """An upper bound on log sum_j m_j e^{t l_j} (the finite masses): computed about ``centre``
     (no overflow near the mean; einsum, not BLAS, whose threads spin on a busy machine), every
     exponent raised to at least -300 (larger terms: still an upper bound, and no subnormal
@@ -76,7 +77,7 @@ def _log_mgf(pmf, t: float, centre: float) -> float:
 _SEARCH_BLOCK = 64
 
 
-def _coarse(pmfs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _coarse(pmfs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every PMF's masses summed in blocks of :data:`_SEARCH_BLOCK` points at the block's mean loss,
     concatenated: (masses, losses, each block's PMF's mean, the first block of each PMF). Only to
     locate t; the bound itself is computed on the exact masses."""
@@ -97,7 +98,8 @@ def _coarse(pmfs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     return np.concatenate(masses), np.concatenate(losses), np.concatenate(centres), np.array(starts)
 
 
-def _edge(pmfs: list, coarse: tuple, sign: float, log_tail: float) -> float:
+def _edge(pmfs: list[Any], coarse: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], sign: float,
+          log_tail: float) -> float:
     """A point e with mass{sign S >= e} <= e^log_tail for S the sum of the losses of ``pmfs``: the
     Chernoff bound (K(t) - log_tail) / t, K(t) = sum_i log sum_j m_ij e^{t sign l_ij} (Markov's
     inequality, valid for the sub-probability measures of the finite masses) at the t minimising it
@@ -120,7 +122,7 @@ def _edge(pmfs: list, coarse: tuple, sign: float, log_tail: float) -> float:
     return (sum(_log_mgf(p, sign * t, float(m)) for p, m in zip(pmfs, means)) - log_tail) / t
 
 
-def _window(pmfs: list, log_tail: float) -> tuple[int, int, float]:
+def _window(pmfs: list[Any], log_tail: float) -> tuple[int, int, float]:
     """Grid indices (lo, hi) such that the composition of ``pmfs`` has mass at most e^log_tail below
     lo and at most e^log_tail above hi (:func:`_edge` on each side), and the mass charged for it
     (0 when [lo, hi] is the whole support). lo > hi when a bound overflows."""
@@ -136,7 +138,7 @@ def _window(pmfs: list, log_tail: float) -> tuple[int, int, float]:
     return lo, hi, charge
 
 
-def compose_product(pmfs: list, log_mass_truncation_bound: float) -> Any:
+def compose_product(pmfs: list[Any], log_mass_truncation_bound: float) -> Any:
     """The composition of the :class:`~silodp.accounting.pld.LossPmf` ``pmfs`` (one grid) as the
     inverse rFFT of the product of their rFFTs on one circular grid of M points covering
     :func:`_window`'s range (a PMF longer than M folded onto it); None when a bound overflows.
@@ -191,7 +193,7 @@ def compose_product(pmfs: list, log_mass_truncation_bound: float) -> Any:
     return out_pmf.truncate(log_mass_truncation_bound)
 
 
-def compose_tree(plds: list) -> Any:
+def compose_tree(plds: list[Any]) -> Any:
     """The composition of ``plds`` (:class:`~silodp.accounting.pld.PrivacyLossDistribution`): at
     least :data:`PRODUCT_MIN` of them in float64 by :func:`compose_product`, direction by direction;
     else (or when the product declines) the two with the smallest supports merged first (None when
@@ -215,7 +217,7 @@ def compose_tree(plds: list) -> Any:
     return heap[0][2] if heap else None
 
 
-def compose_blocks(blocks, block_pld: Callable) -> Any:
+def compose_blocks(blocks: Iterable[Any], block_pld: Callable[[Any], Any]) -> Any:
     """The PLD of all ``blocks`` (None when there are none): :func:`grouped`, each group's PLD by
     ``block_pld(block)``, merged by :func:`compose_tree`."""
     return compose_tree([block_pld(b) for b in grouped(blocks)])

@@ -269,13 +269,13 @@ def _scalar_point(problem, w, x, y):
         h = torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2)).relu_()
         z = torch.baddbmm(b2.unsqueeze(1), h, W2.transpose(1, 2))
     g = _output_grad(problem, z, y)
-    m = torch.sign(h)  # [h > 0] as 0 / 1 (h >= 0)
+    m = torch.ops.aten.threshold_backward(h.new_ones(()).expand_as(h), h, 0)  # [h > 0] as 0 / 1, one pass
     hid_sq = (m.view(n * k, hidden) @ w2[0].square()).view(n, k) if shared else \
         torch.bmm(m, w2.square().unsqueeze(-1))[..., 0]
     return h, m, g, w2, hid_sq
 
 
-def _scalar_mlp_sum(problem, w, x, y, weights, clip) -> torch.Tensor | None:
+def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor | None:
     """The clipped sum of a scalar-output one-hidden-layer MLP (:func:`_scalar_mlp`), by the
     structure of its gradient, in one forward pass and two matrix products per silo; None where a
     record's squared norm is not finite (the caller then takes the general path, which masks the
@@ -290,27 +290,34 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip) -> torch.Tensor | None:
     ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference)."""
     h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
     sq = g.square() * ((_sqnorm(x) + 1.0) * hid_sq + _sqnorm(h) + 1.0)
-    if not bool(torch.isfinite(sq).all()):
+    if not _release.all_finite(sq):
         return None
     s = clip_factors(sq, clip) * weights * g  # [n, k]
     sm = m.mul_(s.unsqueeze(-1))  # s m, in place of the mask
-    return _scalar_assemble(problem, w, x, torch.bmm(s.unsqueeze(1), h)[:, 0], s.sum(1, keepdim=True), sm, w2)
+    return _scalar_assemble(problem, w, x, torch.bmm(s.unsqueeze(1), h)[:, 0], s.sum(1, keepdim=True), sm, w2,
+                            out=out)
 
 
-def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None) -> torch.Tensor:
+def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None, out=None) -> torch.Tensor:
     """The flat ``[n, d]`` sums of the scalar MLP: the output layer's ``(gw2, gb2)`` and the hidden
     layer's from ``sm [n, k, H]`` (its per-record output gradients, weighted; times ``w2`` per
-    hidden unit when given): ``grad W1 = x^T sm``, ``grad b1 = sum sm``."""
+    hidden unit when given): ``grad W1 = x^T sm``, ``grad b1 = sum sm``; written into ``out``
+    (rows of the caller's ``[N, d]``) when given."""
     model = problem.model
     n = x.shape[0]
-    out = torch.empty(n, model.dim, dtype=w.dtype, device=w.device)
+    if out is None:
+        out = torch.empty(n, model.dim, dtype=w.dtype, device=w.device)
     (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
     out[:, sw2], out[:, sb2] = gw2, gb2
     gb1, gw1 = sm.sum(1), torch.bmm(x.transpose(1, 2), sm)  # [n, H], [n, d, H]
+    hidden = gw1.shape[2]
+    dst = out[:, sw1].view(n, hidden, -1)  # W1's [H, d] layout: the product lands in place, one pass
     if w2 is not None:
-        gb1, gw1 = gb1 * w2, gw1 * w2.unsqueeze(1)
-    out[:, sb1] = gb1
-    out[:, sw1] = gw1.transpose(1, 2).reshape(n, -1)
+        torch.mul(gb1, w2, out=out[:, sb1])
+        torch.mul(gw1.transpose(1, 2), w2.unsqueeze(-1), out=dst)
+    else:
+        out[:, sb1] = gb1
+        dst.copy_(gw1.transpose(1, 2))
     return out
 
 
@@ -334,7 +341,7 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     eps = h1.mul_(u.unsqueeze(-1)).sub_(h0.mul_(v.unsqueeze(-1)))
     db = u - v
     sq = _sqnorm(delta) * xsq + _sqnorm(eps) + db.square()
-    if not (bool(torch.isfinite(sq1).all()) and bool(torch.isfinite(sq0).all()) and bool(torch.isfinite(sq).all())):
+    if not (_release.all_finite(sq1) and _release.all_finite(sq0) and _release.all_finite(sq)):
         return None
     e = weights if dc is None else clip_factors(sq, dc) * weights
     e3 = e.unsqueeze(-1)
@@ -344,15 +351,20 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
 def _ghost(problem, w, x, y, weights, clip):
     parts = []
     scalar = _scalar_mlp(problem.model)
-    for sl in _chunks(problem, x):
-        if scalar:
-            part = _scalar_mlp_sum(problem, w[sl], x[sl], y[sl], weights[sl], clip)
+    chunks = _chunks(problem, x)
+    # the scalar MLP's chunks write their rows of one [N, d] result (no concatenation)
+    whole = torch.empty(x.shape[0], problem.model.dim, dtype=w.dtype, device=w.device) if scalar else None
+    for sl in chunks:
+        if whole is not None:
+            part = _scalar_mlp_sum(problem, w[sl], x[sl], y[sl], weights[sl], clip, out=whole[sl])
             if part is not None:
                 parts.append(part)
                 continue
         index, terms, c, _ = _point(problem, w[sl], x[sl], y[sl], clip)
         c = c * weights[sl]
         parts.append(_assemble(problem, c.shape[0], w, index, [t.summed(c) for t in terms]))
+    if whole is not None and all(p.data_ptr() == whole[sl].data_ptr() for p, sl in zip(parts, chunks)):
+        return whole
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

@@ -118,6 +118,13 @@ def clip_update(delta: torch.Tensor, clip: float) -> torch.Tensor:
     return clip_rows(delta.reshape(1, -1), clip).reshape(delta.shape)
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite: one sum first (a sum is finite only if every
+    term is: an infinity or NaN anywhere makes it infinite or NaN, IEEE 754), the entrywise test
+    only when the sum is not finite (an overflow of finite entries is then told apart)."""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 # -- the release -------------------------------------------------------------------------------
 def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: torch.Generator | None,
                      offset: torch.Tensor | None = None, *, noise: torch.Tensor | None = None) -> torch.Tensor:
@@ -127,14 +134,17 @@ def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: t
     :class:`Refusal` "non-finite" when the result is not finite: nothing is released."""
     if not isinstance(std, torch.Tensor) and not (math.isfinite(float(std)) and float(std) >= 0):
         raise Refusal("noise")
-    t = term.to(torch.float64)
     if noise is None:
         scale = std.to(torch.float64) if isinstance(std, torch.Tensor) else float(std)
-        noise = torch.randn(t.shape, generator=generator, dtype=torch.float64, device=t.device) * scale
-    out = t + noise.to(torch.float64)
+        noise = torch.randn(term.shape, generator=generator, dtype=torch.float64, device=term.device) * scale
+    if noise.shape == term.shape:  # a fresh float64 copy, the noise added in place (in float64)
+        out = term.to(torch.float64, copy=True)
+        out += noise
+    else:
+        out = term.to(torch.float64) + noise.to(torch.float64)
     if offset is not None:
         out = offset.to(torch.float64) + out
-    if not bool(torch.isfinite(out).all()):
+    if not all_finite(out):
         raise Refusal("non-finite")
     return out
 
@@ -230,5 +240,5 @@ def check_model(problem, w: torch.Tensor, input_bound: float) -> None:
                 raise Refusal("model")
 
 
-__all__ = ["REFUSALS", "Refusal", "check_model", "clip_factors", "clip_rows", "clip_update", "factors_from_log_norms",
+__all__ = ["REFUSALS", "Refusal", "all_finite", "check_model", "clip_factors", "clip_rows", "clip_update", "factors_from_log_norms",
            "gaussian_release", "log_norms", "mask_rows"]

@@ -28,7 +28,9 @@ def _cell(mean: float, std: float) -> str:
 def _label(algorithm: str, calibration: str) -> str:
     from silodp.palette import label
 
-    name = "SPIDER, Alg 11 rule" if algorithm == "isrl-spider-alg11" else label(algorithm)
+    from .paper import ALG11
+
+    name = "SPIDER, Alg 11 rule" if algorithm == ALG11 else label(algorithm)
     return name + (", paper's noise (certifies)" if calibration == "paper" else "")
 
 

@@ -311,3 +311,20 @@ def test_a_zero_row_keeps_factor_one_even_at_a_zero_clip():
 
     got = factors_from_log_norms(torch.tensor([-math.inf, 0.0, math.nan], dtype=torch.float64), torch.tensor(0.0))
     assert torch.equal(got, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_all_finite_matches_the_entrywise_test(dtype):
+    """all_finite (a sum first) agrees with isfinite(t).all() on exact small cases: an infinity,
+    a NaN, infinities of both signs (their sum is NaN), and finite entries whose sum overflows."""
+    from silodp.algorithms.release import all_finite
+
+    big = torch.finfo(dtype).max
+    cases = [torch.ones(3, 4, dtype=dtype), torch.tensor([1.0, math.inf], dtype=dtype),
+             torch.tensor([math.nan, 1.0], dtype=dtype), torch.tensor([math.inf, -math.inf], dtype=dtype),
+             torch.tensor([-math.inf, 0.0], dtype=dtype), torch.full((4,), big, dtype=dtype),
+             torch.tensor([big, -big, big], dtype=dtype), torch.zeros(0, dtype=dtype)]
+    for t in cases:
+        assert all_finite(t) == bool(torch.isfinite(t).all()), t
+    assert all_finite(torch.full((4,), big, dtype=dtype))  # the sum overflows, the entries are finite
+    assert not all_finite(torch.tensor([math.inf, -math.inf], dtype=dtype))

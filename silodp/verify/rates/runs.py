@@ -41,7 +41,7 @@ import torch
 from silodp.bounds import get_bound
 from silodp.verify.rates import families as fam_mod
 from silodp.verify.rates import stats
-from silodp.verify.rates.theorems import Theorem, for_bound, get_theorem, problem_params
+from silodp.verify.rates.theorems import THEOREMS, Theorem, for_bound, get_theorem, problem_params
 from silodp.verify.rates.trials import TrialContext, run_trials
 
 VARIABLES = ("eps", "n", "M", "N", "d", "kappa")
@@ -505,56 +505,28 @@ _FULL = {
     "N": dict(values=(2, 4, 8, 16, 32)),
     "d": dict(values=(3, 5, 9, 17, 33, 65)),
 }
-#: The proof-prescribed settings of PL-SVRG (Thm 2.2) and SPIDER (Thm 3.1), M = N.
-_OTHER = {
-    "isrl-pl-svrg": dict(n=500, eps=1.0, d=11, rounds=None, noise="tight", trials=64,
-                         values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (250, 500, 1000, 2000)}),
-    "isrl-spider": dict(n=250, eps=1.0, d=11, rounds=None, noise="tight", trials=16,
-                        values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (125, 250, 500, 1000)},
-                        quick_values={"eps": (1.0, 2.0, 4.0)}),  # at eps 0.5 the output is not below w0's
-}
-_OTHER["isrl-spider-replacement"] = _OTHER["isrl-spider"]
-
-
-#: Every theorem at its own prescriptions (issue 14), in regimes where the output improves on w0 = 0:
-#: Thm 2.1 (Prox-SGD: R, K of Thm E.1, its noise) over n at eps = 8, where the bound's statistical
-#: term dominates, and over eps; Thm 2.2 (PL-SVRG: Thm E.2's R = 12 kappa, S, K, E, eta; tight noise)
-#: over kappa at eps = 15, d = 3; Thm 3.1 (SPIDER: Thm F.1's corrected q, R, eta = 1/(2 beta),
-#: K1 = K2 = n; tight noise) over eps and n, where the bound's optimization term (exponent -4/3)
-#: dominates. ``quick`` keeps the ends of each grid and fewer trials.
-_PRESCRIBED = {
-    "isrl-prox-sgd": dict(n=2000, eps=8.0, d=11, noise="paper", trials=192, quick_trials=64,
-                          values={"n": (1000, 2000, 4000, 8000, 16000), "eps": (0.5, 1.0, 2.0, 4.0, 8.0)},
-                          quick_values={"n": (1000, 4000), "eps": (1.0, 8.0)}),
-    "isrl-pl-svrg": dict(n=1000, eps=15.0, d=3, noise="tight", trials=12, quick_trials=6,
-                         values={"kappa": (2.0, 4.0, 8.0)}, quick_values={"kappa": (2.0, 4.0)}),
-    "isrl-spider": dict(n=1000, eps=2.0, d=11, noise="tight", trials=32, quick_trials=8,
-                        values={"eps": (1.0, 2.0, 4.0, 8.0), "n": (250, 500, 1000, 2000)},
-                        quick_values={"eps": (1.0, 4.0), "n": (500, 2000)}),
-}
-_PRESCRIBED["isrl-spider-replacement"] = _PRESCRIBED["isrl-spider"]
-
-
 def prescribed_setup(algorithm: str = "isrl-prox-sgd", vary: str = "n", quick: bool = False,
                      **overrides) -> RateSetup:
-    """The algorithm at its theorem's own prescriptions (``rounds=None``; see :data:`_PRESCRIBED`),
+    """The algorithm at its theorem's own prescriptions (``rounds=None``; its :attr:`Theorem.prescribed`),
     with the non-private floor and, in full mode, the runs from the optimum (``noise_floor``)."""
-    get_theorem(algorithm)
-    if algorithm not in _PRESCRIBED:
-        raise ValueError(f"algorithm: prescribed presets exist for {sorted(_PRESCRIBED)}, got {algorithm!r}")
-    params = dict(_PRESCRIBED[algorithm])
+    prescribed = get_theorem(algorithm).prescribed
+    if prescribed is None:
+        have = sorted(name for name, t in THEOREMS.items() if t.prescribed is not None)
+        raise ValueError(f"algorithm: prescribed presets exist for {have}, got {algorithm!r}")
+    params = dict(prescribed)
+    quick_baseline = params.pop("quick_baseline", False)
     grids, quick_grids = params.pop("values"), params.pop("quick_values")
     trials, quick_trials = params.pop("trials"), params.pop("quick_trials")
     if vary not in grids:
         raise ValueError(f"vary: prescribed presets for {algorithm} vary one of {sorted(grids)}, got {vary!r}")
     params.update(values=(quick_grids if quick else grids)[vary], trials=quick_trials if quick else trials,
-                  rounds=None, baseline=not quick or algorithm == "isrl-prox-sgd", noise_floor=not quick)
+                  rounds=None, baseline=not quick or quick_baseline, noise_floor=not quick)
     return RateSetup(algorithm=algorithm, vary=vary, **{**params, **overrides})
 
 
 def quick_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides) -> RateSetup:
     """A small grid where the output improves on w0 and, for Prox-SGD, the rate bound's privacy
-    term dominates at the grid's centre (:data:`_QUICK`; PL-SVRG, SPIDER: :data:`_OTHER`)."""
+    term dominates at the grid's centre (:data:`_QUICK`; PL-SVRG, SPIDER: their theorem's ``own_grid``)."""
     return _preset(algorithm, vary, False, overrides)
 
 
@@ -563,8 +535,7 @@ def noise_dominated_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", *
     (n 960, eps 0.2, d 11; :data:`_NOISE`): the privacy term's exponents are measured cleanly, but
     the output is worse than w0 = 0 (``verdict`` ``no-improvement``); for tests of the noise's
     scaling and the mutation suite, not for utility."""
-    get_theorem(algorithm)
-    if algorithm in _OTHER or vary not in _NOISE:
+    if get_theorem(algorithm).own_grid is not None or vary not in _NOISE:
         raise ValueError(f"vary: noise-dominated presets exist for Prox-SGD over {sorted(_NOISE)}, "
                          f"got {algorithm!r} over {vary!r}")
     return RateSetup(algorithm=algorithm, vary=vary, **{**_NOISE_BASE, "trials": 128, **_NOISE[vary], **overrides})
@@ -578,11 +549,11 @@ def full_setup(algorithm: str = "isrl-prox-sgd", vary: str = "eps", **overrides)
 
 
 def _preset(algorithm: str, vary: str, full: bool, overrides: dict) -> RateSetup:
-    get_theorem(algorithm)
+    theorem = get_theorem(algorithm)
     if vary not in VARIABLES:
         raise ValueError(f"vary: must be one of {VARIABLES}, got {vary!r}")
-    if algorithm in _OTHER:
-        params = dict(_OTHER[algorithm])
+    if theorem.own_grid is not None:
+        params = dict(theorem.own_grid)
         grid, quick = params.pop("values"), params.pop("quick_values", {})
         if vary not in grid:
             raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(grid)}, got {vary!r}")
@@ -592,7 +563,7 @@ def _preset(algorithm: str, vary: str, full: bool, overrides: dict) -> RateSetup
         raise ValueError(f"vary: presets for {algorithm} vary one of {sorted(_FULL if full else _QUICK)}, got {vary!r}")
     elif full:
         params = {**_NOISE_BASE, **_FULL[vary], "trials": 192, "fit_privacy_only": True,
-                  "baseline": not algorithm.startswith("sdp")}
+                  "baseline": theorem.baseline}
     else:
         params = {**_QUICK[vary], "trials": 128}
     return RateSetup(algorithm=algorithm, vary=vary, **{**params, **overrides})

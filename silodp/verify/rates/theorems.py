@@ -13,13 +13,18 @@ A :class:`Theorem` ties an algorithm of Lowy, Ghafelebashi & Razaviyayn 2023 (ar
 
 Noise always comes from the accounting layer (the algorithm's ``calibration``); the explicit bounds
 are evaluated at that noise, not at a formula's.
+
+A registry (``tests/test_capabilities.py`` lists it in ``REGISTRIES``): :data:`THEOREMS` keys each
+theorem by the algorithm it bounds, and each record carries its own presets (its grid, its
+proof-prescribed settings, whether the non-private baseline runs), so :mod:`.runs` asks the theorem
+and never compares an algorithm's name.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from silodp.bounds import get_bound
 
@@ -41,6 +46,14 @@ class Theorem:
     #: the metric of a uniform output is its exact expectation over the iterates (the theorem bounds
     #: that expectation), not one draw per trial
     exact_uniform: bool = False
+    #: the theorem's own quick / full preset (``values`` per variable, ``quick_values`` where the quick
+    #: grid is smaller, and the run's settings); None: the shared Prox-SGD grids of :mod:`.runs`
+    own_grid: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    #: the proof-prescribed preset (:func:`.runs.prescribed_setup`; ``quick_baseline``: the quick run
+    #: keeps the non-private baseline); None: none
+    prescribed: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    #: whether the full preset runs the non-private baseline beside it (not for an SDP algorithm)
+    baseline: bool = True
 
     def plan(self, point: dict, rounds: int | None, constants, ref) -> dict:
         """Algorithm keyword arguments (rounds, batch sizes, step size, ...) at ``point``."""
@@ -141,20 +154,44 @@ def _spider_explicit(point, plan, constants, ref, sigmas) -> dict:
             "q": plan["period"], "beta": constants.beta, "sigma2": max(sigmas["sigma2"], 1e-300)}
 
 
+#: The proof-prescribed settings of PL-SVRG (Thm 2.2) and SPIDER (Thm 3.1), M = N: their own grids.
+_PL_SVRG_GRID = dict(n=500, eps=1.0, d=11, rounds=None, noise="tight", trials=64,
+                     values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (250, 500, 1000, 2000)})
+_SPIDER_GRID = dict(n=250, eps=1.0, d=11, rounds=None, noise="tight", trials=16,
+                    values={"eps": (0.5, 1.0, 2.0, 4.0), "n": (125, 250, 500, 1000)},
+                    quick_values={"eps": (1.0, 2.0, 4.0)})  # at eps 0.5 the output is not below w0's
+
+#: Every theorem at its own prescriptions (issue 14), in regimes where the output improves on w0 = 0:
+#: Thm 2.1 (Prox-SGD: R, K of Thm E.1, its noise) over n at eps = 8, where the bound's statistical
+#: term dominates, and over eps; Thm 2.2 (PL-SVRG: Thm E.2's R = 12 kappa, S, K, E, eta; tight noise)
+#: over kappa at eps = 15, d = 3; Thm 3.1 (SPIDER: Thm F.1's corrected q, R, eta = 1/(2 beta),
+#: K1 = K2 = n; tight noise) over eps and n, where the bound's optimization term (exponent -4/3)
+#: dominates. ``quick`` keeps the ends of each grid and fewer trials.
+_PROX_SGD_PRESCRIBED = dict(n=2000, eps=8.0, d=11, noise="paper", trials=192, quick_trials=64,
+                            values={"n": (1000, 2000, 4000, 8000, 16000), "eps": (0.5, 1.0, 2.0, 4.0, 8.0)},
+                            quick_values={"n": (1000, 4000), "eps": (1.0, 8.0)}, quick_baseline=True)
+_PL_SVRG_PRESCRIBED = dict(n=1000, eps=15.0, d=3, noise="tight", trials=12, quick_trials=6,
+                           values={"kappa": (2.0, 4.0, 8.0)}, quick_values={"kappa": (2.0, 4.0)})
+_SPIDER_PRESCRIBED = dict(n=1000, eps=2.0, d=11, noise="tight", trials=32, quick_trials=8,
+                          values={"eps": (1.0, 2.0, 4.0, 8.0), "n": (250, 500, 1000, 2000)},
+                          quick_values={"eps": (1.0, 4.0), "n": (500, 2000)})
+
 THEOREMS: dict[str, Theorem] = {
     "isrl-prox-sgd": Theorem("isrl-prox-sgd", "Thm 2.1 (ISRL-DP)", "thm2.1-isrl", "eq20-sampling", "eq20",
-                             "logistic-ridge", "SO", "excess risk", _prox_sgd_plan, _prox_sgd_explicit),
+                             "logistic-ridge", "SO", "excess risk", _prox_sgd_plan, _prox_sgd_explicit,
+                             prescribed=_PROX_SGD_PRESCRIBED),
     "sdp-prox-sgd": Theorem("sdp-prox-sgd", "Thm 2.1 (SDP)", "thm2.1-sdp", None, None, "logistic-ridge",
-                            "SO", "excess risk", _prox_sgd_plan),
+                            "SO", "excess risk", _prox_sgd_plan, baseline=False),
     "isrl-pl-svrg": Theorem("isrl-pl-svrg", "Thm 2.2 (ISRL-DP)", "thm2.2-isrl", "eq40-restarts", None,
-                            "logistic-ridge", "ERM", "excess empirical risk", _pl_svrg_plan, _pl_svrg_explicit),
+                            "logistic-ridge", "ERM", "excess empirical risk", _pl_svrg_plan, _pl_svrg_explicit,
+                            own_grid=_PL_SVRG_GRID, prescribed=_PL_SVRG_PRESCRIBED),
     "isrl-spider": Theorem("isrl-spider", "Thm 3.1 (ISRL-DP), full batch", "thm3.1", "eq45-corrected", "eq45",
                            "sigmoid-l1", "ERM", "squared gradient mapping norm", _spider_plan, _spider_explicit,
-                           exact_uniform=True),
+                           exact_uniform=True, own_grid=_SPIDER_GRID, prescribed=_SPIDER_PRESCRIBED),
     "isrl-spider-replacement": Theorem(
         "isrl-spider", "Thm 3.1 (ISRL-DP), K1 = K2 = n drawn with replacement (not the proof's setting)", "thm3.1",
         "eq45-corrected", "eq45", "sigmoid-l1", "ERM", "squared gradient mapping norm", _spider_plan_replacement,
-        _spider_explicit, exact_uniform=True),
+        _spider_explicit, exact_uniform=True, own_grid=_SPIDER_GRID, prescribed=_SPIDER_PRESCRIBED),
 }
 
 
