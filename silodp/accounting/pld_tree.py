@@ -141,7 +141,8 @@ def _window(pmfs: list[Any], log_tail: float) -> tuple[int, int, float]:
 def compose_product(pmfs: list[Any], log_mass_truncation_bound: float) -> Any:
     """The composition of the :class:`~silodp.accounting.pld.LossPmf` ``pmfs`` (one grid) as the
     inverse rFFT of the product of their rFFTs on one circular grid of M points covering
-    :func:`_window`'s range (a PMF longer than M folded onto it); None when a bound overflows.
+    :func:`_window`'s range (a PMF longer than M folded onto it); None when a bound overflows or a
+    PMF has no finite mass.
 
     Certificate. Let c be the exact convolution of the inputs and c' its pessimistic truncation to
     [lo, lo + M) (lower tail moved up to lo, upper tail to +inf; each tail <= e^LOG_WINDOW_TAIL): c' dominates c. The circular
@@ -160,6 +161,8 @@ def compose_product(pmfs: list[Any], log_mass_truncation_bound: float) -> Any:
     from silodp.accounting import pld
 
     pld._same_grid(pmfs)
+    if any(not np.any(p.masses > 0) for p in pmfs):  # a release with no finite loss (non-private)
+        return None
     lo, hi, charge = _window(pmfs, LOG_WINDOW_TAIL)
     if lo > hi:
         return None

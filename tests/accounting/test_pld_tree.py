@@ -153,3 +153,14 @@ def test_one_sided_pair_is_the_general_pair_bit_for_bit(a, b, s):
     assert np.array_equal(general.loss_pmf(1e-4, pld_lib.LOG_TAIL_MASS).masses, fast.loss_pmf(1e-4, pld_lib.LOG_TAIL_MASS).masses)
     with pytest.raises(ValueError, match="a, b"):
         pld_lib.OneSidedGaussianPair(0.1, 0.1, s)
+
+
+def test_a_non_private_release_among_many_falls_back_to_the_tree():
+    """A release with no finite loss (all mass at +inf) in a ledger past PRODUCT_MIN: the product
+    declines and the tree answers infinity, as before."""
+    from silodp.accounting.pld_tree import PRODUCT_MIN
+
+    plds = [pld_lib.from_gaussian_mechanism(1.0 + 0.1 * i, 0.02) for i in range(PRODUCT_MIN)]
+    out = compose_tree(plds + [pld_lib.non_private()])
+    assert out.get_epsilon_for_delta(DELTA) == np.inf
+    assert out.remove.infinity_mass == 1.0
