@@ -103,7 +103,10 @@ def test_the_progress_total_is_the_number_of_runs(monkeypatch, quick):
     monkeypatch.setattr(mu, "run_preset", lambda preset, mutation, quick: {"passes": True})
     details: dict = {}
     mu.run_suite(quick=quick, details=details, on_run=lambda d: calls.append(1))
-    assert len(calls) == len(details) == mu.suite_size(quick) > len(mu.MUTATIONS)
+    presets = mu.QUICK_PRESETS if quick else tuple(mu.PRESETS)
+    # every preset's correct run and its mutations: more runs than presets, at most 1 + mutations each
+    assert len(calls) == len(details) == mu.suite_size(quick)
+    assert len(presets) < mu.suite_size(quick) <= len(presets) * (1 + len(mu.MUTATIONS))
 
 
 def test_vary_is_required_without_mutations(capsys):
