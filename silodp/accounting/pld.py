@@ -217,7 +217,8 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     Direct: each output is a sum of at most m = min(len) nonnegative products, relative error
     <= (m + 1) u (Higham 2002, Sec 3.1), so l1 error <= (m + 1) u sum(out). FFT: with
     ||e_x||_2 <= _fft_error(|X|) per transform and |X_k|, |Y_k| <= 1, the product's spectrum is
-    off by at most e_x + (1 + e_x) e_y + 2u ||X Y||_2, then :func:`_inverse_roundoff`."""
+    off by at most e_x + (1 + e_x) e_y + sqrt(2) gamma_2 ||X Y||_2 (a complex product's relative error,
+    gamma_2 = 2u / (1 - 2u): Higham 2002, Lemma 3.5), then :func:`_inverse_roundoff`."""
     u = max(_unit(x), _unit(y))
     if min(len(x), len(y)) <= 32 or len(x) * len(y) <= 200_000:
         out = np.convolve(x, y)
@@ -228,7 +229,7 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     ex = _fft_error(size, math.sqrt(size) * _l2(x), u)
     fy, ey = (fx, ex) if y is x else (np.fft.rfft(y, size), _fft_error(size, math.sqrt(size) * _l2(y), u))
     product = fx * fy
-    spectrum_error = ex + (1.0 + ex) * ey + 2.0 * u * _spectral_norm(product, size)
+    spectrum_error = ex + (1.0 + ex) * ey + math.sqrt(2.0) * (2.0 * u / (1.0 - 2.0 * u)) * _spectral_norm(product, size)
     out = np.fft.irfft(product, size)[:n]
     return np.maximum(out, 0.0), _inverse_roundoff(out, size, spectrum_error)
 
