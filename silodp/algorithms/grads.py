@@ -275,6 +275,12 @@ def _scalar_point(problem, w, x, y):
     return h, m, g, w2, hid_sq
 
 
+def _scalar_sq(g: torch.Tensor, xsq: torch.Tensor, hid_sq: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """A record's squared gradient norm in the scalar MLP (:func:`_scalar_mlp_sum`'s formula):
+    ``g^2 ((||x||^2 + 1) (m . w2^2) + ||h||^2 + 1)``, ``xsq = ||x||^2 + 1``."""
+    return g.square() * (xsq * hid_sq + _sqnorm(h) + 1.0)
+
+
 def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor | None:
     """The clipped sum of a scalar-output one-hidden-layer MLP (:func:`_scalar_mlp`), by the
     structure of its gradient, in one forward pass and two matrix products per silo; None where a
@@ -289,7 +295,7 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
     ``grad W1 = w2 * (x^T (s m))``, ``grad b1 = w2 * sum s m``, ``grad w2 = sum s h``,
     ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference)."""
     h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
-    sq = g.square() * ((_sqnorm(x) + 1.0) * hid_sq + _sqnorm(h) + 1.0)
+    sq = _scalar_sq(g, _sqnorm(x) + 1.0, hid_sq, h)
     if not _release.all_finite(sq):
         return None
     s = clip_factors(sq, clip) * weights * g  # [n, k]
@@ -334,8 +340,7 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y)
     h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y)
     xsq = _sqnorm(x) + 1.0
-    sq1 = g1.square() * (xsq * hid1 + _sqnorm(h1) + 1.0)
-    sq0 = g0.square() * (xsq * hid0 + _sqnorm(h0) + 1.0)
+    sq1, sq0 = _scalar_sq(g1, xsq, hid1, h1), _scalar_sq(g0, xsq, hid0, h0)
     u, v = clip_factors(sq1, clip) * g1, clip_factors(sq0, clip) * g0
     delta = m1.mul_((u.unsqueeze(-1) * w2_1.unsqueeze(1))).sub_(m0.mul_(v.unsqueeze(-1) * w2_0.unsqueeze(1)))
     eps = h1.mul_(u.unsqueeze(-1)).sub_(h0.mul_(v.unsqueeze(-1)))
