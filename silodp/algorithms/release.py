@@ -125,6 +125,15 @@ def all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
+def noise_std(noise_multiplier: float, clip: float) -> float:
+    """The Gaussian's std for ``noise_multiplier`` z at clip norm C: z C, rounded up until
+    ``std / C >= z`` (toward more privacy: a ledger charges z, the release draws std)."""
+    std = noise_multiplier * clip
+    while std / clip < noise_multiplier:
+        std = math.nextafter(std, math.inf)
+    return std
+
+
 # -- the release -------------------------------------------------------------------------------
 def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: torch.Generator | None,
                      offset: torch.Tensor | None = None, *, noise: torch.Tensor | None = None) -> torch.Tensor:
@@ -241,4 +250,4 @@ def check_model(problem, w: torch.Tensor, input_bound: float) -> None:
 
 
 __all__ = ["REFUSALS", "Refusal", "all_finite", "check_model", "clip_factors", "clip_rows", "clip_update", "factors_from_log_norms",
-           "gaussian_release", "log_norms", "mask_rows"]
+           "gaussian_release", "log_norms", "mask_rows", "noise_std"]

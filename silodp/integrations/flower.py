@@ -595,7 +595,7 @@ def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float
     (:class:`silodp.algorithms.release.Refusal`): nothing leaves."""
     import torch
 
-    from silodp.algorithms.release import Refusal, clip_update, gaussian_release
+    from silodp.algorithms.release import Refusal, clip_update, gaussian_release, noise_std
 
     check_positive("clipping_norm", clipping_norm)
     if not noise_multiplier >= 0 or math.isnan(noise_multiplier):
@@ -606,7 +606,7 @@ def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float
     with np.errstate(over="ignore", invalid="ignore"):
         delta = np.concatenate([(np.asarray(n, dtype=np.float64) - o).ravel() for n, o in zip(new, olds, strict=True)])
     clipped = clip_update(torch.from_numpy(delta), clipping_norm)
-    std = noise_multiplier * clipping_norm
+    std = noise_std(noise_multiplier, clipping_norm)  # rounded up: std / C >= the multiplier charged
     noise = torch.from_numpy(rng.normal(0.0, std, size=delta.shape))
     offset = torch.from_numpy(np.concatenate([o.ravel() for o in olds]))
     released = gaussian_release(clipped, std, None, offset, noise=noise).numpy()

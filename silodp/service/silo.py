@@ -26,7 +26,7 @@ from silodp.algorithms import Federation, Problem
 from silodp.algorithms.data import FederatedData
 from silodp.algorithms.federation import BatchSampler
 from silodp.algorithms.grads import clipped_diff_sum, clipped_grad_sum
-from silodp.algorithms.release import clip_update, gaussian_release
+from silodp.algorithms.release import clip_update, gaussian_release, noise_std
 from silodp.experiments.datasets import load_cached, model_for
 from silodp.service.plan import UPDATE, Settings, silo_noise, update_calibration, update_release
 
@@ -136,10 +136,7 @@ def update_std(settings: Settings) -> float:
     noise multiplier z (:func:`~silodp.service.plan.update_calibration` at the silo's delta),
     rounded up until ``std / C >= z`` (the ledger charges ``std / C``)."""
     z = update_calibration(settings.rounds, settings.epsilon, settings.delta, settings.accountant).noise_multiplier
-    std = z * settings.clip
-    while std / settings.clip < z:
-        std = math.nextafter(std, math.inf)
-    return std
+    return noise_std(z, settings.clip)
 
 
 def silo_data(data: FederatedData, partition_id: int) -> Federation:

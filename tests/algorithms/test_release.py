@@ -33,6 +33,7 @@ from silodp.algorithms.release import (
     clip_update,
     gaussian_release,
     log_norms,
+    noise_std,
 )
 from silodp.integrations.secagg import checked_models, clipped_grads
 
@@ -328,3 +329,11 @@ def test_all_finite_matches_the_entrywise_test(dtype):
         assert all_finite(t) == bool(torch.isfinite(t).all()), t
     assert all_finite(torch.full((4,), big, dtype=dtype))  # the sum overflows, the entries are finite
     assert not all_finite(torch.tensor([math.inf, -math.inf], dtype=dtype))
+
+
+@pytest.mark.parametrize("z, clip", [(1.1, 0.1), (0.7, 3.0), (2.9, 1e-3), (1 / 3, 7.0), (5.0, 1.0)])
+def test_noise_std_rounds_toward_more_privacy(z, clip):
+    """``noise_std`` is z C rounded up: the multiplier it realises is never below the one a ledger
+    charges, and it is at most one ulp above z C."""
+    std = noise_std(z, clip)
+    assert std / clip >= z and std >= z * clip and std <= math.nextafter(z * clip, math.inf) * (1 + 1e-15)
