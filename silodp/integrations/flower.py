@@ -507,16 +507,12 @@ class IsrlDpMod:
             client.close()
         if not is_train or message.size != w.size:  # the service released nothing else; never reached
             return refuse(APP_FAILED)
-        parts, start = [], 0
-        for a in arrays:
-            with np.errstate(over="ignore", invalid="ignore"):
-                part = message[start:start + a.size].reshape(a.shape).astype(a.dtype if a.dtype.kind == "f" else np.float64)
-            if not np.isfinite(part).all():  # not finite in the sent dtype: nothing leaves (the service's text)
-                from silodp.service.wire import REFUSALS
+        parts = _split_release(message, [a.shape for a in arrays],
+                              [a.dtype if a.dtype.kind == "f" else np.dtype(np.float64) for a in arrays])
+        if parts is None:  # not finite in the sent dtype: nothing leaves (the service's text)
+            from silodp.service.wire import REFUSALS
 
-                return refuse(REFUSALS["release"])
-            parts.append(part)
-            start += a.size
+            return refuse(REFUSALS["release"])
         content = RecordDict({key: ArrayRecord({k: Array(v) for k, v in zip(sent.keys(), parts, strict=True)})})
         content["metrics"] = MetricRecord({**self.public_metrics, EPSILON_KEY: float(out.epsilon_run)})
         return Message(content, reply_to=msg)
@@ -610,14 +606,24 @@ def privatize(new: list[np.ndarray], old: list[np.ndarray], clipping_norm: float
     noise = torch.from_numpy(rng.normal(0.0, std, size=delta.shape))
     offset = torch.from_numpy(np.concatenate([o.ravel() for o in olds]))
     released = gaussian_release(clipped, std, None, offset, noise=noise).numpy()
+    out = _split_release(released, [o.shape for o in olds], [np.asarray(n).dtype for n in new])
+    if out is None:
+        raise Refusal("non-finite")
+    return out
+
+
+def _split_release(flat: np.ndarray, shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[np.ndarray] | None:
+    """A flat release cut into arrays of ``shapes``, each cast to its dtype; None when a part is not
+    finite in its dtype (a float64 release can overflow float32): then nothing may leave."""
     out, start = [], 0
-    for n, o in zip(new, olds):
-        with np.errstate(over="ignore"):
-            part = released[start:start + o.size].reshape(o.shape).astype(np.asarray(n).dtype)
+    for shape, dtype in zip(shapes, dtypes, strict=True):
+        size = math.prod(shape)
+        with np.errstate(over="ignore", invalid="ignore"):
+            part = flat[start:start + size].reshape(shape).astype(dtype)
         if not np.isfinite(part).all():
-            raise Refusal("non-finite")
+            return None
         out.append(part)
-        start += o.size
+        start += size
     return out
 
 
