@@ -269,7 +269,9 @@ def _scalar_point(problem, w, x, y):
         h = torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2)).relu_()
         z = torch.baddbmm(b2.unsqueeze(1), h, W2.transpose(1, 2))
     g = _output_grad(problem, z, y)
-    m = torch.ops.aten.threshold_backward(h.new_ones(()).expand_as(h), h, 0)  # [h > 0] as 0 / 1, one pass
+    # [h > 0] as 0 / 1 in one pass: h is a ReLU output (>= 0), so its sign is the mask (twice as fast as
+    # threshold_backward on an expanded grad); a NaN record's NaN makes its squared norm NaN (general path)
+    m = torch.sign(h)
     hid_sq = (m.view(n * k, hidden) @ w2[0].square()).view(n, k) if shared else \
         torch.bmm(m, w2.square().unsqueeze(-1))[..., 0]
     return h, m, g, w2, hid_sq
