@@ -202,8 +202,65 @@ def measure(args, silos: int, device: str) -> dict:
             "flops_per_round": model_flops(args.d, args.hidden, silos * args.batch)}
 
 
-def report(rows: list[dict], peak: float, args) -> list[str]:
-    """The table and the targets' lines."""
+def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
+    """Where one steady MB-SGD round's CPU time goes at ``silos`` (the peak target's N): the ghost
+    kernel (``grads.clipped_grad_sum``), the minibatch gather, the sampler, the noise draw and
+    release (``GaussianChannel.release``) and the rest (ledger, prox, bookkeeping), each the median
+    over ``reps`` runs; and the kernel's two matrix products alone, timed on the same shapes (the
+    forward ``[N K, d] x [d, h]`` for every silo at once, the per-silo sums ``x_s^T G_s``, a bmm)."""
+    from silodp.algorithms import federation, grads, plan
+
+    algo, _ = silodp_algorithms(args)["silodp mb-sgd (ghost)"]
+    x, y = data(silos, args.n, args.d, device)
+    fed = Federation(x, y, torch.full((silos,), args.n, device=device))
+    spent: dict = {}
+    hooks = [(grads, "clipped_grad_sum", "kernel"), (federation.Federation, "gather", "gather"),
+             (federation.BatchSampler, "next", "sampler"), (plan.GaussianChannel, "release", "noise and release")]
+    real = {label: getattr(owner, name) for owner, name, label in hooks}
+
+    def timed(label):
+        def call(*a, **k):
+            t = clock(device)
+            out = real[label](*a, **k)
+            spent[label] = spent.get(label, 0.0) + clock(device) - t
+            return out
+        return call
+
+    rounds, parts = [], {label: [] for *_, label in hooks}
+    try:
+        for owner, name, label in hooks:
+            setattr(owner, name, timed(label))
+        for _ in range(reps):
+            spent.clear()
+            stamps: list[float] = []
+            algo.run(Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0), fed, seed=0,
+                     callback=lambda r, w: (stamps.append(clock(device)), spent.clear() if r == 0 else None))
+            steady = len(stamps) - 1
+            rounds.append((stamps[-1] - stamps[0]) / steady)
+            for label in parts:  # the first round's calls were cleared at its callback
+                parts[label].append(spent.get(label, 0.0) / steady)
+    finally:
+        for owner, name, label in hooks:
+            setattr(owner, name, real[label])
+    out = {label: statistics.median(v) for label, v in parts.items()}
+    out["round"] = statistics.median(rounds)
+    out["other"] = max(0.0, out["round"] - sum(out[label] for label in parts))
+    a = torch.randn(silos * args.batch, args.d, device=device)
+    w1 = torch.randn(args.d, args.hidden, device=device)
+    b = torch.randn(silos, args.batch, args.hidden, device=device)
+    xs = a.view(silos, args.batch, args.d)
+    times = []
+    for _ in range(2 * reps):
+        t = clock(device)
+        a @ w1
+        torch.bmm(xs.transpose(1, 2), b)
+        times.append(clock(device) - t)
+    out["matmuls"] = statistics.median(times[1:])
+    return out
+
+
+def report(rows: list[dict], peak: float, args, parts: dict | None = None) -> list[str]:
+    """The table, the targets' lines and the breakdown of one MB-SGD round at N = 25 (``parts``)."""
     base = "silodp mb-sgd (ghost)"
     names = list(dict.fromkeys(n for r in rows for n in r["seconds_per_round"]))
     lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} threads={torch.get_num_threads()} "
@@ -256,6 +313,15 @@ def report(rows: list[dict], peak: float, args) -> list[str]:
         ok = value <= -target if target < 0 else value >= target
         lines.append(f"{label}: {value:.3g} (target {'<=' if target < 0 else '>='} {abs(target):g}) "
                      f"{'met' if ok else 'MISSED'}")
+    if parts is not None and 25 in by_n:
+        r25 = next(r for r in rows if r["silos"] == 25)
+        allowed = r25["flops_per_round"] / (0.5 * peak * 1e9)
+        at_peak = r25["flops_per_round"] / (peak * 1e9)
+        lines.append(f"N=25: one mb-sgd round {1e3 * parts['round']:.2f} ms = kernel {1e3 * parts['kernel']:.2f} "
+                     f"(its two matmuls alone {1e3 * parts['matmuls']:.2f}, {1e3 * at_peak:.2f} at the peak) "
+                     f"+ gather {1e3 * parts['gather']:.2f} + sampler {1e3 * parts['sampler']:.2f} "
+                     f"+ noise and release {1e3 * parts['noise and release']:.2f} + other {1e3 * parts['other']:.2f}; "
+                     f"50% of the peak allows {1e3 * allowed:.2f} ms")
     return lines
 
 
@@ -286,10 +352,12 @@ def main(argv=None) -> None:
         raise SystemExit(f"--device {args.device}: torch sees no CUDA device")
     peak = matmul_gflops(args.device)
     rows = [measure(args, n, args.device) for n in args.silos]
-    print("\n".join(report(rows, peak, args)))
+    parts = breakdown(args, 25, args.device) if 25 in args.silos else None
+    print("\n".join(report(rows, peak, args, parts)))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"peak_gflops": peak, "rows": rows, "threads": args.threads, "device": args.device}, fh, indent=1)
+            json.dump({"peak_gflops": peak, "rows": rows, "threads": args.threads, "device": args.device,
+                       "breakdown_n25": parts}, fh, indent=1)
 
 
 if __name__ == "__main__":
