@@ -125,6 +125,16 @@ def _sqnorm(v: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(v, dim=-1).square()
 
 
+def _shared(w: torch.Tensor) -> bool:
+    """Whether every silo's iterate is the same (``w [n, d]`` one row, a broadcast view, or equal
+    rows: an MB-SGD round, a SPIDER or SVRG anchor and the first local step of Local SGD all start
+    every silo from the server's iterate): then each Linear layer's forward and backward pass is one
+    matrix product ``[n K, in] x [in, out]`` for every silo instead of n small ones."""
+    if w.shape[0] == 1 or w.stride(0) == 0:
+        return True
+    return bool((w == w[:1]).all())
+
+
 def _is_mlp(model) -> bool:
     """Whether the written-out pass applies: Linear and ReLU layers only, and the model's own
     forward is :class:`.models.Model`'s (a subclass may transform its outputs, as the rates'
@@ -140,13 +150,18 @@ def _mlp_pass(problem, w, x, y):
     derivative by autograd: the same per-record activations and output gradients without an
     autograd graph over the model."""
     model = problem.model
+    n, k = x.shape[:2]
+    shared = _shared(w)  # one iterate for every silo: one matrix product per layer and direction
     h, inputs, weights, relus = x, [], [], []
     for i, layer in enumerate(model.layers):
         if isinstance(layer, Linear):
-            W, b = model.params(w, i)
+            W, b = model.params(w[:1] if shared else w, i)
             inputs.append(h)
             weights.append(W)
-            h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
+            if shared:
+                h = torch.addmm(b[0], h.reshape(n * k, -1), W[0].t()).view(n, k, -1)
+            else:
+                h = torch.baddbmm(b.unsqueeze(1), h, W.transpose(1, 2))
         else:
             h = torch.relu_(h) if h is not x else torch.relu(h)  # in place on this pass's own outputs only
         relus.append(h if isinstance(layer, ReLU) else None)
@@ -163,7 +178,12 @@ def _mlp_pass(problem, w, x, y):
         grads[j] = g
         if j > 0:
             W = weights[j]
-            g = g * W[:, 0].unsqueeze(1) if W.shape[1] == 1 else torch.bmm(g, W)
+            if W.shape[1] == 1:
+                g = g * W[:, 0].unsqueeze(1)
+            elif shared:
+                g = torch.mm(g.reshape(n * k, -1), W[0]).view(n, k, -1)
+            else:
+                g = torch.bmm(g, W)
     return inputs, grads
 
 
@@ -258,7 +278,7 @@ def _scalar_point(problem, w, x, y):
     model = problem.model
     n, k, d = x.shape
     hidden = model.layers[0].out_features
-    shared = w.shape[0] == 1 or w.stride(0) == 0  # one iterate for every silo: one matrix product
+    shared = _shared(w)  # one iterate for every silo: one matrix product
     W1, b1 = model.params(w[:1] if shared else w, 0)
     W2, b2 = model.params(w[:1] if shared else w, 2)
     w2 = W2[:, 0]  # [1 or n, H]

@@ -282,3 +282,41 @@ def test_scalar_mlp_at_an_aimed_model_falls_back_and_drops_the_non_finite_record
         finite = torch.isfinite(per_sample_grads(problem, w.expand(2, -1), x, y)).all(-1)
         assert not bool(finite[0, 2])
         assert torch.allclose(fn(weights), fn(weights * finite), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("model,loss,classes", [(mlp(5, [7, 3]), "logistic", 2), (mlp(5, [7], 3), "softmax", 3),
+                                                (mlp(5, [7]), "logistic", 2)])
+@pytest.mark.parametrize("form", ["vector", "broadcast", "equal rows"])
+def test_a_shared_iterate_runs_one_matrix_product_per_layer(monkeypatch, model, loss, classes, form):
+    """When every silo's iterate is the server's (a 1-d ``w``, a broadcast view, or a materialized
+    ``[N, d]`` with equal rows, as the first local step of Local SGD), the MLP kernels run each
+    Linear layer as one matrix product for every silo (no per-silo ``baddbmm`` / ``bmm`` in the
+    forward and backward passes) and equal the reference; one differing row takes the per-silo path."""
+    from silodp.algorithms import grads
+
+    gen, x, y, _, weights = _case(model, (5,), classes, seed=5, n=4, k=6)
+    w = model.init(gen) + 0.2 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    w_old = w + 0.05 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    shaped = {"vector": lambda v: v, "broadcast": lambda v: v.expand(4, -1),
+              "equal rows": lambda v: v.expand(4, -1).clone()}[form]
+    problem = Problem(model, loss, clip=0.5)
+    ref = (clipped_grad_sum(problem, w, x, y, weights, 0.5, "materialize"),
+           clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, 0.3, "materialize"))
+    calls = []
+    for name in ("baddbmm", "bmm"):  # the per-silo forward (baddbmm) and backward (bmm) products
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda a, b, *r, _real=real, _name=name, **kw: (
+            calls.append((_name, tuple(a.shape), tuple(b.shape))), _real(a, b, *r, **kw))[1])
+    got = (clipped_grad_sum(problem, shaped(w), x, y, weights, 0.5),
+           clipped_diff_sum(problem, shaped(w), shaped(w_old), x, y, weights, 0.5, 0.3))
+    # the per-silo sums x_s^T G_s remain a bmm ([N, in, K] x [N, K, out]); no [N, K, in] x [N, in, out]
+    assert not [c for c in calls if c[0] == "baddbmm" or c[1][1:] == (6, model.layers[0].in_features)
+                or (c[0] == "bmm" and c[1][1] == 6 and c[2][1] != 6)], calls
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-9)
+    calls.clear()
+    apart = w.expand(4, -1).clone()
+    apart[2] += 0.01
+    assert torch.allclose(clipped_grad_sum(problem, apart, x, y, weights, 0.5),
+                          clipped_grad_sum(problem, apart, x, y, weights, 0.5, "materialize"), atol=1e-12, rtol=1e-9)
+    assert any(c[0] == "baddbmm" for c in calls)
