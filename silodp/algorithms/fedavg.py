@@ -32,7 +32,7 @@ class LocalUpdates(FederatedAlgorithm):
                     data = ctx.batch(sampler)
                     _, released = ctx.send("grad", ctx.term(data, local), part, std=std)
                     local = self.local_step(ctx, local, released, state)
-                w = self.server_step(ctx, w, local, part.to(w.dtype), state)
+                w = self.server_step(ctx, w, local, part.to(w.device, w.dtype), state)
             ctx.end_round(w)
         return w
 

@@ -148,8 +148,8 @@ class DpScaffold(LocalUpdates):
 
     def start(self, ctx: Context, w: torch.Tensor, sampler: Any, std: float) -> dict:
         """Control variates c_i = 0 and c = 0; warm: c_i from the warm start, c = mean_i c_i."""
-        ci = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype)
-        c = torch.zeros(w.shape[0], dtype=w.dtype)
+        ci = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype, device=w.device)
+        c = torch.zeros(w.shape[0], dtype=w.dtype, device=w.device)
         if self.n_warm():
             ci = self._warm(ctx, w, sampler, std)
             c = ci.mean(0)
@@ -182,7 +182,7 @@ class DpScaffold(LocalUpdates):
     def _warm(self, ctx, w, sampler, std):
         """Every user's mean of ``warm_steps`` noisy clipped minibatch gradients at x_0."""
         everyone = torch.ones(ctx.num_silos, dtype=torch.bool)
-        total = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype)
+        total = torch.zeros(ctx.num_silos, w.shape[0], dtype=w.dtype, device=w.device)
         for _ in range(self.n_warm()):
             data = ctx.batch(sampler)
             _, released = ctx.send("warm", ctx.term(data, w), everyone, std=std)

@@ -51,6 +51,23 @@ def test_mb_sgd_and_spider_on_cuda_equal_the_cpu_run(dtype, beta):
 
 
 @CUDA
+def test_the_local_update_family_on_cuda_equals_the_cpu_run():
+    """Local SGD, FedAvgM and DP-SCAFFOLD-warm (user sampling: participants drawn on the CPU,
+    control variates on the device) on CUDA equal the CPU run, float64, 1e-9 relative."""
+    from silodp.algorithms import DpScaffoldWarm, IsrlFedAvgM, IsrlLocalSGD
+
+    cpu, gpu = _federation(torch.float64, "cpu"), _federation(torch.float64, "cuda")
+    problem = Problem(mlp(5, [6], 1), "logistic", clip=1.0)
+    common = dict(rounds=3, batch_size=8, step_size=0.1, local_steps=2, sigmas={"sigma": 0.05}, metrics_every=0)
+    for algo in (IsrlLocalSGD(**common), IsrlFedAvgM(**common),
+                 DpScaffoldWarm(user_sampling=0.5, warm_steps=1, **common)):
+        a, b = algo.run(problem, cpu, seed=2), algo.run(problem, gpu, seed=2)
+        assert b.w_last.device.type == "cuda"
+        torch.testing.assert_close(b.w_last.cpu(), a.w_last, rtol=1e-9, atol=1e-12)
+        assert a.epsilon == b.epsilon and a.ledger == b.ledger
+
+
+@CUDA
 @pytest.mark.parametrize("model,shape,classes", [(mlp(5, [7], 1), (5,), 2), (mlp(5, [7, 3], 1), (5,), 2),
                                                  (lenet(1, 16, 4), (1, 16, 16), 4)])
 @pytest.mark.parametrize("shared", [True, False])
