@@ -33,7 +33,8 @@ PLAN_OWNED = ("declaration", "shuffle_declaration", "paper_noise", "noise_shape"
               "transcript_signature", "noise_report", "transcript_config", "run_declaration", "resolve_noise",
               "_validate", "sampling", "calibrate", "calibration_settings", "certify_noise", "targeted_epsilon",
               "noise_details", "config_fields", "resolve", "validate", "uses_replacement", "picks_uniform",
-              "shuffled")
+              "shuffled", "noise_arguments", "noise_payload", "releases_gaussian_messages", "certify_stored",
+              "channel")
 
 
 class FederatedAlgorithm:

@@ -110,6 +110,10 @@ class Context:
         self._checked = type(self)._unchecked_by is not type(self)
         self._plan = algo.plan
         self._channel = self._plan.channel()
+        if type(self._channel) not in _plan.CHANNELS:
+            raise TypeError(f"{type(self._channel).__name__}: a run releases through the plans' channels only "
+                            f"({', '.join(c.__name__ for c in _plan.CHANNELS)}); only the channel's hooks are "
+                            f"subclassed, in {INSTRUMENTS_MODULE}")
         declared = self._declaration(algo, problem, federation, sigmas, shuffle) if self._checked else None
         self._ledger = ReleaseLedger(declared)
         self._gen = torch.Generator().manual_seed(seed)

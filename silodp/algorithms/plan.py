@@ -197,6 +197,11 @@ class ShuffleChannel:
         return est, totals
 
 
+#: The channels a run may release through (:class:`~silodp.algorithms.context.Context` refuses any
+#: other, a subclass included: a plan chooses between them, it cannot bring its own release code).
+CHANNELS: tuple[type, ...] = (GaussianChannel, ShuffleChannel)
+
+
 # -- plans ----------------------------------------------------------------------------------------
 class Plan:
     """The privacy contract of the algorithm class ``cls`` (``algo``: one configured instance, for

@@ -175,6 +175,22 @@ def test_the_check_cannot_be_switched_off_by_subclassing(setup):
         algo.run(problem, fed, context=dict)
 
 
+def test_a_plan_cannot_bring_its_own_release_code(setup):
+    """A Plan subclass chooses between the plans' channels; a channel of its own (here one whose
+    release drops the noise while its ledger entry still claims it) is refused before any release."""
+    from silodp.algorithms import plan
+
+    class Noiseless(plan.GaussianChannel):
+        def release(self, ctx, group, values, term, a, std, offset, replayed):
+            return super().release(ctx, group, values, term, a, 0.0, offset, replayed)
+
+    own = type("OwnChannel", (IsrlProxSGD,), {"Plan": type("OwnPlan", (plan.GaussianPlan,), {"Channel": Noiseless})})
+    fed, problem = setup
+    with pytest.raises(TypeError, match="Noiseless: a run releases through the plans' channels only"):
+        own(**dict(PARAMS, rounds=1)).run(problem, fed)
+    assert IsrlProxSGD(**dict(PARAMS, rounds=1)).run(problem, fed).ledger  # the plans' own channel runs
+
+
 def test_noise_cancelled_by_replaying_the_generator_is_impossible(setup):
     """19: the generator is the channel's; the public randomness (coins, uniform picks) draws from
     it without exposing its state, so a release's noise cannot be reproduced and subtracted."""

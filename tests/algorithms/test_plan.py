@@ -19,9 +19,12 @@ HOOKS = ("transcript_config", "noise_transcript", "transcript_signature", "noise
 
 
 def _shuffled_reads(source: str) -> list[int]:
-    """Lines reading ``<x>.shuffled`` or setting a ``shuffled = <constant>`` class flag."""
+    """Lines reading ``<x>.shuffled`` (or ``getattr(x, "shuffled", ...)``) or setting a
+    ``shuffled = <constant>`` class flag."""
     tree = ast.parse(source)
-    reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "shuffled"]
+    reads = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "shuffled"
+             or isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr") and len(node.args) > 1
+             and isinstance(node.args[1], ast.Constant) and node.args[1].value == "shuffled"]
     flags = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
              and any(isinstance(t, ast.Name) and t.id == "shuffled" for t in node.targets)]
     return reads + flags
@@ -36,6 +39,7 @@ def test_no_module_of_silodp_branches_on_a_shuffled_flag():
     assert {k: v for k, v in found.items() if v} == {}
     assert _shuffled_reads("if cls.shuffled:\n    pass\n") == [1]  # the scan sees a planted read
     assert _shuffled_reads("class A:\n    shuffled = True\n") == [2]  # and a planted flag
+    assert _shuffled_reads("x = 1\nok = not getattr(cls, 'shuffled', True)\n") == [2]  # and a read by name
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
