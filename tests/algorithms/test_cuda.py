@@ -95,11 +95,11 @@ def test_the_ghost_kernels_on_cuda_equal_the_cpu_ones(model, shape, classes, sha
 
 
 def test_the_kernels_hard_code_no_device():
-    """The simulator's kernels and the release primitive create every tensor where their inputs
+    """The channel, the kernels and the release primitive create every tensor where their inputs
     live (``device=`` of an input, ``*_like``, ``new_*``): none of them names the CPU (the
     federation keeps only its counts there, for the samplers, and moves each draw to the data)."""
-    from silodp.algorithms import grads, models, plan, release
+    from silodp.algorithms import context, grads, models, plan, release
 
-    for module in (grads, models, plan, release):
+    for module in (context, grads, models, plan, release):
         source = inspect.getsource(module)
         assert not re.search(r"""\.cpu\(\)|["']cpu["']|device\s*=\s*None""", source), module.__name__
