@@ -124,8 +124,13 @@ def _requested(request: dict, **params):
 
 def request_key(request: dict) -> str:
     """The store key of a request: everything but the accounting version, which the stored
-    request keeps, so that a calibration from another version is found, refused and redone."""
+    request keeps, so that a calibration from another version is found, refused and redone; the
+    transcript as keyed before round 8 (:func:`silodp.algorithms.privacy.keyed_transcript`)."""
+    from silodp.algorithms.privacy import keyed_transcript
+
     request = {k: v for k, v in request.items() if k != "accounting_version"}
+    if isinstance(request.get("transcript"), dict):
+        request["transcript"] = keyed_transcript(request["transcript"])
     text = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

@@ -73,7 +73,8 @@ def test_thm_e1_constant_8_falls_short_of_prop_d2():
 
 def test_thm_f1_spider_double_counts_the_zcdp_budget():
     """Both message types of Alg 3 use the whole budget eps^2/(8 ln(1/delta)) in the proof of Thm F.1."""
-    cfg = TranscriptConfig(n=500, rounds=20, batch_size=500, period=4, beta=1.0, replacement=False)
+    cfg = algorithm_class("isrl-spider").plan.transcript(n=500, rounds=20, batch_size=500, period=4, beta=1.0,
+                                                         replacement=False)
     sig = papers.thm_f1(1.0, 1e-5, 1.0, 1.0, 500, 20, 4)
     acc = get_accountant("zcdp", REPLACE_ONE).compose(privacy_event("isrl-spider", cfg, sig))
     assert acc.rho() > 1.0 ** 2 / (8 * math.log(1e5)) * 1.5
@@ -81,15 +82,17 @@ def test_thm_f1_spider_double_counts_the_zcdp_budget():
 
 @pytest.mark.parametrize("name", ["isrl-prox-sgd", "isrl-mb-sgd", "isrl-local-sgd", "isrl-prox-svrg", "isrl-spider"])
 def test_tight_calibration_meets_target(name):
-    cfg = TranscriptConfig(n=1000, rounds=8, batch_size=100, inner_steps=5, period=2, beta=1.0, local_steps=3,
-                           replacement=False)
+    # the family fields a class's transcript has (noise_transcript ignores the others)
+    cfg = algorithm_class(name).plan.noise_transcript(dict(n=1000, rounds=8, batch_size=100, inner_steps=5, period=2,
+                                                           beta=1.0, local_steps=3, replacement=False))
     cal = calibrate_algorithm(name, cfg, 2.0, 1e-5)
     assert 0.99 * 2.0 <= cal.epsilon <= 2.0
     assert certify(name, cfg, cal.sigmas, 1e-5, cal.accountant.split("(")[0])[0] <= 2.0 * (1 + 1e-6)
 
 
 def test_paper_vs_tight_reports_waste():
-    cfg = TranscriptConfig(n=1000, rounds=5, batch_size=50, inner_steps=20, replacement=False)
+    cfg = algorithm_class("isrl-prox-svrg").plan.transcript(n=1000, rounds=5, batch_size=50, inner_steps=20,
+                                                            replacement=False)
     report = paper_vs_tight("isrl-prox-svrg", cfg, 1.0, 1e-5)
     assert report["paper_certified_epsilon"] < 1.0  # Thm E.2 over-noises...
     assert all(r < 0.5 for r in report["tight_over_paper"].values())  # ...by more than 2x
@@ -100,7 +103,8 @@ def test_with_replacement_algorithms_take_the_tighter_of_pld_and_advanced():
     calibration keeps the smaller noise, which each accountant certifies on its own."""
     from silodp.accounting import calibrate
 
-    cfg = TranscriptConfig(n=1000, rounds=5, batch_size=50, inner_steps=4, replacement=True)
+    cfg = algorithm_class("isrl-prox-svrg").plan.transcript(n=1000, rounds=5, batch_size=50, inner_steps=4,
+                                                            replacement=True)
     cal = calibrate_algorithm("isrl-prox-svrg", cfg, 4.0, 1e-5)
     ref = algorithm_class("isrl-prox-svrg").noise_shape(cfg, 4.0, 1e-5)
     fn = lambda c: privacy_event("isrl-prox-svrg", cfg, {k: v * c for k, v in ref.items()})  # noqa: E731

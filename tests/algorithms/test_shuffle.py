@@ -178,9 +178,10 @@ def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
     and with-replacement multiplicity included), and it is within the target."""
     from silodp.accounting import pvec
     from silodp.accounting.releases import pvec_groups
-    from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm
+    from silodp.algorithms.privacy import algorithm_class, calibrate_algorithm
 
-    cfg = TranscriptConfig(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2, dimension=9, replacement=True)
+    cfg = algorithm_class("sdp-prox-svrg").plan.transcript(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2,
+                                                           dimension=9, replacement=True)
     cal = calibrate_algorithm("sdp-prox-svrg", cfg, 3.0, 1e-5)
     params = {g: (v["g"], v["b"], v["p"], v["rotate"]) for g, v in cal.shuffle.items()}
     declared = algorithm_class("sdp-prox-svrg").shuffle_declaration(cfg, None, params)

@@ -42,7 +42,7 @@ def test_calibrating_at_clip_one_and_scaling_is_the_same_event():
     prep = ex.prepare(cfg)
     real = prep.algorithm_class(**prep.params).transcript_config(prep.problem, prep.train)
     assert real.clip == 5.0
-    unit = transcripts.TranscriptConfig(**request["transcript"])
+    unit = transcripts.algorithm_class("isrl-spider").plan.transcript(**request["transcript"])
     scaled = {k: v * 5.0 for k, v in cal["sigmas"].items()}
     eps, _ = transcripts.certify("isrl-spider", real, scaled, request["delta"], "rdp")
     eps_unit, _ = transcripts.certify("isrl-spider", unit, cal["sigmas"], request["delta"], "rdp")
