@@ -204,7 +204,8 @@ class Plan:
         (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
         a = self.algo
         shared = dict(
-            n=federation.min_size, rounds=int(a.rounds), batch_size=int(a.batch_size), clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
+            n=federation.min_size, rounds=int(a.rounds), batch_size=int(a.batch_size), clip=problem.clip,
+            beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
             replacement=a.uses_replacement, balls_in_bins=bool(a.balls_in_bins),
         )

@@ -117,7 +117,7 @@ class RunConfig:
     epsilon = 24). ``trial`` seeds the data split and the run. ``data`` and ``params`` are extra
     keyword arguments of the dataset loader and of the algorithm, as sorted item tuples: ``params``
     is the algorithm's own configuration (SPIDER's ``period``, Local SGD's ``local_steps``, ...),
-    validated by its ``Config`` where a grid makes it (:class:`AlgorithmGrid`; a stored config is
+    validated by its ``Config`` where a grid expands it (:class:`AlgorithmGrid`; a stored config is
     read as it is, and a run with a parameter its algorithm refuses fails and is recorded as
     failed); ``local_steps`` there splits the paper's batch rule's K records of
     a round over the steps (where ``batch_size`` is None).
@@ -254,7 +254,7 @@ class AlgorithmGrid:
     """The hyperparameters swept for one algorithm (optionally only for some numbers of rounds):
     step sizes, clips, ``sweep`` (the algorithm's own parameters swept, name -> values, e.g.
     ``{"period": (1, 2)}``) and ``params`` (its parameters fixed), both validated by its ``Config``
-    in every run's :class:`RunConfig`."""
+    when the grid expands (:meth:`parameter_sets`)."""
 
     name: str
     step_sizes: tuple[float, ...]
@@ -277,15 +277,18 @@ class AlgorithmGrid:
                 raise ValueError(f"{name}: {self.name} needs at least one value")
         if self.rounds is not None:
             object.__setattr__(self, "rounds", tuple(self.rounds))
-        for params in self.parameter_sets():
-            check_params(self.name, params)
 
     def parameter_sets(self) -> tuple[tuple, ...]:
-        """Every run's ``params``: the fixed ones and one value of each swept parameter."""
+        """Every run's ``params``: the fixed ones and one value of each swept parameter, each
+        validated by the algorithm's ``Config`` (:func:`check_params`; this imports the
+        algorithms, so a grid is checked when it expands, not when it is made)."""
         names = [name for name, _ in self.sweep]
         fixed = dict(self.params)
-        return tuple(_items({**fixed, **dict(zip(names, values))})
+        sets = tuple(_items({**fixed, **dict(zip(names, values))})
                      for values in itertools.product(*(v for _, v in self.sweep)))
+        for params in sets:
+            check_params(self.name, params)
+        return sets
 
     @classmethod
     def from_dict(cls, d: dict) -> "AlgorithmGrid":

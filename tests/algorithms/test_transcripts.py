@@ -10,6 +10,7 @@ import pytest
 
 from silodp.algorithms import ALGORITHMS
 from silodp.algorithms.config import own_fields
+from silodp.algorithms.plan import derived_transcript
 from silodp.algorithms.privacy import (
     STORED_FAMILY_FIELDS,
     TranscriptConfig,
@@ -40,6 +41,7 @@ def test_the_shared_transcript_holds_no_family_field():
 def test_each_class_transcript_is_the_shared_one_plus_its_config_fields(name):
     cls = ALGORITHMS[name]
     assert {f.name for f in dataclasses.fields(cls.Transcript)} == SHARED | _own(cls)
+    assert cls.Transcript is derived_transcript(cls)  # made by the plan, no hand-written Transcript class
     assert cls.Transcript is cls.Transcript  # one derived class, so transcripts compare equal
     assert (cls.Transcript is TranscriptConfig) == (not _own(cls))
     assert set(cls.plan.transcript_names()) == SHARED | _own(cls)

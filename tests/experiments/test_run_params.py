@@ -114,4 +114,4 @@ def test_a_grid_file_sweeps_and_fixes_the_algorithms_own_parameters():
 ])
 def test_a_grid_refuses_what_the_algorithms_config_refuses(entry, message):
     with pytest.raises(ValueError, match=message):
-        AlgorithmGrid.from_dict({"name": "isrl-spider", "step_sizes": [0.1], **entry})
+        AlgorithmGrid.from_dict({"name": "isrl-spider", "step_sizes": [0.1], **entry}).parameter_sets()

@@ -72,7 +72,7 @@ def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
     import dataclasses
 
     with pytest.raises(ValueError, match="^no_such_option: not a parameter of isrl-mb-sgd"):
-        AlgorithmGrid("isrl-mb-sgd", (0.3,), params={"no_such_option": 1})
+        _spec(extra=(AlgorithmGrid("isrl-mb-sgd", (0.3,), params={"no_such_option": 1}),)).expand()
     good = AlgorithmGrid("isrl-mb-sgd", (0.3,))
     runs = _spec().expand() + tuple(dataclasses.replace(c, params={"no_such_option": 1})
                                     for c in _spec(extra=(good,)).expand() if c.step_size == 0.3)
