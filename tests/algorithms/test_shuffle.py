@@ -191,9 +191,9 @@ def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
 
 
 def test_shuffle_calibration_names_its_own_accountant():
-    from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm
+    from silodp.algorithms.privacy import algorithm_class, calibrate_algorithm
 
-    cfg = TranscriptConfig(n=40, rounds=2, batch_size=10, dimension=3)
+    cfg = algorithm_class("sdp-prox-sgd").plan.transcript(n=40, rounds=2, batch_size=10, dimension=3)
     with pytest.raises(ValueError, match="accountant"):
         calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5, accountant="rdp")
 
