@@ -279,12 +279,12 @@ class AlgorithmGrid:
             object.__setattr__(self, "rounds", tuple(self.rounds))
 
     def parameter_sets(self) -> tuple[tuple, ...]:
-        """Every run's ``params``: the fixed ones and one value of each swept parameter, each
-        validated by the algorithm's ``Config`` (:func:`check_params`; this imports the
+        """Every run's ``params``: the fixed ones and one value of each swept parameter (None:
+        the algorithm's default, left out), each validated by the algorithm's ``Config`` (:func:`check_params`; this imports the
         algorithms, so a grid is checked when it expands, not when it is made)."""
         names = [name for name, _ in self.sweep]
         fixed = dict(self.params)
-        sets = tuple(_items({**fixed, **dict(zip(names, values))})
+        sets = tuple(_items({**fixed, **{k: v for k, v in zip(names, values) if v is not None}})
                      for values in itertools.product(*(v for _, v in self.sweep)))
         for params in sets:
             check_params(self.name, params)

@@ -103,6 +103,9 @@ def test_a_grid_file_sweeps_and_fixes_the_algorithms_own_parameters():
     runs = spec.expand()
     assert sorted(tuple(sorted(dict(r.params).items())) for r in runs) == [
         (("batch_size2", 7), ("period", 1)), (("batch_size2", 7), ("period", 2)), (("local_steps", 3),)]
+    # None is the algorithm's default (left out of params), as the former fields' None was
+    default = AlgorithmGrid("isrl-spider", (0.1,), sweep={"period": (None, 2)}).parameter_sets()
+    assert default == ((), (("period", 2),))
 
 
 @pytest.mark.parametrize("entry, message", [
