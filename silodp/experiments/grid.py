@@ -310,10 +310,13 @@ class AlgorithmGrid:
                 d[key] = (d[key],)
         names = {f.name for f in dataclasses.fields(cls)} - {"sweep"}
         own = _own_params(d.get("name"))
-        swept = {k: d.pop(k) for k in list(d) if k not in names and (own is None or k in own)}
+        given = {k: d.pop(k) for k in list(d) if k not in names and (own is None or k in own)}
         if set(d) - names:
             raise ValueError(f"algorithms: unknown keys {sorted(set(d) - names)} for {d.get('name')!r}")
-        sweep = {k: tuple(v) if isinstance(v, (list, tuple)) else (v,) for k, v in swept.items()}
+        sweep = {k: tuple(v) for k, v in given.items() if isinstance(v, (list, tuple))}
+        fixed = {k: v for k, v in given.items() if k not in sweep}
+        if fixed:
+            d["params"] = {**dict(_items(d.get("params"))), **fixed}
         return cls(**d, sweep=sweep)
 
 
