@@ -111,3 +111,24 @@ def test_small_masses_spectrum_bound_holds_in_extended_precision():
         re, im = got.real.as_integer_ratio(), got.imag.as_integer_ratio()
         got_mp = mpmath.mpc(mpmath.mpf(re[0]) / re[1], mpmath.mpf(im[0]) / im[1])
         assert abs(got_mp - exact) <= err, (k, float(abs(got_mp - exact)), err)
+
+
+@pytest.mark.skipif(not pld.HAS_EXTENDED, reason="no extended precision here")
+def test_float64_direct_pass_runs_before_extended_where_it_suffices(monkeypatch):
+    """q 1e-3, z 0.8, 1e4 steps, delta 1e-6: the first pass's charge (~1.2e-9) is above 0.1% of
+    delta, the float64 pass with direct powers reaches ~1e-13 (below it), so it answers without the
+    extended pass (about 3x slower); its certificate is within 1e-7 (relative) of the extended
+    pass's, and above it (a larger charge)."""
+    from silodp.accounting.accountants.pld import PldAccountant
+
+    event = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(1e-3, ev.GaussianDpEvent(0.8)), 10_000)
+    dtypes = []
+    real = PldAccountant._pld
+    monkeypatch.setattr(PldAccountant, "_pld", lambda self, dtype=np.float64, direct_work=0:
+                        dtypes.append(dtype) or real(self, dtype, direct_work))
+    fast = epsilon(event, 1e-6, "pld", ev.ADD_OR_REMOVE_ONE)
+    assert pld.EXTENDED not in dtypes
+    monkeypatch.setattr(PldAccountant, "FLOAT64_FLOOR_MARGIN", math.inf)
+    extended = epsilon(event, 1e-6, "pld", ev.ADD_OR_REMOVE_ONE)
+    assert pld.EXTENDED in dtypes
+    assert extended <= fast <= extended * (1 + 1e-7)
