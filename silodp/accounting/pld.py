@@ -361,6 +361,8 @@ class LossPmf:
         the upper one to +inf (pessimistic)."""
         tau = math.exp(log_mass_truncation_bound)
         m = self.masses
+        if len(m) and m[0] > tau and m[-1] > tau:  # neither tail holds a point to cut: the same PMF
+            return self
         first = int(np.searchsorted(np.cumsum(m), tau, side="right"))
         cut_top = int(np.searchsorted(np.cumsum(m[::-1]), tau, side="right"))
         last = len(m) - cut_top

@@ -222,6 +222,8 @@ class PldAccountant(Accountant):
 
     def _alone(self, block: Block) -> bool:
         """Whether every block of this accountant is ``block`` (up to its count)."""
+        if len(self._blocks) == 1 and self._blocks[0] == block:  # one block: no copies to compare
+            return True
         one = dataclasses.replace(block, count=1)
         return all(type(b) is type(block) and dataclasses.replace(b, count=1) == one for b in self._blocks)
 
