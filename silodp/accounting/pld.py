@@ -194,6 +194,12 @@ def _chernoff_bound(l: np.ndarray, m: np.ndarray, count: int, log_tau: float, sp
     return (count * _lse(log_m + best_t * l) - log_tau) / best_t
 
 
+def _chernoff_t(l: np.ndarray, m: np.ndarray, count: int, log_tau: float, spread: float) -> float:
+    """The t of :func:`_chernoff_bound` (same search)."""
+    log_m = np.log(m)
+    return _argmin_over_t(lambda t: (count * _lse(log_m + t * l) - log_tau) / t, spread)
+
+
 def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     """Linear convolution of two nonnegative mass vectors of total mass <= 1 (direct when small,
     else FFT; a square, ``y is x``, transforms once), clipped at zero, and a bound on the l1 error
@@ -547,11 +553,93 @@ class LossPmf:
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
         inherited = math.expm1(count * math.log1p(self.roundoff))
         begin = lo % size  # the window lo .. hi read off the circle: at most two slices
-        head = power[begin:begin + n]
-        masses = np.maximum(head if len(head) == n else np.concatenate([head, power[:n - len(head)]]), 0.0)
+        arc = power[begin:begin + n]
+        masses = np.maximum(arc if len(arc) == n else np.concatenate([arc, power[:n - len(arc)]]), 0.0)
         tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (first, last) else 0.0
         inf = min(1.0, -math.expm1(count * math.log1p(-self.infinity_mass)) + tails)
         return LossPmf(self.interval, lo, masses, inf, inherited + fresh).truncate(log_mass_truncation_bound)
+
+
+def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float,
+                        log_target: float, max_epsilon: float = math.inf) -> LossPmf | None:
+    """``count``-fold composition of ``pmf`` (float64 masses) accurate in its upper tail, by
+    exponential tilting; None where it does not apply (other precision, a tilt that gains nothing).
+
+    With M(t) = sum_j m_j e^{t l_j} over the finite masses, the tilted masses m'_j = m_j e^{t l_j} / M
+    compose to (m^{*T})_s e^{t s} / M^T at every loss s (the exponential factor is multiplicative
+    under convolution), so the T-fold power of m' is computed by :meth:`LossPmf.self_compose` and
+    each loss s >= e_min multiplied back by M^T e^{-t s} <= C = M^T e^{-t e_min}: the FFT's absolute
+    round-off (l1 ``R'`` in the tilted units, about T u at worst) reaches the untilted masses at most
+    C times smaller. t and e_min are the Chernoff point of the sum at mass e^``log_target``
+    (:func:`_chernoff_bound`; any t > 0 and e_min give a valid bound, these make C <= e^log_target),
+    or, where that point is above ``max_epsilon`` (an estimate of the epsilon wanted: below e_min
+    the result is pessimistic but loose), e_min = ``max_epsilon`` and the t minimizing C there
+    (None when C is then above e^log_target); so C R' is far below delta where a float64
+    composition's charge alone is not (the "exponential shift" of FFT-based tail computations,
+    with a charge).
+
+    The result is pessimistic at every epsilon: every mass of the composition below e_min is moved
+    up to e_min (the lowest kept grid point; delta(eps) only grows), the rest of the finite mass
+    goes there too, the mass the tilted window cuts above it is charged to +inf (at most C times
+    its tilted e^bound), and ``roundoff`` bounds the l1 distance to that moved composition of the
+    input (twice the error above e_min, which the lowest point's mass inherits):
+
+    * the tilted composition's own charge plus its cut tails, times C;
+    * the tilt's rounding: m'_j is computed within a relative rho <= 3u (|t l_j| + |log M|) + 6u
+      of m_j e^{t l_j} / M (M is a constant: its value only has to be the one used both ways), so
+      each composed mass within a relative (1 + rho)^T - 1 (all terms are >= 0), at most that
+      times the mass above e_min (at most the computed mass above e_min plus the charge);
+    * the untilting's rounding (a relative 3u (|T log M| + |t s| + 2));
+    * the input's own ``roundoff`` a, as in :meth:`LossPmf.self_compose`: (1 + a)^T - 1.
+    """
+    if pmf.masses.dtype != np.float64 or count < 2:
+        return None
+    keep = pmf.masses > 0
+    l, m = pmf.losses[keep], pmf.masses[keep]
+    if len(l) < 2:
+        return None
+    spread = max(float(l[-1] - l[0]), pmf.interval)
+    log_m = np.log(m)
+    t = _chernoff_t(l, m, count, log_target, spread)
+    e_min = (count * _lse(log_m + t * l) - log_target) / t
+    if e_min > max_epsilon:
+        e_min = max_epsilon
+        t = _argmin_over_t(lambda x: count * _lse(log_m + x * l) - x * e_min, spread)
+    log_m_total = _lse(log_m + t * l) + 8.0 * _U * (t * float(np.max(np.abs(l))) + 1.0)  # sum m' <= 1
+    first = math.ceil(e_min / pmf.interval)
+    log_c = count * log_m_total - t * first * pmf.interval
+    if not log_c < min(log_target + 1e-9, math.log(1e-3)):
+        return None  # the tilt gains too little here
+    h = pmf.interval
+    exponent = t * pmf.losses - log_m_total
+    with np.errstate(over="ignore", invalid="ignore"):
+        tilted_masses = pmf.masses * np.exp(exponent)
+    if not np.all(np.isfinite(tilted_masses)):
+        return None  # a tilt this steep overflows: not for this PMF
+    tilted = LossPmf(h, pmf.offset, tilted_masses, 0.0, 0.0)
+    rho = 3.0 * _U * (float(np.max(np.abs(t * pmf.losses))) + abs(log_m_total)) + 6.0 * _U
+    composed = tilted.self_compose(count, log_mass_truncation_bound)
+    points = composed.offset + np.arange(len(composed.masses))
+    above = points >= first
+    if not np.any(above) or points[0] > first:
+        return None  # the tilted window does not reach e_min (it is centred there: not expected)
+    s = points[above]
+    untilt = np.exp(count * log_m_total - t * (s * h))
+    v = composed.masses[above] * untilt
+    if not (np.all(np.isfinite(v)) and math.isfinite(composed.roundoff)):
+        return None
+    c = math.exp(log_c) * (1.0 + 8.0 * _U)
+    relative = math.expm1(count * math.log1p(rho))
+    untilt_err = 3.0 * _U * (abs(count * log_m_total) + float(np.max(np.abs(t * s * h))) + 2.0)
+    above_mass = float(np.sum(v)) * (1.0 + len(v) * _U)
+    fft = c * (composed.roundoff + composed.infinity_mass + math.exp(log_mass_truncation_bound))
+    error = fft + relative * (above_mass + fft) + untilt_err * above_mass
+    inherited = math.expm1(count * math.log1p(pmf.roundoff))
+    finite = math.exp(count * math.log1p(-pmf.infinity_mass))  # no step infinite
+    inf = min(1.0, -math.expm1(count * math.log1p(-pmf.infinity_mass)) + c * composed.infinity_mass)
+    v = v.copy()
+    v[0] += max(0.0, finite - float(np.sum(v)))  # everything below e_min, and the rest, at e_min
+    return LossPmf(h, first, v, inf, 2.0 * error + inherited + 4.0 * _U).truncate(log_mass_truncation_bound)
 
 
 def _small_spectrum(small_vec: np.ndarray, terms: int) -> tuple[np.ndarray, float]:
