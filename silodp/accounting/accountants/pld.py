@@ -315,6 +315,10 @@ class PldAccountant(Accountant):
         if total is not None and total.roundoff <= self.DIRECT_SHARE * delta:
             return total
         extended_here = pld_lib.HAS_EXTENDED
+        if total is None and extended_here and self.DIRECT_SHARE * delta < self._float64_charge_at_least():
+            tilted = self._tilted_pld(delta, None)  # no float64 pass can reach DIRECT_SHARE * delta here
+            if tilted is not None:
+                return tilted
 
         def small(p: pld_lib.PrivacyLossDistribution) -> bool:
             return extended_here and len(self._blocks) * sum(len(d.masses) for d in p._directions()) <= self.EXTENDED_POINTS
@@ -360,7 +364,7 @@ class PldAccountant(Accountant):
     #: of :func:`pld.tilted_self_compose` (measured: 6e-14 to 7e-14 per step).
     TILTED_CHARGE_PER_STEP = 1e-13
 
-    def _tilted_pld(self, delta: float, estimate: pld_lib.PrivacyLossDistribution) -> pld_lib.PrivacyLossDistribution | None:
+    def _tilted_pld(self, delta: float, estimate: pld_lib.PrivacyLossDistribution | None) -> pld_lib.PrivacyLossDistribution | None:
         """The composition of a lone self-composed block by exponential tilting
         (:func:`pld.tilted_self_compose`), or None where it does not certify better: before the
         extended-precision pass, whose job (a charge below ``DIRECT_SHARE * delta``) it does in
@@ -374,9 +378,10 @@ class PldAccountant(Accountant):
         block = self._blocks[0]
         one = self._step(block)
         count, bound = block.count, self.log_mass_truncation_bound
-        log_target = math.log(min(1e-3, 0.1 * self.DIRECT_SHARE * delta / (count * self.TILTED_CHARGE_PER_STEP)))
-        caps = [p.epsilon(min(1.0, delta + 2.0 * estimate.roundoff)) for p in estimate._directions()]
-        if len(caps) != len(one._directions()) or not all(math.isfinite(c) for c in caps):
+        log_target = math.log(min(1e-4, 0.1 * self.DIRECT_SHARE * delta / (count * self.TILTED_CHARGE_PER_STEP)))
+        caps = ([math.inf] * len(one._directions()) if estimate is None else
+                [p.epsilon(min(1.0, delta + 2.0 * estimate.roundoff)) for p in estimate._directions()])
+        if len(caps) != len(one._directions()):
             return None
         tried = [pld_lib.tilted_self_compose(p, count, bound, log_target, cap) for p, cap in zip(one._directions(), caps)]
         parts = [p for p in tried if p is not None]
@@ -390,6 +395,14 @@ class PldAccountant(Accountant):
         if not math.isfinite(top) or any(e >= top and e <= (p.offset + 1) * p.interval for p, e in zip(out._directions(), eps)):
             return None
         return out
+
+    def _float64_charge_at_least(self) -> float:
+        """About the least charge any float64 pass can have (only orders the passes): the inverse
+        FFT's own error, at least 16u log2(n) times the composition's finite mass (>= 1/2 where
+        epsilon is finite) over n >= the largest step's points (a sum spans at least one step)."""
+        points = max((sum(len(d.masses) for d in self._step(b)._directions()) for b in self._blocks
+                      if isinstance(b, Block) and b.kind != Mechanism.NON_PRIVATE), default=2)
+        return 8.0 * pld_lib._U * math.log2(max(points, 2))
 
     def _epsilon(self, delta: float) -> float:
         eps = self._certifiable_pld(delta).get_epsilon_for_delta(delta)
