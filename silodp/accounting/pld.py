@@ -584,7 +584,8 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
     its tilted e^bound), and ``roundoff`` bounds the l1 distance to that moved composition of the
     input (twice the error above e_min, which the lowest point's mass inherits):
 
-    * the tilted composition's own charge plus its cut tails, times C;
+    * the tilted composition's own charge, its wrapped and cut tails and its lower tail moved up
+      (twice e^bound), times C;
     * the tilt's rounding: m'_j is computed within a relative rho <= 3u (|t l_j| + |log M|) + 6u
       of m_j e^{t l_j} / M (M is a constant: its value only has to be the one used both ways), so
       each composed mass within a relative (1 + rho)^T - 1 (all terms are >= 0), at most that
@@ -605,7 +606,8 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
     if e_min > max_epsilon:
         e_min = max_epsilon
         t = _argmin_over_t(lambda x: count * _lse(log_m + x * l) - x * e_min, spread)
-    log_m_total = _lse(log_m + t * l) + 8.0 * _U * (t * float(np.max(np.abs(l))) + 1.0)  # sum m' <= 1
+    # rounded up by the sum's and the exponentials' errors: sum m' <= 1
+    log_m_total = _lse(log_m + t * l) + _U * (8.0 * (t * float(np.max(np.abs(l))) + 1.0) + 2.0 * math.log2(len(l) + 1))
     first = math.ceil(e_min / pmf.interval)
     log_c = count * log_m_total - t * first * pmf.interval
     if not log_c < min(log_target + 1e-9, math.log(1e-3)):
@@ -632,7 +634,8 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
     relative = math.expm1(count * math.log1p(rho))
     untilt_err = 3.0 * _U * (abs(count * log_m_total) + float(np.max(np.abs(t * s * h))) + 2.0)
     above_mass = float(np.sum(v)) * (1.0 + len(v) * _U)
-    fft = c * (composed.roundoff + composed.infinity_mass + math.exp(log_mass_truncation_bound))
+    # the tilted charge, its wrapped and cut tails (its infinite mass) and its lower tail moved up
+    fft = c * (composed.roundoff + composed.infinity_mass + 2.0 * math.exp(log_mass_truncation_bound))
     error = fft + relative * (above_mass + fft) + untilt_err * above_mass
     inherited = math.expm1(count * math.log1p(pmf.roundoff))
     finite = math.exp(count * math.log1p(-pmf.infinity_mass))  # no step infinite
