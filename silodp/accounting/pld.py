@@ -580,9 +580,10 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
 
     The result is pessimistic at every epsilon: every mass of the composition below e_min is moved
     up to e_min (the lowest kept grid point; delta(eps) only grows), the rest of the finite mass
-    goes there too, the mass the tilted window cuts above it is charged to +inf (at most C times
-    its tilted e^bound), and ``roundoff`` bounds the l1 distance to that moved composition of the
-    input (twice the error above e_min, which the lowest point's mass inherits):
+    goes there too (rounded up by the error below, so that it is never less than the true mass
+    below e_min: a total above 1 only adds to delta), the mass the tilted window cuts above it is
+    charged to +inf (at most C times its tilted e^bound), and ``roundoff`` bounds the l1 distance of
+    the masses above e_min to the composition's:
 
     * the tilted composition's own charge, its wrapped and cut tails and its lower tail moved up
       (twice e^bound), times C;
@@ -641,8 +642,10 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
     finite = math.exp(count * math.log1p(-pmf.infinity_mass))  # no step infinite
     inf = min(1.0, -math.expm1(count * math.log1p(-pmf.infinity_mass)) + c * composed.infinity_mass)
     v = v.copy()
-    v[0] += max(0.0, finite - float(np.sum(v)))  # everything below e_min, and the rest, at e_min
-    return LossPmf(h, first, v, inf, 2.0 * error + inherited + 4.0 * _U).truncate(log_mass_truncation_bound)
+    # everything below e_min, and the rest, at e_min: rounded up by the error of the masses above
+    # it and the subtraction's rounding, so that it holds at least the true mass below e_min
+    v[0] += max(0.0, finite - float(np.sum(v))) + error + 4.0 * _U * (finite + above_mass)
+    return LossPmf(h, first, v, inf, error + inherited).truncate(log_mass_truncation_bound)
 
 
 def _small_spectrum(small_vec: np.ndarray, terms: int) -> tuple[np.ndarray, float]:

@@ -368,9 +368,10 @@ class PldAccountant(Accountant):
         """The composition of a lone self-composed block by exponential tilting
         (:func:`pld.tilted_self_compose`), or None where it does not certify better: before the
         extended-precision pass, whose job (a charge below ``DIRECT_SHARE * delta``) it does in
-        float64 at a fraction of the cost where it applies. The tilt's point e_min is at most the
-        epsilon that ``estimate`` (a pass already made, its charge ``R``) certifies at delta + 2 R,
-        direction by direction (below the epsilon wanted); accepted only when its charge is below
+        float64 at a fraction of the cost where it applies. The tilt's point e_min is the sum's
+        Chernoff point at a mass C small enough for the charge, and at most the epsilon that
+        ``estimate`` (a pass already made, its charge ``R``; None: no such cap) certifies at
+        delta + 2 R, direction by direction (below the epsilon wanted); accepted only when its charge is below
         ``DIRECT_SHARE * delta`` and the binding direction's epsilon is above its e_min (no
         direction that decides the answer loosened by the move of the mass below e_min)."""
         if len(self._blocks) != 1 or isinstance(self._blocks[0], MixtureBlock) or self._blocks[0].count < 2:
