@@ -318,16 +318,20 @@ def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.Neighbori
     :func:`candidate_accountants` (each given the entries of ``pld_settings`` it takes, its
     ``SETTINGS``: the ``pld`` grid), and the accountant that certifies it. A candidate that cannot
     certify at this delta (``pld`` below its floating-point charge) is skipped; if none can, the
-    last one's error is raised."""
+    last one's error is raised. A candidate whose cheap lower bound on its own certificate
+    (:meth:`~silodp.accounting.accountants.Accountant.epsilon_floor`: ``rdp``'s) is above a
+    certificate already in hand is not computed: it could not be the smaller."""
     dl = check_delta("delta", delta)
     neighbouring = neighbouring_arg(neighbouring)
     _check_settings(pld_settings)
     results: list[tuple[float, str]] = []
     error: UncertifiableDeltaError | None = None
     for name in candidate_accountants(event, neighbouring):
+        accountant = get_accountant(name, neighbouring, **settings_for(name, pld_settings)).compose(event)
+        if results and accountant.epsilon_floor(dl) > min(results)[0]:
+            continue
         try:
-            results.append((get_accountant(name, neighbouring, **settings_for(name, pld_settings))
-                            .compose(event).get_epsilon(dl), name))
+            results.append((accountant.get_epsilon(dl), name))
         except UncertifiableDeltaError as exc:
             error = exc
     if not results:

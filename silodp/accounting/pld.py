@@ -68,6 +68,9 @@ SMALL_SUPPORT = 1 << 14
 #: Grid points per piece in which a single step's curve is evaluated (temporaries stay in cache:
 #: 2-4x faster than one pass over 10^6 points).
 _CHUNK = 1 << 13
+#: Below this exponent a coefficient's power and its error bound underflow to exactly 0
+#: (:meth:`LossPmf.self_compose` skips computing them).
+_DEAD_EXPONENT = -760.0
 #: Unit round-off of float64.
 _U = 2.0 ** -53
 #: Normwise error of one FFT stage, in units of the unit round-off u:
@@ -189,6 +192,12 @@ def _chernoff_bound(l: np.ndarray, m: np.ndarray, count: int, log_tau: float, sp
         coarse_l, coarse_log_m = l, log_m
     best_t = _argmin_over_t(lambda t: (count * _lse(coarse_log_m + t * coarse_l) - log_tau) / t, spread)
     return (count * _lse(log_m + best_t * l) - log_tau) / best_t
+
+
+def _chernoff_t(l: np.ndarray, m: np.ndarray, count: int, log_tau: float, spread: float) -> float:
+    """The t of :func:`_chernoff_bound` (same search)."""
+    log_m = np.log(m)
+    return _argmin_over_t(lambda t: (count * _lse(log_m + t * l) - log_tau) / t, spread)
 
 
 def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
@@ -340,6 +349,8 @@ class LossPmf:
         the upper one to +inf (pessimistic)."""
         tau = math.exp(log_mass_truncation_bound)
         m = self.masses
+        if len(m) and m[0] > tau and m[-1] > tau:  # neither tail holds a point to cut: the same PMF
+            return self
         first = int(np.searchsorted(np.cumsum(m), tau, side="right"))
         cut_top = int(np.searchsorted(np.cumsum(m[::-1]), tau, side="right"))
         last = len(m) - cut_top
@@ -525,20 +536,116 @@ class LossPmf:
         # per-coefficient forward error: the normwise bound, or the componentwise one (masses >= 0)
         e = min(_fft_error(size, math.sqrt(size) * _l2(wrapped), u),
                 _fft_error(size, float(np.sum(wrapped)) * (1.0 + size * u), u))
-        coefficient_error = np.empty(len(spectrum), dtype=spectrum.real.dtype)
-        for start in range(0, len(spectrum), _CHUNK):  # in pieces: no spectrum-sized temporaries
-            piece = slice(start, start + _CHUNK)
+        # only the live coefficients: elsewhere (|X'| + e)^(T - 1) < e^-760, so the power and its
+        # error bound are exactly 0 in floating point (exp underflows below -745.2); most of a
+        # spectrum is dead after a few dozen compositions, and its power cost more than both FFTs
+        with np.errstate(divide="ignore"):
+            live = np.flatnonzero((count - 1) * np.log(np.abs(spectrum) + e) > _DEAD_EXPONENT)
+        coefficient_error = np.zeros(len(spectrum), dtype=spectrum.real.dtype)
+        powered = np.zeros_like(spectrum)
+        for start in range(0, len(live), _CHUNK):  # in pieces: no spectrum-sized temporaries
+            piece = live[start:start + _CHUNK]
             coefficient_error[piece] = _power_error(spectrum[piece], count, e, u)
-        powered = spectrum ** count
+            powered[piece] = spectrum[piece] ** count
         if direct_work > 0:
             self._direct_powers(powered, coefficient_error, size, count, direct_work, spectrum)
         power = np.fft.irfft(powered, size)
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
         inherited = math.expm1(count * math.log1p(self.roundoff))
-        masses = np.maximum(power[(lo + np.arange(n)) % size], 0.0)
+        begin = lo % size  # the window lo .. hi read off the circle: at most two slices
+        arc = power[begin:begin + n]
+        masses = np.maximum(arc if len(arc) == n else np.concatenate([arc, power[:n - len(arc)]]), 0.0)
         tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (first, last) else 0.0
         inf = min(1.0, -math.expm1(count * math.log1p(-self.infinity_mass)) + tails)
         return LossPmf(self.interval, lo, masses, inf, inherited + fresh).truncate(log_mass_truncation_bound)
+
+
+def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float,
+                        log_target: float, max_epsilon: float = math.inf) -> LossPmf | None:
+    """``count``-fold composition of ``pmf`` (float64 masses) accurate in its upper tail, by
+    exponential tilting; None where it does not apply (other precision, a tilt that gains nothing).
+
+    With M(t) = sum_j m_j e^{t l_j} over the finite masses, the tilted masses m'_j = m_j e^{t l_j} / M
+    compose to (m^{*T})_s e^{t s} / M^T at every loss s (the exponential factor is multiplicative
+    under convolution), so the T-fold power of m' is computed by :meth:`LossPmf.self_compose` and
+    each loss s >= e_min multiplied back by M^T e^{-t s} <= C = M^T e^{-t e_min}: the FFT's absolute
+    round-off (l1 ``R'`` in the tilted units, about T u at worst) reaches the untilted masses at most
+    C times smaller. t and e_min are the Chernoff point of the sum at mass e^``log_target``
+    (:func:`_chernoff_bound`; any t > 0 and e_min give a valid bound, these make C <= e^log_target),
+    or, where that point is above ``max_epsilon`` (an estimate of the epsilon wanted: below e_min
+    the result is pessimistic but loose), e_min = ``max_epsilon`` and the t minimizing C there
+    (None when C is then above e^log_target); so C R' is far below delta where a float64
+    composition's charge alone is not (the "exponential shift" of FFT-based tail computations,
+    with a charge).
+
+    The result is pessimistic at every epsilon: every mass of the composition below e_min is moved
+    up to e_min (the lowest kept grid point; delta(eps) only grows), the rest of the finite mass
+    goes there too (rounded up by the error below, so that it is never less than the true mass
+    below e_min: a total above 1 only adds to delta), the mass the tilted window cuts above it is
+    charged to +inf (at most C times its tilted e^bound), and ``roundoff`` bounds the l1 distance of
+    the masses above e_min to the composition's:
+
+    * the tilted composition's own charge, its wrapped and cut tails and its lower tail moved up
+      (twice e^bound), times C;
+    * the tilt's rounding: m'_j is computed within a relative rho <= 3u (|t l_j| + |log M|) + 6u
+      of m_j e^{t l_j} / M (M is a constant: its value only has to be the one used both ways), so
+      each composed mass within a relative (1 + rho)^T - 1 (all terms are >= 0), at most that
+      times the mass above e_min (at most the computed mass above e_min plus the charge);
+    * the untilting's rounding (a relative 3u (|T log M| + |t s| + 2));
+    * the input's own ``roundoff`` a, as in :meth:`LossPmf.self_compose`: (1 + a)^T - 1.
+    """
+    if pmf.masses.dtype != np.float64 or count < 2:
+        return None
+    keep = pmf.masses > 0
+    l, m = pmf.losses[keep], pmf.masses[keep]
+    if len(l) < 2:
+        return None
+    spread = max(float(l[-1] - l[0]), pmf.interval)
+    log_m = np.log(m)
+    t = _chernoff_t(l, m, count, log_target, spread)
+    e_min = (count * _lse(log_m + t * l) - log_target) / t
+    if e_min > max_epsilon:
+        e_min = max_epsilon
+        t = _argmin_over_t(lambda x: count * _lse(log_m + x * l) - x * e_min, spread)
+    # rounded up by the sum's and the exponentials' errors: sum m' <= 1
+    log_m_total = _lse(log_m + t * l) + _U * (8.0 * (t * float(np.max(np.abs(l))) + 1.0) + 2.0 * math.log2(len(l) + 1))
+    first = math.ceil(e_min / pmf.interval)
+    log_c = count * log_m_total - t * first * pmf.interval
+    if not log_c < min(log_target + 1e-9, math.log(1e-3)):
+        return None  # the tilt gains too little here
+    h = pmf.interval
+    exponent = t * pmf.losses - log_m_total
+    with np.errstate(over="ignore", invalid="ignore"):
+        tilted_masses = pmf.masses * np.exp(exponent)
+    if not np.all(np.isfinite(tilted_masses)):
+        return None  # a tilt this steep overflows: not for this PMF
+    tilted = LossPmf(h, pmf.offset, tilted_masses, 0.0, 0.0)
+    rho = 3.0 * _U * (float(np.max(np.abs(t * pmf.losses))) + abs(log_m_total)) + 6.0 * _U
+    composed = tilted.self_compose(count, log_mass_truncation_bound)
+    points = composed.offset + np.arange(len(composed.masses))
+    above = points >= first
+    if not np.any(above) or points[0] > first:
+        return None  # the tilted window does not reach e_min (it is centred there: not expected)
+    s = points[above]
+    untilt = np.exp(count * log_m_total - t * (s * h))
+    v = composed.masses[above] * untilt
+    if not (np.all(np.isfinite(v)) and math.isfinite(composed.roundoff)):
+        return None
+    c = math.exp(log_c) * (1.0 + 8.0 * _U)
+    relative = math.expm1(count * math.log1p(rho))
+    untilt_err = 3.0 * _U * (abs(count * log_m_total) + float(np.max(np.abs(t * s * h))) + 2.0)
+    above_mass = float(np.sum(v)) * (1.0 + len(v) * _U)
+    # the tilted charge, its wrapped and cut tails (its infinite mass) and its lower tail moved up
+    fft = c * (composed.roundoff + composed.infinity_mass + 2.0 * math.exp(log_mass_truncation_bound))
+    error = fft + relative * (above_mass + fft) + untilt_err * above_mass
+    inherited = math.expm1(count * math.log1p(pmf.roundoff))
+    finite = math.exp(count * math.log1p(-pmf.infinity_mass))  # no step infinite
+    inf = min(1.0, -math.expm1(count * math.log1p(-pmf.infinity_mass)) + c * composed.infinity_mass)
+    v = v.copy()
+    # everything below e_min, and the rest, at e_min: rounded up by the error of the masses above
+    # it and the subtraction's rounding, so that it holds at least the true mass below e_min
+    v[0] += max(0.0, finite - float(np.sum(v))) + error + 4.0 * _U * (finite + above_mass)
+    return LossPmf(h, first, v, inf, error + inherited).truncate(log_mass_truncation_bound)
 
 
 def _small_spectrum(small_vec: np.ndarray, terms: int) -> tuple[np.ndarray, float]:

@@ -64,3 +64,24 @@ def test_calibrate_then_account_is_within_target(eps, delta, steps):
     fn = lambda z: SelfComposedDpEvent(GaussianDpEvent(z), steps)
     cal = calibrate(fn, eps, delta, "rdp")
     assert epsilon(fn(cal.noise_multiplier), delta, "rdp") <= eps * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("relation", ["ADD_OR_REMOVE_ONE", "REPLACE_ONE"])
+@pytest.mark.parametrize("q,z,steps,delta", [(0.25, 2.0, 80, 1e-10), (0.05, 3.0, 2000, 1e-8), (0.01, 0.3, 50, 1e-5)])
+def test_tightest_epsilon_skips_rdp_only_where_it_cannot_win(monkeypatch, relation, q, z, steps, delta):
+    """tightest_epsilon skips rdp when its floor is above pld's certificate: the answer is the same
+    pair (epsilon, accountant) as with every candidate computed (floors turned off), and rdp is
+    skipped only where its certificate is above the answer."""
+    from silodp.accounting import events as ev, tightest_epsilon
+    from silodp.accounting.accountants.rdp import RdpAccountant
+
+    rel = ev.NeighboringRelation[relation]
+    event = SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), steps)
+    computed = []
+    real = RdpAccountant._epsilon
+    monkeypatch.setattr(RdpAccountant, "_epsilon", lambda self, d: computed.append(1) or real(self, d))
+    fast = tightest_epsilon(event, delta, rel)
+    monkeypatch.setattr(RdpAccountant, "epsilon_floor", lambda self, d: 0.0)
+    assert tightest_epsilon(event, delta, rel) == fast
+    rdp_eps = get_accountant("rdp", rel).compose(event).get_epsilon(delta)
+    assert computed or fast[0] < rdp_eps

@@ -114,3 +114,54 @@ def test_rdp_calibration_matches_dp_accounting():
 
     assert dpa_epsilon(cal.noise_multiplier) <= 2.0
     assert dpa_epsilon(cal.noise_multiplier * 0.98) > 2.0
+
+
+@pytest.mark.parametrize("q,z,alpha", [(0.01, 1.0, 2.0), (0.2, 0.8, 3.0), (0.05, 1.2, 16.0), (0.5, 3.0, 1.5)])
+def test_quantized_lower_bound_is_below_the_exact_rdp_and_close(q, z, alpha):
+    """gaussian_pair_rdp_lower of the add/remove pair against the quadrature of exact_rdp (independent
+    of the engine): never above it, within 1% of it."""
+    low = float(rdp.gaussian_pair_rdp_lower(q, 0.0, z, np.array([alpha]))[0])
+    exact = exact_rdp(q, z, alpha)
+    assert exact * 0.99 <= low <= exact
+
+
+def test_quantized_lower_bound_of_the_gaussian_is_below_its_closed_form():
+    """The plain Gaussian pair (a = 1, b = 0): below alpha / (2 s^2) (Mironov 2017, Prop 7), within 1%."""
+    orders = np.array([1.5, 2.0, 10.0, 64.0])
+    low = rdp.gaussian_pair_rdp_lower(1.0, 0.0, 2.0, orders)
+    exact = orders / 8.0
+    assert np.all(low <= exact) and np.all(low >= 0.99 * exact)
+
+
+def test_replace_one_lower_bound_is_below_the_replace_one_bound():
+    """The replace-one pair (a = b = q): below rdp_replace's upper bound at every order, within 2%."""
+    from silodp.accounting.rdp_replace import poisson_replace_one_gaussian_rdp
+
+    orders = np.array([1.5, 2.0, 4.0, 8.0, 32.0])
+    for q, z in ((0.01, 1.0), (0.25, 2.0), (0.1, 0.8)):
+        low = rdp.gaussian_pair_rdp_lower(q, q, z, orders)
+        upper = poisson_replace_one_gaussian_rdp(q, z, orders)
+        assert np.all(low <= upper) and np.all(low >= 0.98 * upper)
+
+
+@pytest.mark.parametrize("relation", ["ADD_OR_REMOVE_ONE", "REPLACE_ONE"])
+@pytest.mark.parametrize("q,z,steps,delta", [(0.01, 1.0, 1000, 1e-5), (0.25, 2.0, 80, 1e-10), (0.001, 0.6, 5000, 1e-6),
+                                             (1e-5, 0.8, 10 ** 6, 1e-9), (0.5, 5.0, 200, 1e-6), (1.0, 2.0, 50, 1e-5)])
+def test_epsilon_floor_is_below_the_certificate_and_close(relation, q, z, steps, delta):
+    """RdpAccountant.epsilon_floor (what tightest_epsilon compares before computing rdp): never above
+    rdp's certificate, within 1% of it (plain, add/remove and replace-one Poisson steps, composed)."""
+    from silodp.accounting import events as ev, get_accountant
+
+    rel = ev.NeighboringRelation[relation]
+    step = ev.GaussianDpEvent(z) if q == 1.0 else ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(z))
+    event = ev.ComposedDpEvent((ev.SelfComposedDpEvent(step, steps), ev.GaussianDpEvent(4 * z)))
+    acc = get_accountant("rdp", rel).compose(event)
+    floor, cert = acc.epsilon_floor(delta), acc.get_epsilon(delta)
+    assert 0.99 * cert <= floor <= cert
+
+
+def test_epsilon_floor_is_zero_where_no_pair_is_known():
+    from silodp.accounting import events as ev, get_accountant
+
+    event = ev.SelfComposedDpEvent(ev.SampledWithoutReplacementDpEvent(1000, 10, ev.GaussianDpEvent(1.0)), 100)
+    assert get_accountant("rdp", ev.REPLACE_ONE).compose(event).epsilon_floor(1e-5) == 0.0

@@ -193,6 +193,13 @@ class Accountant(abc.ABC):
             return 0.0
         return float(self._epsilon(dl))
 
+    def epsilon_floor(self, delta: float) -> float:
+        """A lower bound on :meth:`get_epsilon` at ``delta`` for what is composed, much cheaper
+        than it (0.0: none known). :func:`silodp.accounting.tightest_epsilon` skips a candidate
+        whose floor is above a certificate it already holds: the smaller of the two is then the
+        one it holds, so the answer is the same, bit for bit."""
+        return 0.0
+
     def get_delta(self, epsilon: float | None = None, *, target_epsilon: float | None = None) -> float:
         """Certified delta at ``epsilon`` (rounded up); default: invert ``get_epsilon``."""
         eps = check_nonnegative("epsilon", _alias("epsilon", epsilon, "target_epsilon", target_epsilon))
