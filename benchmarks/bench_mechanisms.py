@@ -5,9 +5,9 @@ dp-accounting and (Poisson add/remove Gaussians) Opacus' PRV accountant, in one 
 For each mechanism: silodp's epsilon (``tightest_epsilon``: the smaller of its pld and rdp
 certificates), dp-accounting's pessimistic PLD at value_discretization_interval 1e-4 ("fine"),
 a lower reference -- for Gaussian and Poisson-subsampled Gaussian steps a *rigorous* lower bound
-(the larger of :func:`silodp.accounting.pld.lower_bound_epsilon`, a dominated PLD with its
+(the larger of :func:`silodp.accounting.pld_lower.lower_bound_epsilon`, a dominated PLD with its
 round-off, wrapped and moved tails subtracted from delta, whose grid bias grows with the steps,
-and :func:`~silodp.accounting.pld.count_test_lower_bound`, a closed-form hypothesis test; for
+and :func:`~silodp.accounting.pld_lower.count_test_lower_bound`, a closed-form hypothesis test; for
 balls-in-bins epochs, which dp-accounting does not offer, :func:`silodp.accounting.allocation.lower_bound_epsilon`), elsewhere dp-accounting's *optimistic* PLD (below the true epsilon only up to its own
 round-off; marked ``~``) -- the excess of silodp over the tighter of dp-accounting's fine
 PLD and silodp's own lower reference, and the times (wall, and CPU time of each side, ``time.process_time``: this process only, so a loaded
@@ -36,7 +36,7 @@ import warnings
 from dp_accounting import NeighboringRelation as NR, dp_event as dpe
 from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution as dpa_pld
 
-from silodp.accounting import allocation, events as ev, pld
+from silodp.accounting import allocation, events as ev, pld_lower, pld_pairs
 from silodp.accounting.calibration import tightest_epsilon
 
 R1, AR = ev.REPLACE_ONE, ev.ADD_OR_REMOVE_ONE
@@ -51,8 +51,8 @@ def _poisson(q, z, steps, rel, delta):
                                                     pessimistic_estimate=False,
                                                     neighboring_relation=_NR[rel]).self_compose(steps),
             rel, delta, (z, q, steps) if rel is AR else None,
-            [(pld.GaussianPair(q, q, z), steps)] if rel is R1 else
-            [[(pld.GaussianPair(q, 0.0, z), steps)], [(pld.GaussianPair(0.0, q, z), steps)]])
+            [(pld_pairs.GaussianPair(q, q, z), steps)] if rel is R1 else
+            [[(pld_pairs.GaussianPair(q, 0.0, z), steps)], [(pld_pairs.GaussianPair(0.0, q, z), steps)]])
 
 
 def _balls(z, batches, epochs, delta):
@@ -83,12 +83,12 @@ CASES = [
      dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(2.0), 50),  # dp-accounting's REPLACE_ONE shifts by 2C too
      lambda: dpa_pld.from_gaussian_mechanism(2.0, sensitivity=2.0, value_discretization_interval=1e-4,
                                              pessimistic_estimate=False).self_compose(50), R1, 1e-5, None,
-     [(pld.GaussianPair(1.0, 0.0, 1.0), 50)]),
+     [(pld_pairs.GaussianPair(1.0, 0.0, 1.0), 50)]),
     ("gaussian z=10 T=1000 ar", ev.SelfComposedDpEvent(ev.GaussianDpEvent(10.0), 1000),
      dpe.SelfComposedDpEvent(dpe.GaussianDpEvent(10.0), 1000),
      lambda: dpa_pld.from_gaussian_mechanism(10.0, value_discretization_interval=1e-4,
                                              pessimistic_estimate=False).self_compose(1000), AR, 1e-8, None,
-     [(pld.GaussianPair(1.0, 0.0, 10.0), 1000)]),
+     [(pld_pairs.GaussianPair(1.0, 0.0, 10.0), 1000)]),
 ]
 for b, steps, delta in [(2.0, 50, 1e-6), (10.0, 400, 1e-6), (1.0, 5, 1e-9)]:
     CASES.append(_simple(f"laplace b={b:g} T={steps} d={delta:g}", ev.LaplaceDpEvent(b), dpe.LaplaceDpEvent(b),
@@ -145,7 +145,7 @@ def run(case) -> dict:
     elif rigorous:  # one direction, or the larger of two (add/remove); the better of two rigorous bounds
         groups = pairs if isinstance(pairs[0], list) else [pairs]
         try:
-            lower = max(max(pld.lower_bound_epsilon(g, delta), pld.count_test_lower_bound(*g[0], delta))
+            lower = max(max(pld_lower.lower_bound_epsilon(g, delta), pld_lower.count_test_lower_bound(*g[0], delta))
                         for g in groups)
         except ValueError:  # beyond the grid: dp-accounting's optimistic PLD instead
             rigorous, lower = False, optimistic().get_epsilon_for_delta(delta)

@@ -16,7 +16,7 @@ import json
 import math
 import time
 
-from silodp.accounting import _binomial, pld, with_replacement
+from silodp.accounting import _binomial, pld, pld_pairs, with_replacement
 from silodp.accounting import events as ev
 from silodp.experiments.doctables import WITH_REPLACEMENT_CASES
 
@@ -28,7 +28,7 @@ def labelled(z: float, m: int, n: int) -> pld.PrivacyLossDistribution:
     bound = pld.LOG_TAIL_MASS
     kmax = min(m, _binomial.isf(math.exp(bound), m, 1.0 / n))
     parts = [(float(_binomial.pmf(0, m, 1.0 / n)), pld.identity())]
-    parts += [(float(_binomial.pmf(k, m, 1.0 / n)), pld.from_gaussian_mechanism(z / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE))
+    parts += [(float(_binomial.pmf(k, m, 1.0 / n)), pld_pairs.from_gaussian_mechanism(z / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE))
               for k in range(1, kmax + 1)]
     return pld.mixture(parts + [(float(_binomial.sf(kmax, m, 1.0 / n)), pld.non_private())])
 

@@ -25,7 +25,7 @@ def decompose(cases=WITH_REPLACEMENT_CASES, interval: float = 1e-4) -> str:
     """The ``--decompose`` table (module docstring)."""
     import numpy as np
 
-    from silodp.accounting import pld, replacement_lower, with_replacement
+    from silodp.accounting import pld, pld_pairs, replacement_lower, with_replacement
 
     bound = pld.LOG_TAIL_MASS
     lines = ["| n | m | z | T | delta | certificate f | charge of f_T | lower bound | f / f_T | f_T / lower |",
@@ -41,7 +41,7 @@ def decompose(cases=WITH_REPLACEMENT_CASES, interval: float = 1e-4) -> str:
             return (1.0 - tail) * own + tail
 
         stride = with_replacement._STRIDE if top / interval > with_replacement._FINE_POINTS else 1
-        one = pld.PrivacyLossDistribution(pld.symmetric_loss_pmf(mixture_only, top, interval, stride), None, bound)
+        one = pld.PrivacyLossDistribution(pld_pairs.symmetric_loss_pmf(mixture_only, top, interval, stride), None, bound)
         only_t = one.self_compose(steps).get_epsilon_for_delta(delta)
         lower = replacement_lower.lower_bound_epsilon(z, m, n, steps, delta)
         lines.append(f"| {n} | {m} | {z:g} | {steps} | {delta:g} | {math.ceil(full * 1e4) / 1e4:.4f} | "

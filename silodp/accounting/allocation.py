@@ -71,7 +71,7 @@ from typing import Any, Self
 import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from silodp.accounting import _allocation_rounded, pld as pld_lib
+from silodp.accounting import _allocation_rounded, pld as pld_lib, pld_pairs
 from silodp.accounting._numerics import monotone_root
 from silodp._validation import check_count, check_delta, check_positive
 
@@ -261,7 +261,7 @@ def epoch_pld(noise_multiplier: float, batches: int, value_discretization_interv
 @functools.lru_cache(maxsize=16)
 def _epoch_pld(z: float, t: int, h: float, log_mass_truncation_bound: float) -> pld_lib.PrivacyLossDistribution:
     if t == 1:
-        return pld_lib.from_gaussian_mechanism(z, 1.0, value_discretization_interval=h,
+        return pld_pairs.from_gaussian_mechanism(z, 1.0, value_discretization_interval=h,
                                                log_mass_truncation_bound=log_mass_truncation_bound)
     bound = float(log_mass_truncation_bound)
     spread = z >= _SPREAD_MIN_Z  # below: heavy-tailed ratios, the spread's grid is too coarse to win
@@ -285,7 +285,7 @@ def block_pld(block: Any, neighbouring: Any, value_discretization_interval: floa
 
     z, t = block.noise_multiplier, block.sample_size
     if ev.relation(neighbouring) == ev.REPLACE_ONE:
-        return pld_lib.from_gaussian_mechanism(z, 1.0, ev.REPLACE_ONE, value_discretization_interval,
+        return pld_pairs.from_gaussian_mechanism(z, 1.0, ev.REPLACE_ONE, value_discretization_interval,
                                                log_mass_truncation_bound)
     return epoch_pld(z, t, value_discretization_interval, log_mass_truncation_bound)
 
@@ -308,7 +308,7 @@ def epsilon(noise_multiplier: float, batches: int, epochs: int, delta: float, ne
     pld = add_remove_pld(noise_multiplier, batches, epochs, value_discretization_interval)
     if neighbouring is None or ev.relation(neighbouring) == ev.ADD_OR_REMOVE_ONE:
         return pld.get_epsilon_for_delta(delta)
-    plain = pld_lib.from_gaussian_mechanism(noise_multiplier, 1.0, ev.REPLACE_ONE, value_discretization_interval)
+    plain = pld_pairs.from_gaussian_mechanism(noise_multiplier, 1.0, ev.REPLACE_ONE, value_discretization_interval)
     return min(replace_one_epsilon(pld, delta), plain.self_compose(epochs).get_epsilon_for_delta(delta))
 
 

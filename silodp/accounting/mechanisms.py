@@ -9,7 +9,7 @@ the shift.
 * Laplace with scale s = noise_multiplier * C, l1 shift D: eps0 = D / s; the hockey-stick curve is
   delta(eps) = 1 - e^{(eps - eps0) / 2} on [0, eps0), 0 above (dp-accounting's LaplacePrivacyLoss;
   Koskela et al. 2021), and delta(eps) = 1 - e^eps + e^eps delta(-eps) below 0 (symmetry);
-  discretized by connect the dots (pessimistic, :func:`silodp.accounting.pld.connect_the_dots`).
+  discretized by connect the dots (pessimistic, :func:`silodp.accounting.pld_pairs.connect_the_dots`).
 * Discrete Laplace, P(x) = tanh(a / 2) e^{-a |x|} on the integers, integer shift D: the loss
   a(|x - D| - |x|) takes finitely many values, aD with mass 1 / (1 + e^{-a}) (x <= 0), -aD with
   mass e^{-aD} / (1 + e^{-a}) (x >= D) and a(D - 2x) with mass tanh(a / 2) e^{-ax} in between.
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from silodp.accounting import events as ev, pld as pld_lib
+from silodp.accounting import events as ev, pld as pld_lib, pld_pairs
 from silodp.accounting.blocks import Block, Mechanism, UnsupportedEventError
 
 #: The mechanisms of this module.
@@ -179,7 +179,7 @@ def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mas
         return pld_lib.PrivacyLossDistribution(one.truncate(log_mass_truncation_bound), None, log_mass_truncation_bound)
     if block.kind == Mechanism.LAPLACE:
         first, last = math.floor(-top / interval), math.ceil(top / interval)
-        one = pld_lib.connect_the_dots(lambda eps: _laplace_delta(eps, top), first, last, interval)
+        one = pld_pairs.connect_the_dots(lambda eps: _laplace_delta(eps, top), first, last, interval)
     elif block.kind == Mechanism.DISCRETE_LAPLACE:
         a, d = block.params[0], block.params[1] * int(ev.sensitivity(relation))
         x = np.arange(1, d)

@@ -26,7 +26,7 @@ Composition: the coordinates are independent given the messages (independent rou
 per coordinate), so one invocation is the d-fold product (FFT convolutions by repeated squaring,
 :func:`power`; Zhu, Dong & Wang 2022 Thm 10 keeps the domination); invocations compose adaptively; a with-replacement
 multiplicity k ~ Bin(K, 1/n) is not released: the step is BBG18 Thm 10's amplified mixture of the
-k-message PLDs (:func:`silodp.accounting.pld.amplified_mixture`, a symmetric pair), the tail beyond
+k-message PLDs (:func:`silodp.accounting.pld_pairs.amplified_mixture`, a symmetric pair), the tail beyond
 the 1 - 1e-15 quantile charged as non-private.
 
 The protocol's parameters (levels, the rotation's range, the noise window, the groups) are in
@@ -44,7 +44,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from silodp.accounting import _binomial, pvec_l2
-from silodp.accounting import pld as pld_lib
+from silodp.accounting import pld as pld_lib, pld_pairs
 from silodp.accounting.pvec_protocol import (PvecGroup, certified_dimension, levels, log_pmf_window,  # noqa: F401
                                              rotated_bound, rotated_dimension)  # (re-exported: the protocol's names)
 from silodp._validation import check_count, check_delta, check_positive
@@ -113,7 +113,7 @@ def invocation_pld(g: int, b: int, messages: int, dimension: int, multiplicity: 
 def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.LOG_TAIL_MASS)
               ) -> pld_lib.PrivacyLossDistribution:
     """The PLD of a group's ``uses`` invocations; with replacement each is the amplified mixture
-    over the record's multiplicity k (:func:`silodp.accounting.pld.amplified_mixture`), the
+    over the record's multiplicity k (:func:`silodp.accounting.pld_pairs.amplified_mixture`), the
     multiplicities beyond the (1 - ``tail``) quantile and the step's upper tail of mass <= ``tail``
     charged as infinite loss (pessimistic)."""
     def inv(k: int) -> pld_lib.PrivacyLossDistribution:
@@ -126,7 +126,7 @@ def group_pld(group: PvecGroup, interval: float, tail: float = math.exp(pld_lib.
         kmax = max(1, min(K, _binomial.isf(tail, K, q)))
         weights = [float(_binomial.pmf(k, K, q)) for k in range(kmax + 1)]
         charged = max(0.0, 1.0 - sum(weights))
-        step = pld_lib.amplified_mixture(weights, [inv(k) for k in range(1, kmax + 1)], interval, charged)
+        step = pld_pairs.amplified_mixture(weights, [inv(k) for k in range(1, kmax + 1)], interval, charged)
         # the rare large multiplicities stretch the loss range: their upper tail (mass <= tail) to +inf
         step = pld_lib.PrivacyLossDistribution(step.remove.truncate(math.log(tail)), None, step.log_mass_truncation_bound)
     return power(step, group.uses)

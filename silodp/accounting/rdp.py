@@ -24,7 +24,7 @@
   RDP of the *symmetric* pair whose hockey-stick curve is, in both directions, the "remove" curve
   s(e) = H_e((1 - q) N(0, z^2) + q N(1, z^2) || N(0, z^2)) of the Poisson pair,
   :func:`without_replacement_gaussian_rdp`. Proof. (i) Every step is dominated by s in both
-  directions: :func:`silodp.accounting.pld.from_without_replacement_gaussian` (Balle, Barthe &
+  directions: :func:`silodp.accounting.pld_pairs.from_without_replacement_gaussian` (Balle, Barthe &
   Gaboardi 2018, Thm 2, and joint convexity of H_e). (ii) For any P, Q and convex f,
   E_Q[f(dP/dQ)] = f(1) + int_1^inf f''(e) H_e(P || Q) de + int_0^1 f''(e) E_Q[(e - dP/dQ)_+] de
   (Taylor's formula with integral remainder), and E_Q[(e - dP/dQ)_+] = e - 1 + H_e(P || Q)
@@ -176,7 +176,7 @@ _WOR_CURVE_SLACK = 1e-15
 @functools.lru_cache(maxsize=64)
 def _wor_curves(q: float, z: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The grid t, and s(e^t) rounded up, a(e^t) rounded down (module docstring)."""
-    from silodp.accounting.pld import GaussianPair  # light: numpy and scipy.special
+    from silodp.accounting.pld_pairs import GaussianPair  # light: numpy and scipy.special
 
     t = np.concatenate([[0.0], np.geomspace(_WOR_T0, _WOR_T1, _WOR_POINTS)])
     s = np.minimum(GaussianPair(q, 0.0, z).delta(t) + _WOR_CURVE_SLACK, 1.0)

@@ -15,11 +15,11 @@ shifting by mC and scaling by C, with s = z (noise sigma = zC):
 this pair, and any (eps, delta) guarantee of the mechanism must hold for it (P against Q; the
 other order is not used: dropping Q's far multiplicities would not be safe there, and its loss is
 at most log(1 / P[K = 0]) a step anyway). Its privacy loss is increasing in x (a log-sum-exp of increasing
-affine functions), so the dominated PLD of :func:`silodp.accounting.pld.optimistic_loss_pmf` applies:
+affine functions), so the dominated PLD of :func:`silodp.accounting.pld_lower.optimistic_loss_pmf` applies:
 the mass of x in (x_i, x_{i+1}] is placed at eps_i, where the threshold x_i is found by bisection
 from above (L(x_i) >= eps_i + margin, so every unit of mass sits at or below its true loss);
 multiplicities beyond the binomial's 1 - e^bound quantile are dropped from P (p only
-decreases, so every integral of (prod p - e^eps prod q)_+ does too). :func:`silodp.accounting.pld.lower_bound_epsilon` then composes it with every mass it
+decreases, so every integral of (prod p - e^eps prod q)_+ does too). :func:`silodp.accounting.pld_lower.lower_bound_epsilon` then composes it with every mass it
 may have added subtracted from delta. A lower bound only: the worst pair is not known, so this
 says nothing about how tight an upper bound could be made.
 """
@@ -34,7 +34,7 @@ from scipy.special import log_ndtr
 
 from silodp.accounting import _binomial
 from silodp.accounting._numerics import logsumexp_rows
-from silodp.accounting import pld
+from silodp.accounting import pld, pld_lower
 from silodp._validation import check_delta, check_positive
 
 #: Bisection steps of the threshold (the bracket of width ~100 shrinks to ~1e-12).
@@ -99,7 +99,7 @@ class CollinearPair:
 
     def pass_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         """P(x > tau) and Q(x > tau) over a grid of tau (for
-        :func:`silodp.accounting.pld.count_test_lower_bound`)."""
+        :func:`silodp.accounting.pld_lower.count_test_lower_bound`)."""
         k = np.arange(len(self.weights))
         w = np.asarray(self.weights, dtype=float)
         taus = np.linspace(-3.0, 12.0, 301) * self.s + 0.5 * self.shift
@@ -123,22 +123,22 @@ def lower_bound_epsilon(noise_multiplier: float, sample_size: int, dataset_size:
                         delta: float, interval: float = 1e-4) -> float:
     """A rigorous lower bound on the epsilon at ``delta`` of ``steps`` Gaussian sums over batches of
     ``sample_size`` draws with replacement from ``dataset_size`` records (replace-one): the larger,
-    for the module's pair, of :func:`silodp.accounting.pld.lower_bound_epsilon` (a
-    dominated PLD) and :func:`silodp.accounting.pld.count_test_lower_bound` (a test counting the
+    for the module's pair, of :func:`silodp.accounting.pld_lower.lower_bound_epsilon` (a
+    dominated PLD) and :func:`silodp.accounting.pld_lower.count_test_lower_bound` (a test counting the
     steps past tau, stronger for rarely drawn records)."""
     dl = check_delta("delta", delta)
     if int(steps) < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
     pair = collinear_pair(noise_multiplier, sample_size, dataset_size)
-    counted = pld.count_test_lower_bound(pair, int(steps), dl)
+    counted = pld_lower.count_test_lower_bound(pair, int(steps), dl)
     pair, interval = _fitted(pair, float(interval))
-    best = max(pld.lower_bound_epsilon([(pair, int(steps))], dl, interval), counted)
+    best = max(pld_lower.lower_bound_epsilon([(pair, int(steps))], dl, interval), counted)
     # a dominated PLD loses up to one grid step per step: where that is a large share of the answer
     # (rarely drawn records, tiny epsilon), again on a grid 50 T / epsilon finer (up to 2^20 points)
     l_lo, l_hi = pair.loss_range(pld.LOG_TAIL_MASS)
     fine = max(best / (50.0 * int(steps)), (l_hi - l_lo) / (1 << 20))
     if 0.0 < fine < interval / 4:
-        best = max(best, pld.lower_bound_epsilon([(pair, int(steps))], dl, fine))
+        best = max(best, pld_lower.lower_bound_epsilon([(pair, int(steps))], dl, fine))
     return best
 
 

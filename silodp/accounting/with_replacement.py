@@ -36,7 +36,7 @@ walk r_k = k d. The reverse direction is the same argument with a and b exchange
 
 The bound is tight when K <= 1 surely (then T = L and f is the curve of the pair attained by all
 others equal to b, as for sampling without replacement). It is charged as the *symmetric* pair
-with curve f in both directions (:func:`silodp.accounting.pld.symmetric_loss_pmf`: f need not be
+with curve f in both directions (:func:`silodp.accounting.pld_pairs.symmetric_loss_pmf`: f need not be
 convex; its convex minorant is used), so a step's orientation may change from step to step.
 Multiplicities beyond the binomial's 1 - e^bound quantile are released (a labelled component of
 infinite loss). A rigorous lower bound (every other record at b) is
@@ -59,7 +59,7 @@ from scipy.special import log_ndtr
 
 from silodp.accounting import _binomial
 from silodp.accounting._numerics import logsumexp_rows
-from silodp.accounting import pld
+from silodp.accounting import pld, pld_pairs
 from silodp._validation import check_positive
 
 #: Newton steps on the threshold (quadratic convergence from a bound within ~k d of the root).
@@ -127,7 +127,7 @@ class Profile:
         log_alpha = np.log(alpha)
         out = np.zeros_like(alpha)
         for pi, mean in zip(self.pi, self.means):
-            out += pi * pld.GaussianPair(1.0, 0.0, 1.0 / mean).delta(log_alpha)
+            out += pi * pld_pairs.GaussianPair(1.0, 0.0, 1.0 / mean).delta(log_alpha)
         return out
 
     def __call__(self, epsilon: np.ndarray) -> np.ndarray:
@@ -187,11 +187,11 @@ def gaussian_pld(noise_multiplier: float, sample_size: int, dataset_size: int,
     if n == 1:  # every draw is the changed record: K = m surely, one Gaussian at shift 2 m C (exact)
         from silodp.accounting import events as ev
 
-        return pld.from_gaussian_mechanism(z / m, 1.0, ev.REPLACE_ONE, h, bound)
+        return pld_pairs.from_gaussian_mechanism(z / m, 1.0, ev.REPLACE_ONE, h, bound)
     drawn = -math.expm1(m * math.log1p(-1.0 / n))  # P[K >= 1], without cancellation
     if drawn < _RARE:  # too rare for the profile's arithmetic: a draw is charged as no privacy at all
         return pld.mixture([(1.0 - drawn, pld.identity(h, bound)), (drawn, pld.non_private(h, bound))])
     profile, tail, top = _profile(z, m, n, h, bound)
     curve = (lambda eps: (1.0 - tail) * profile(eps) + tail) if tail > 0 else profile
     stride = _STRIDE if top / h > _FINE_POINTS else 1  # a narrow range: every point (cheap)
-    return pld.PrivacyLossDistribution(pld.symmetric_loss_pmf(curve, top, h, stride), None, bound)
+    return pld.PrivacyLossDistribution(pld_pairs.symmetric_loss_pmf(curve, top, h, stride), None, bound)

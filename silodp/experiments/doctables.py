@@ -361,7 +361,7 @@ def without_replacement_compare(n: int, m: int, noise_multiplier: float, steps: 
     import dp_accounting as dpa
     import numpy as np
 
-    from silodp.accounting import pld, rdp
+    from silodp.accounting import pld_lower, pld_pairs, rdp
     from silodp.accounting.accountants import RDP_ORDERS
 
     base = (f"epsilon --sampling without-replacement --q {m / n:g} --dataset-size {n} --steps {steps} "
@@ -379,7 +379,7 @@ def without_replacement_compare(n: int, m: int, noise_multiplier: float, steps: 
         acc.compose(dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z)), steps)
         return acc.get_epsilon(delta)
 
-    lower = pld.lower_bound_epsilon([(pld.GaussianPair(m / n, 0.0, z2), steps)], delta)
+    lower = pld_lower.lower_bound_epsilon([(pld_pairs.GaussianPair(m / n, 0.0, z2), steps)], delta)
     z = f"{noise_multiplier:g}"
     return "\n".join([
         "| what | `noise_multiplier` read as | certifies? | epsilon |",

@@ -22,6 +22,7 @@ from silodp.accounting import (
     epsilon,
     gaussian,
     pld,
+    pld_pairs,
 )
 from silodp.accounting.events import ADD_OR_REMOVE_ONE, REPLACE_ONE, sensitivity
 
@@ -37,14 +38,14 @@ def exact_mixture_delta(a: float, b: float, s: float, eps: float) -> float:
 @pytest.mark.parametrize("a,b,s", [(1.0, 0.0, 0.7), (0.05, 0.0, 1.0), (0.0, 0.05, 1.0), (0.2, 0.2, 1.5)])
 @pytest.mark.parametrize("eps", [0.0, 0.05, 0.4, 1.3])
 def test_pair_curve_matches_quadrature(a, b, s, eps):
-    ours = float(pld.GaussianPair(a, b, s).delta(np.array([eps]))[0])
+    ours = float(pld_pairs.GaussianPair(a, b, s).delta(np.array([eps]))[0])
     assert ours == pytest.approx(exact_mixture_delta(a, b, s, eps), rel=1e-6, abs=1e-13)
 
 
 @pytest.mark.parametrize("z", [0.6, 1.0, 4.0])
 def test_single_gaussian_is_exact_on_the_grid_and_above_it_between(z):
     h = 1e-3
-    p = pld.from_gaussian_mechanism(z, value_discretization_interval=h)
+    p = pld_pairs.from_gaussian_mechanism(z, value_discretization_interval=h)
     rng = np.random.default_rng(0)
     for eps in np.concatenate([np.arange(0, 3, 0.25), rng.uniform(0, 3, 20)]):
         exact = math.exp(float(gaussian.analytic_log_delta(eps, z)))
@@ -58,7 +59,7 @@ def test_sharp_gaussian_evaluated_in_pieces_is_exact_at_the_pieces_seams():
     """z = 0.05: 3.3e5 grid points at h = 1e-3, evaluated in pieces of ``pld._CHUNK``; the discrete
     curve equals the analytic one (Balle & Wang 2018) at the points on both sides of each seam."""
     h = 1e-3
-    one = pld.from_gaussian_mechanism(0.05, value_discretization_interval=h).remove
+    one = pld_pairs.from_gaussian_mechanism(0.05, value_discretization_interval=h).remove
     assert len(one.masses) > 20 * pld._CHUNK
     for seam in range(pld._CHUNK, len(one.masses), 7 * pld._CHUNK):
         for i in (seam - 1, seam, seam + 1):
@@ -70,7 +71,7 @@ def test_sharp_gaussian_evaluated_in_pieces_is_exact_at_the_pieces_seams():
 @pytest.mark.parametrize("z,steps", [(8.0, 100), (30.0, 2000), (3.0, 10)])
 def test_gaussian_composition_is_pessimistic_and_tight(z, steps):
     """T Gaussian steps are one Gaussian at z / sqrt(T) (exact reference, Balle-Wang)."""
-    ours = pld.from_gaussian_mechanism(z, value_discretization_interval=1e-4).self_compose(steps)
+    ours = pld_pairs.from_gaussian_mechanism(z, value_discretization_interval=1e-4).self_compose(steps)
     exact = gaussian.epsilon_for_delta(z / math.sqrt(steps), 1e-6)
     got = ours.get_epsilon_for_delta(1e-6)
     assert exact * (1 - 1e-9) <= got <= exact * 1.002
@@ -80,7 +81,7 @@ def test_gaussian_composition_is_pessimistic_and_tight(z, steps):
 @pytest.mark.parametrize("relation", ["add_remove", "replace_one"])
 def test_subsampled_gaussian_agrees_with_dp_accounting(z, q, steps, relation):
     nr = ADD_OR_REMOVE_ONE if relation == "add_remove" else REPLACE_ONE
-    ours = pld.from_gaussian_mechanism(z, q, nr, 1e-4).self_compose(steps)
+    ours = pld_pairs.from_gaussian_mechanism(z, q, nr, 1e-4).self_compose(steps)
     # one unit: sigma / C under both relations, as dp-accounting
     ref = dpa.pld.privacy_loss_distribution.from_gaussian_mechanism(
         z, sampling_prob=q, value_discretization_interval=1e-4,
@@ -96,7 +97,7 @@ def test_subsampled_gaussian_agrees_with_dp_accounting(z, q, steps, relation):
 
 
 def test_single_subsampled_step_is_pessimistic_against_quadrature():
-    p = pld.from_gaussian_mechanism(1.0, 0.05, ADD_OR_REMOVE_ONE, 1e-3)
+    p = pld_pairs.from_gaussian_mechanism(1.0, 0.05, ADD_OR_REMOVE_ONE, 1e-3)
     for eps in (0.0, 0.0371, 0.1, 0.25):
         exact = max(exact_mixture_delta(0.05, 0.0, 1.0, eps), exact_mixture_delta(0.0, 0.05, 1.0, eps))
         assert exact * (1 - 1e-9) <= p.get_delta_for_epsilon(eps) <= exact + 1e-6
@@ -112,14 +113,14 @@ def test_epsilon_delta_events_compose_to_the_optimal_theorem(eps0, delta0, k):
 
 def test_mixture_with_identity_scales_delta():
     """A release that happens w.p. w (label public) has delta(eps) = w delta_G(eps)."""
-    g = pld.from_gaussian_mechanism(1.0, value_discretization_interval=1e-3)
+    g = pld_pairs.from_gaussian_mechanism(1.0, value_discretization_interval=1e-3)
     mix = g.compute_mixture(pld.identity(1e-3), 0.3)
     for eps in (0.0, 0.5, 2.0):
         assert mix.get_delta_for_epsilon(eps) == pytest.approx(0.3 * g.get_delta_for_epsilon(eps), rel=1e-12)
 
 
 def test_truncation_only_moves_mass_up():
-    g = pld.from_gaussian_mechanism(2.0, 0.1, ADD_OR_REMOVE_ONE, 1e-3).remove
+    g = pld_pairs.from_gaussian_mechanism(2.0, 0.1, ADD_OR_REMOVE_ONE, 1e-3).remove
     cut = g.truncate(math.log(1e-6))
     assert len(cut.masses) < len(g.masses)
     for eps in (0.0, 0.1, 0.3):
@@ -134,7 +135,7 @@ def test_truncation_only_moves_mass_up():
 ])
 def test_bad_input_names_the_argument(kwargs, word):
     with pytest.raises(ValueError, match=word):
-        pld.from_gaussian_mechanism(**kwargs)
+        pld_pairs.from_gaussian_mechanism(**kwargs)
 
 
 def test_grids_must_match():
@@ -148,7 +149,7 @@ def test_one_fft_power_on_the_chernoff_window_matches_repeated_convolution(z, q,
     of the full supports, squared log2(steps) times, and against dp-accounting. Tolerance: the two
     computations' round-off charges (each bounds its own l1 error, so they differ by at most the sum)
     plus 1e-11 for the windows' tails; the charge is part of every delta."""
-    one = pld.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, 1e-3)
+    one = pld_pairs.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, 1e-3)
     plain = one.remove
     for _ in range(int(math.log2(steps))):
         plain = plain.compose(plain, -300.0)
@@ -178,7 +179,7 @@ def test_random_mechanisms_agree_with_the_references_and_beat_rdp(z, log_q, step
     steps (h = 1e-3; at epsilon ~ 0.005 both PLDs are pessimistic by a few steps)."""
     q, delta = 10 ** log_q, 10 ** log_delta
     nr = REPLACE_ONE if replace_one else ADD_OR_REMOVE_ONE
-    composed = pld.from_gaussian_mechanism(z, q, nr, 1e-3).self_compose(steps)
+    composed = pld_pairs.from_gaussian_mechanism(z, q, nr, 1e-3).self_compose(steps)
     ours = composed.get_epsilon_for_delta(delta)
     charged = delta - composed.roundoff  # ours answers at most as the reference at delta - charge
     assume(composed.roundoff < 0.1 * delta)
@@ -205,7 +206,7 @@ def test_chernoff_window_searched_on_a_coarse_copy_matches_the_full_search(z, q,
     """t is searched on a 4096-block copy (each block's mass at its largest loss), the bound then
     evaluated exactly at it: any t is a valid Chernoff bound, so the point can only be at or beyond
     the full search's optimum; required within 1e-6 relative of it (the same FFT window)."""
-    one = pld.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, 1e-4).remove
+    one = pld_pairs.from_gaussian_mechanism(z, q, ADD_OR_REMOVE_ONE, 1e-4).remove
     keep = one.masses > 0
     l, m = one.losses[keep], one.masses[keep]
     assert len(l) > 2 * pld.CHERNOFF_BINS

@@ -11,7 +11,7 @@ import pytest
 from dp_accounting import NeighboringRelation, dp_event as dpe
 from dp_accounting.pld import pld_privacy_accountant
 
-from silodp.accounting import events as ev, pld
+from silodp.accounting import events as ev, pld, pld_lower, pld_pairs
 from silodp.accounting.accountants import epsilon
 
 TAIL = math.log(1e-15)
@@ -31,7 +31,7 @@ def _l1(a: pld.LossPmf, b: pld.LossPmf) -> float:
                                                 (6e-4, 1.1, 30000, ev.REPLACE_ONE),
                                                 (0.25, 2.0, 80, ev.ADD_OR_REMOVE_ONE)])
 def test_charge_bounds_the_actual_error_and_is_far_below_the_worst_case(q, z, steps, relation):
-    one = pld.from_gaussian_mechanism(z, q, relation, 1e-4, TAIL)._directions()[0]
+    one = pld_pairs.from_gaussian_mechanism(z, q, relation, 1e-4, TAIL)._directions()[0]
     ours = one.self_compose(steps, TAIL, pld.DIRECT_WORK)
     worst = one.self_compose(steps, TAIL)  # the FFT's worst-case bound only
     reference = one.astype(np.longdouble).self_compose(steps, TAIL)
@@ -87,7 +87,7 @@ def test_delta_1e_12_where_the_float64_charge_bound_the_certificate():
         pytest.skip("no extended precision on this platform")
     event = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(1e-4, ev.GaussianDpEvent(1.0)), 100)
     ours = epsilon(event, 1e-12, "pld", ev.ADD_OR_REMOVE_ONE)
-    lower = max(pld.count_test_lower_bound(pld.GaussianPair(a, b, 1.0), 100, 1e-12)
+    lower = max(pld_lower.count_test_lower_bound(pld_pairs.GaussianPair(a, b, 1.0), 100, 1e-12)
                 for a, b in ((1e-4, 0.0), (0.0, 1e-4)))
     acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4)
     acc.compose(dpe.SelfComposedDpEvent(dpe.PoissonSampledDpEvent(1e-4, dpe.GaussianDpEvent(1.0)), 100))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from silodp.accounting import ADD_OR_REMOVE_ONE, ComposedDpEvent, GaussianDpEvent, PoissonSampledDpEvent
-from silodp.accounting import pld as pld_lib
+from silodp.accounting import pld as pld_lib, pld_pairs
 from silodp.accounting.accountants import get_accountant
 from silodp.accounting.blocks import Block, Mechanism, Sampling
 from silodp.accounting.pld_tree import compose_tree, grouped
@@ -146,13 +146,13 @@ def test_one_sided_pair_is_the_general_pair_bit_for_bit(a, b, s):
     GaussianPair's thresholds, curve and PMF exactly, edges included (e^eps <= 1 - a, huge eps)."""
     eps = np.concatenate([np.arange(-2000, 45000) * 1e-4, [-50.0, -1e-3, 0.0, np.log1p(-a), np.log1p(-b)],
                           np.linspace(-5.0, 700.0, 1000)])
-    general, fast = pld_lib.GaussianPair(a, b, s), pld_lib.OneSidedGaussianPair(a, b, s)
+    general, fast = pld_pairs.GaussianPair(a, b, s), pld_pairs.OneSidedGaussianPair(a, b, s)
     with np.errstate(all="ignore"):
         assert np.array_equal(general.threshold(eps), fast.threshold(eps), equal_nan=True)
         assert np.array_equal(general.delta(eps), fast.delta(eps), equal_nan=True)
     assert np.array_equal(general.loss_pmf(1e-4, pld_lib.LOG_TAIL_MASS).masses, fast.loss_pmf(1e-4, pld_lib.LOG_TAIL_MASS).masses)
     with pytest.raises(ValueError, match="a, b"):
-        pld_lib.OneSidedGaussianPair(0.1, 0.1, s)
+        pld_pairs.OneSidedGaussianPair(0.1, 0.1, s)
 
 
 def test_a_non_private_release_among_many_falls_back_to_the_tree():
@@ -160,7 +160,7 @@ def test_a_non_private_release_among_many_falls_back_to_the_tree():
     declines and the tree answers infinity, as before."""
     from silodp.accounting.pld_tree import PRODUCT_MIN
 
-    plds = [pld_lib.from_gaussian_mechanism(1.0 + 0.1 * i, 0.02) for i in range(PRODUCT_MIN)]
+    plds = [pld_pairs.from_gaussian_mechanism(1.0 + 0.1 * i, 0.02) for i in range(PRODUCT_MIN)]
     out = compose_tree(plds + [pld_lib.non_private()])
     assert out.get_epsilon_for_delta(DELTA) == np.inf
     assert out.remove.infinity_mass == 1.0

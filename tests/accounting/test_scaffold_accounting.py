@@ -68,9 +68,9 @@ def test_server_worst_case_matches_dp_accounting_pld_and_rdp():
     q = CFG.batch_size / CFG.records_per_user
     direct = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-4)
     curve = lambda eps: np.array([direct.get_delta_for_epsilon(float(e)) for e in eps]) * (1 + 1e-9)  # noqa: E731
-    from silodp.accounting import pld as ours_pld
+    from silodp.accounting import pld as ours_pld, pld_pairs
 
-    sym = ours_pld.PrivacyLossDistribution(ours_pld.symmetric_loss_pmf(curve, 12.0, 1e-3, stride=8), None)
+    sym = ours_pld.PrivacyLossDistribution(pld_pairs.symmetric_loss_pmf(curve, 12.0, 1e-3, stride=8), None)
     assert ours == pytest.approx(sym.self_compose(CFG.steps).get_epsilon_for_delta(DELTA), rel=5e-3)
     apart = direct.self_compose(CFG.steps).get_epsilon_for_delta(DELTA)
     assert apart * (1 - 5e-3) <= ours <= 1.2 * apart
@@ -105,9 +105,9 @@ def test_expected_participation_is_the_binomial_average():
     cfg = ScaffoldConfig(num_users=1, records_per_user=10, rounds=6, local_steps=2, user_sampling=0.3, data_sampling=0.5)
     sigma, eps = 1.2, 1.0
     ours = delta(mixture_event(cfg, sigma, "server"), eps, "pld", REPLACE_ONE, value_discretization_interval=1e-4)
-    from silodp.accounting import pld as ours_pld  # the step: the symmetric without-replacement pair
+    from silodp.accounting import pld_pairs  # the step: the symmetric without-replacement pair
 
-    step = ours_pld.from_without_replacement_gaussian(2 * sigma, 0.5, value_discretization_interval=1e-4)
+    step = pld_pairs.from_without_replacement_gaussian(2 * sigma, 0.5, value_discretization_interval=1e-4)
     brute = sum(stats.binom.pmf(j, cfg.rounds, cfg.user_sampling) * step.self_compose(cfg.local_steps * j).get_delta_for_epsilon(eps)
                 for j in range(1, cfg.rounds + 1))
     assert ours == pytest.approx(brute, rel=2e-2)
@@ -228,14 +228,14 @@ def test_mixture_event_certifies_what_the_direct_pld_mixture_did():
     computed directly before the mixture became an event (rebuilt here), to 1e-12 relative: the
     accountant composes its blocks in a balanced tree (silodp.accounting.pld_tree), another order
     of the same exact compositions."""
-    from silodp.accounting import pld as ours
+    from silodp.accounting import pld as ours, pld_pairs
 
     cfg = ScaffoldConfig(num_users=6, records_per_user=40, rounds=3, local_steps=2, user_sampling=0.4,
                          data_sampling=0.25, warm_steps=2)
     sigma, disc, q = 0.9, 1e-3, cfg.batch_size / cfg.records_per_user
 
     def steps(z, count):
-        return ours.from_without_replacement_gaussian(2 * z, q, disc).self_compose(count)
+        return pld_pairs.from_without_replacement_gaussian(2 * z, q, disc).self_compose(count)
 
     parts = [(cfg.user_sampling * w, steps(sigma * math.sqrt(size), cfg.local_steps))
              for size, w in sorted(aggregation_groups(cfg).items())]

@@ -26,6 +26,7 @@ from silodp.accounting import (
     gaussian,
     get_accountant,
     pld,
+    pld_pairs,
     with_replacement,
 )
 from silodp.accounting import events as ev
@@ -153,12 +154,12 @@ def test_add_remove_is_refused():
 
 def test_the_gaussian_bound_is_below_bbg18_thm_10_as_a_pld():
     """T(alpha) <= L(alpha): the comonotone bound is at most BBG18 Thm 10's amplified mixture of the
-    k-draw Gaussians (pld.amplified_mixture, what the shuffle-DP groups use), at every eps."""
+    k-draw Gaussians (pld_pairs.amplified_mixture, what the shuffle-DP groups use), at every eps."""
     from scipy.stats import binom as bn
 
     weights = bn.pmf(np.arange(M + 1), M, 1 / N)
-    parts = [pld.from_gaussian_mechanism(Z_EVENT / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE, 1e-3) for k in range(1, M + 1)]
-    bbg = pld.amplified_mixture(weights, parts, 1e-3, stride=1)
+    parts = [pld_pairs.from_gaussian_mechanism(Z_EVENT / (2 * k), 1.0, ev.ADD_OR_REMOVE_ONE, 1e-3) for k in range(1, M + 1)]
+    bbg = pld_pairs.amplified_mixture(weights, parts, 1e-3, stride=1)
     ours = with_replacement.gaussian_pld(Z_EVENT, M, N, value_discretization_interval=1e-3)
     for eps in (0.0, 0.2, 0.7, 1.5):
         assert ours.get_delta_for_epsilon(eps) <= bbg.get_delta_for_epsilon(eps) * (1 + 1e-6) + 1e-12
@@ -175,7 +176,7 @@ def test_one_record_is_one_gaussian_at_shift_2mC(z, m):
     """n = 1 (it raised "math domain error"): every draw is the changed record, so the step is
     exactly N(2 m C) against N(0) at sigma = z C, the plain Gaussian at z / m under replace-one."""
     got = with_replacement.gaussian_pld(z, m, 1).self_compose(10).get_epsilon_for_delta(1e-5)
-    want = pld.from_gaussian_mechanism(z / m, 1.0, ev.REPLACE_ONE).self_compose(10).get_epsilon_for_delta(1e-5)
+    want = pld_pairs.from_gaussian_mechanism(z / m, 1.0, ev.REPLACE_ONE).self_compose(10).get_epsilon_for_delta(1e-5)
     assert got == pytest.approx(want, rel=1e-12)
 
 

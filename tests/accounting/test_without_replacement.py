@@ -1,5 +1,5 @@
 """Sampling without replacement, replace-one: the symmetric charge of
-:func:`silodp.accounting.pld.from_without_replacement_gaussian` against dp-accounting's Poisson pair
+:func:`silodp.accounting.pld_pairs.from_without_replacement_gaussian` against dp-accounting's Poisson pair
 and the exact output distributions of concrete neighbouring datasets.
 
 A step's worst orientation depends on the other records: all equal to the changed record's value
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from silodp.accounting import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent, get_accountant, pld
+from silodp.accounting import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent, get_accountant, pld, pld_pairs
 from silodp.accounting import events as ev
 
 N, M, C, Z = 5, 2, 1.0, 1.2  # 5 records, batches of 2, sigma = Z C
@@ -45,7 +45,7 @@ def _instance(others: float, e: float) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def step():
-    return pld.from_without_replacement_gaussian(Z, Q, value_discretization_interval=1e-4)
+    return pld_pairs.from_without_replacement_gaussian(Z, Q, value_discretization_interval=1e-4)
 
 
 @pytest.mark.parametrize("eps", [0.05, 0.3, 1.0])
@@ -54,8 +54,8 @@ def test_both_orientations_are_attained_and_charged(step, eps):
     the grid integral's accuracy); the symmetric charge covers both; the old "add" direction, which
     charged the second kind of step, is below it."""
     e = math.exp(eps)
-    remove = float(pld.GaussianPair(Q, 0.0, Z / 2).delta(np.array([eps]))[0])
-    add = float(pld.GaussianPair(0.0, Q, Z / 2).delta(np.array([eps]))[0])
+    remove = float(pld_pairs.GaussianPair(Q, 0.0, Z / 2).delta(np.array([eps]))[0])
+    add = float(pld_pairs.GaussianPair(0.0, Q, Z / 2).delta(np.array([eps]))[0])
     forward, _ = _instance(-C, e)
     _, backward = _instance(C, e)
     assert forward == pytest.approx(remove, abs=1e-6) and backward == pytest.approx(remove, abs=1e-6)
@@ -74,10 +74,10 @@ def test_the_symmetric_charge_is_at_least_every_mix_of_orientations():
     """T steps, k of them oriented one way and T - k the other: the composed symmetric pair is
     above each (composed here with the Poisson pair's two directions as two forward PLDs)."""
     z, q, steps = 1.0, 0.02, 200
-    poisson = pld.from_gaussian_mechanism(z / 2, q, ev.ADD_OR_REMOVE_ONE, 1e-4)
+    poisson = pld_pairs.from_gaussian_mechanism(z / 2, q, ev.ADD_OR_REMOVE_ONE, 1e-4)
     fwd = pld.PrivacyLossDistribution(poisson.remove, None)
     bwd = pld.PrivacyLossDistribution(poisson.add, None)
-    charged = pld.from_without_replacement_gaussian(z, q).self_compose(steps).get_epsilon_for_delta(1e-5)
+    charged = pld_pairs.from_without_replacement_gaussian(z, q).self_compose(steps).get_epsilon_for_delta(1e-5)
     mixes = [fwd.self_compose(k).compose(bwd.self_compose(steps - k)) for k in (1, 100, 199)]
     mixes += [fwd.self_compose(steps), bwd.self_compose(steps)]
     assert all(charged >= m.get_epsilon_for_delta(1e-5) for m in mixes)
@@ -86,16 +86,16 @@ def test_the_symmetric_charge_is_at_least_every_mix_of_orientations():
 def test_the_accountant_charges_the_symmetric_pair():
     event = SelfComposedDpEvent(SampledWithoutReplacementDpEvent(1000, 20, GaussianDpEvent(1.0)), 200)
     got = get_accountant("pld", ev.REPLACE_ONE).compose(event).get_epsilon(1e-5)
-    want = pld.from_without_replacement_gaussian(1.0, 0.02).self_compose(200).get_epsilon_for_delta(1e-5)
+    want = pld_pairs.from_without_replacement_gaussian(1.0, 0.02).self_compose(200).get_epsilon_for_delta(1e-5)
     assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_the_minorant_repairs_a_non_convex_upper_bound():
     """An upper bound that is not convex in e^eps (a bump) still gives a valid PLD (masses >= 0)
     whose curve lies above every convex curve below the bound (here the true Gaussian one)."""
-    pair = pld.GaussianPair(1.0, 0.0, 1.0)
+    pair = pld_pairs.GaussianPair(1.0, 0.0, 1.0)
     bumped = lambda e: pair.delta(e) + 0.01 * np.exp(-((e - 1.0) / 0.05) ** 2)  # noqa: E731
-    pmf = pld.symmetric_loss_pmf(bumped, 8.0, 1e-3)
+    pmf = pld_pairs.symmetric_loss_pmf(bumped, 8.0, 1e-3)
     assert np.all(pmf.masses >= 0)
     for eps in (0.2, 1.0, 2.0):
         assert pmf.delta(eps) >= float(pair.delta(np.array([eps]))[0]) - 1e-12
@@ -103,7 +103,7 @@ def test_the_minorant_repairs_a_non_convex_upper_bound():
 
 
 def test_vectorized_deltas_equal_the_scalar_delta():
-    pmf = pld.from_gaussian_mechanism(1.0, 0.05, ev.ADD_OR_REMOVE_ONE, 1e-3).remove
+    pmf = pld_pairs.from_gaussian_mechanism(1.0, 0.05, ev.ADD_OR_REMOVE_ONE, 1e-3).remove
     eps = np.array([0.0, 5e-4, 0.3, 1.2345, 2.5, 5.0])
     assert np.allclose(pmf.deltas(eps), [pmf.delta(e) for e in eps], rtol=1e-12, atol=1e-300)
 
@@ -119,8 +119,8 @@ from silodp.accounting.accountants import RDP_ORDERS  # noqa: E402
 def _a_by_quadrature(q: float, z: float, alpha: float, symmetric: bool) -> float:
     """A_alpha = 1 + alpha (alpha - 1) int_0^inf [e^{(alpha-1) t} H(P||Q) + e^{-alpha t} H(Q||P)](e^t) dt
     by adaptive quadrature (scipy), with H(Q||P) the Poisson pair's add curve or, symmetric, its remove curve."""
-    remove = lambda t: float(pld.GaussianPair(q, 0.0, z).delta(np.array([t]))[0])  # noqa: E731
-    back = remove if symmetric else (lambda t: float(pld.GaussianPair(0.0, q, z).delta(np.array([t]))[0]))
+    remove = lambda t: float(pld_pairs.GaussianPair(q, 0.0, z).delta(np.array([t]))[0])  # noqa: E731
+    back = remove if symmetric else (lambda t: float(pld_pairs.GaussianPair(0.0, q, z).delta(np.array([t]))[0]))
     pts = [q * k for k in (0.1, 1, 3, 10)] + [1.0, 5.0]
     kw = dict(points=pts, limit=500, epsabs=0, epsrel=1e-11)
     up = integrate.quad(lambda t: math.exp((alpha - 1) * t) * remove(t), 0, 60, **kw)[0]

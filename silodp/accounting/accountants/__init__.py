@@ -28,7 +28,7 @@ Fail closed: each accountant lists the (mechanism, sampling) pairs it certifies 
 * ``pld`` -- privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022, see
   :mod:`silodp.accounting.pld`), connect-the-dots pessimistic discretization: tight up to the
   discretization. Poisson under replace-one uses the exact replace-one pair; sampling without
-  replacement the symmetric pair of :func:`silodp.accounting.pld.from_without_replacement_gaussian`
+  replacement the symmetric pair of :func:`silodp.accounting.pld_pairs.from_without_replacement_gaussian`
   (either orientation per step); with-replacement sampling the multiplicity-hiding bound of
   :mod:`silodp.accounting.with_replacement`; tested against dp-accounting's PLD library. The only
   accountant of :class:`~silodp.accounting.events.LabelledMixtureDpEvent` (DP-SCAFFOLD's

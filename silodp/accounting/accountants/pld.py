@@ -9,7 +9,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-from silodp.accounting import events as ev, mechanisms, pld as pld_lib
+from silodp.accounting import events as ev, mechanisms, pld as pld_lib, pld_pairs
 from silodp._validation import check_positive
 from silodp.accounting.accountants.base import _ALL_SAMPLING, TIGHT, Accountant, CalibrationSettings
 from silodp.accounting.accountants.registry import register_accountant
@@ -72,7 +72,7 @@ def _balls_in_bins(block: Block, neighbouring: ev.NeighboringRelation, disc: flo
 @pld_builder(Mechanism.TRUNCATED_POISSON)
 def _truncated_poisson(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
                        bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
-    return pld_lib.from_truncated_subsampled_gaussian(block.noise_multiplier, block.q, block.dataset_size,
+    return pld_pairs.from_truncated_subsampled_gaussian(block.noise_multiplier, block.q, block.dataset_size,
                                                       block.sample_size, neighbouring, disc, bound)
 
 
@@ -91,7 +91,7 @@ def _poisson(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
     """Under replace-one, a subsampled step is the exact replace-one pair (contributions in the
     ball of radius C); a step that is not subsampled is the Gaussian itself."""
     q = block.q if block.subsampled else 1.0
-    return pld_lib.from_gaussian_mechanism(block.noise_multiplier, q, neighbouring, disc, bound)
+    return pld_pairs.from_gaussian_mechanism(block.noise_multiplier, q, neighbouring, disc, bound)
 
 
 @pld_builder((Mechanism.GAUSSIAN, Sampling.WITHOUT_REPLACEMENT))
@@ -101,7 +101,7 @@ def _without_replacement(block: Block, neighbouring: ev.NeighboringRelation, dis
     2C in both directions (BBG18 Thm 2; see the function); not subsampled: the Gaussian itself."""
     if not block.subsampled:
         return _poisson(block, neighbouring, disc, bound, lattice)
-    return pld_lib.from_without_replacement_gaussian(block.noise_multiplier, block.q, disc, bound)
+    return pld_pairs.from_without_replacement_gaussian(block.noise_multiplier, block.q, disc, bound)
 
 
 @register_accountant
