@@ -189,19 +189,37 @@ class OneSidedGaussianPair(GaussianPair):
         would reach there."""
         a, b, s = self.a, self.b, self.s
         eps = np.asarray(epsilon, dtype=float)
-        big_e = np.exp(eps)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if b == 0.0:
-                gap = np.maximum(big_e - (1.0 - a), 0.0)  # a w*; 0 below e^eps = 1 - a (x* = -inf)
-                arg = (s * s * np.log(gap / a) + 0.5) / -s  # -x*/s
-                out = a * ndtr(arg + 1.0 / s)
-                out -= gap * ndtr(arg)
-                return np.where(gap > 0, out, -np.expm1(eps))
-            qb = np.maximum(1.0 - big_e * (1.0 - b), 0.0)  # 0 past e^eps (1 - b) = 1 (x* = +inf)
-            arg = (s * s * np.log((big_e * (b * math.exp(-1.0 / s ** 2))) / qb) + 0.5) / -s
-            out = qb * ndtr(arg)
-            out -= (big_e * b) * ndtr(arg - 1.0 / s)
-            return np.where(qb > 0, out, 0.0)
+                gap = np.exp(eps)
+                gap -= 1.0 - a  # a w*; <= 0 where e^eps <= 1 - a (x* = -inf: those points are set last)
+                arg = np.log(gap)
+                arg *= -s
+                arg += s * math.log(a) - 0.5 / s  # -x*/s = -(s^2 log(gap / a) + 0.5) / s
+                out = ndtr(arg + 1.0 / s)
+                out *= a
+                arg = ndtr(arg)
+                arg *= gap
+                out -= arg
+                low = gap <= 0.0
+                if low.any():
+                    out[low] = -np.expm1(eps[low])
+                return out
+            big_e = np.exp(eps)
+            qb = big_e * (b - 1.0)
+            qb += 1.0  # <= 0 past e^eps (1 - b) = 1 (x* = +inf: 0 there)
+            arg = np.log(qb)
+            arg -= eps
+            arg *= s
+            arg += 0.5 / s - s * math.log(b)  # -x*/s, x* = s^2 log(e^eps b e^{-1/s^2} / qb) + 0.5
+            out = ndtr(arg)
+            out *= qb
+            arg = ndtr(arg - 1.0 / s)
+            arg *= big_e
+            arg *= b
+            out -= arg
+            out[qb <= 0.0] = 0.0
+            return out
 
     def _scalar_loss(self, x: float) -> float:
         """The loss at one x (floats, not arrays: only to place :meth:`strided_loss_pmf`'s dots)."""
@@ -307,7 +325,8 @@ def connect_the_dots_at(curve: Callable[[Any], Any], dots: np.ndarray, interval:
         at = dots[start - 1:min(stop, n - 1) + 1]
         d = curve(at * interval)
         drops = d[:-1] - d[1:]  # D_start .. D_min(stop, n - 1)
-        downs = drops / np.expm1(np.diff(at) * interval)  # D_j / (e^g_j - 1); D_j / (1 - e^-g_j) is D_j plus it
+        # D_j / (e^g_j - 1) (one g for a piece of consecutive points); D_j / (1 - e^-g_j) is D_j plus it
+        downs = drops / (math.expm1(interval) if at[-1] - at[0] == len(at) - 1 else np.expm1(np.diff(at) * interval))
         ups = drops + downs
         if stop == n:
             downs = np.append(downs, 0.0)
