@@ -325,12 +325,17 @@ def connect_the_dots_at(curve: Callable[[Any], Any], dots: np.ndarray, interval:
         at = dots[start - 1:min(stop, n - 1) + 1]
         d = curve(at * interval)
         drops = d[:-1] - d[1:]  # D_start .. D_min(stop, n - 1)
-        # D_j / (e^g_j - 1) (one g for a piece of consecutive points); D_j / (1 - e^-g_j) is D_j plus it
-        downs = drops / (math.expm1(interval) if at[-1] - at[0] == len(at) - 1 else np.expm1(np.diff(at) * interval))
+        consecutive = at[-1] - at[0] == len(at) - 1  # a piece of the fine grid: one g, one slice
+        # D_j / (e^g_j - 1); D_j / (1 - e^-g_j) is D_j plus it
+        downs = drops / (math.expm1(interval) if consecutive else np.expm1(np.diff(at) * interval))
         ups = drops + downs
         if stop == n:
             downs = np.append(downs, 0.0)
-        masses[dots[start:stop] - first] = np.maximum(ups[:stop - start] - downs[1:stop - start + 1], 0.0)
+        piece = np.maximum(ups[:stop - start] - downs[1:stop - start + 1], 0.0)
+        if consecutive:
+            masses[dots[start] - first:dots[stop - 1] - first + 1] = piece
+        else:
+            masses[dots[start:stop] - first] = piece
     assert d is not None
     tail = float(d[-1])
     masses[0] = max(0.0, 1.0 - tail - float(np.sum(masses[1:])))
