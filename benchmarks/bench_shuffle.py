@@ -73,7 +73,7 @@ def config(preset: str, algorithm: str) -> TranscriptConfig:
 
 def previous_params(algorithm: str, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:
     """silodp before issue 13: budgets scaled by the advanced accountant, b by KOV bisection."""
-    plan = [r for r in algorithm_class(algorithm).shuffle_declaration(cfg, {"epsilon": epsilon, "delta": delta})
+    plan = [r for r in algorithm_class(algorithm).plan.shuffle_declaration(cfg, {"epsilon": epsilon, "delta": delta})
             if r.count]
     scale = calibrate(lambda s: releases_event([dataclasses.replace(r, epsilon=r.epsilon / s) for r in plan]),
                       epsilon, delta, "advanced").noise_multiplier

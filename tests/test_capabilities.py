@@ -37,10 +37,37 @@ def _strings(node: ast.AST) -> list[str]:
     return []
 
 
+def _about_names(text: str) -> bool:
+    """Whether an expression's text is about an accountant, an algorithm or a name."""
+    return any(w in text for w in ("accountant", "algorithm", "name"))
+
+
+def _affix(method: str, text: str, names: set[str]) -> bool:
+    """Whether ``text`` begins (``startswith``) or ends (``endswith``) some registered name."""
+    return bool(text) and any(getattr(n, method)(text) for n in names)
+
+
+def _substring_test(node: ast.Compare, names: set[str], about_names: bool) -> bool:
+    """An ``in`` / ``not in`` against a string literal that is a registered name (``x in "pld"``:
+    a substring test, whatever ``x`` is), or, on an expression about names, with a literal that
+    is a part of one (``"spider" in name``)."""
+    for op, left, right in zip(node.ops, [node.left, *node.comparators], node.comparators):
+        if not isinstance(op, (ast.In, ast.NotIn)):
+            continue
+        if isinstance(right, ast.Constant) and right.value in names:
+            return True
+        if about_names and isinstance(left, ast.Constant) and isinstance(left.value, str) and len(left.value) >= 3 \
+                and any(left.value in n for n in names):
+            return True
+    return False
+
+
 def name_switches(root: pathlib.Path = PACKAGE) -> set[tuple[str, str, int]]:
     """(file, what, line) of every label parse (``.split("(")``), comparison of an accountant /
-    algorithm / name expression with a registered name, and literal table of two or more
-    registered names, in the package's code outside :data:`REGISTRIES`."""
+    algorithm / name expression with a registered name, test of a part of a registered name on
+    such an expression (``name.startswith("pld")``, ``.endswith``, ``"spider" in name``, ``name in
+    "pld"``), and literal table of two or more registered names, in the package's code outside
+    :data:`REGISTRIES`."""
     names = set(ACCOUNTANTS) | set(ALGORITHMS)
     found = set()
     for path in sorted(root.rglob("*.py")):
@@ -55,9 +82,15 @@ def name_switches(root: pathlib.Path = PACKAGE) -> set[tuple[str, str, int]]:
             elif isinstance(node, ast.Compare):
                 sides = [node.left, *node.comparators]
                 subject = " ".join(ast.unparse(s) for s in sides)
-                if any(s in names for side in sides for s in _strings(side)) and \
-                        any(w in subject for w in ("accountant", "algorithm", "name")):
+                if _substring_test(node, names, _about_names(subject)):
+                    what = "tests a part of a name"
+                elif any(s in names for side in sides for s in _strings(side)) and _about_names(subject):
                     what = "compares a name"
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("startswith", "endswith") and node.args \
+                    and _about_names(ast.unparse(node.func.value)) \
+                    and any(_affix(node.func.attr, s, names) for s in _strings(node.args[0])):
+                what = "tests a part of a name"
             elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(set(_strings(node)) & names) >= 2:
                 what = "a table of names"
             elif isinstance(node, ast.Dict) and len({k.value for k in node.keys if isinstance(k, ast.Constant)}
@@ -86,6 +119,16 @@ def test_the_scan_finds_a_planted_switch(tmp_path):
         '    SAFE = {"isrl-prox-sgd", "sdp-prox-sgd"}\n'
         '    return label.split("(")[0], SAFE\n')
     assert {w for _, w, _ in name_switches(pkg)} == {"compares a name", "a table of names", "parses a label"}
+    (pkg / "planted.py").write_text(  # parts of registered names: a prefix, a suffix, a substring either way
+        'def g(accountant, algorithm):\n'
+        '    a = accountant.name.startswith("pld")\n'
+        '    b = algorithm.endswith("-svrg")\n'
+        '    c = "spider" in algorithm\n'
+        '    d = kind not in "pld"\n'
+        '    e = accountant.startswith("zz-not-a-name")\n'
+        '    f = "x" in algorithm and "sgd" in "a message"\n'
+        '    return a, b, c, d, e, f\n')
+    assert sorted(line for _, w, line in name_switches(pkg) if w == "tests a part of a name") == [2, 3, 4, 5]
 
 
 class _MixturePld(PldAccountant):
@@ -115,11 +158,11 @@ def test_dp_scaffold_noise_asks_supports_not_the_name(another_pld):
 
     cls = ALGORITHMS["dp-scaffold"]
     cfg = ScaffoldConfig(20, 50, 3, 2, 0.5, 0.2, 1.0, 0)
-    ours = cls.noise_report(cfg, 4.0, 1e-5, accountant=another_pld)
-    pld = cls.noise_report(cfg, 4.0, 1e-5)
+    ours = cls.plan.noise_report(cfg, 4.0, 1e-5, accountant=another_pld)
+    pld = cls.plan.noise_report(cfg, 4.0, 1e-5)
     assert ours["sigma_g"] == pytest.approx(pld["sigma_g"], rel=1e-12)
     with pytest.raises(ValueError, match=r"accountant: 'rdp' does not certify .*those that do: \[.*'pld'"):
-        cls.noise_report(cfg, 4.0, 1e-5, accountant="rdp")
+        cls.plan.noise_report(cfg, 4.0, 1e-5, accountant="rdp")
 
 
 def test_a_calibration_carries_its_accountant_spec():

@@ -37,6 +37,7 @@ def _toys():
         "import dataclasses\n\nfrom silodp.accounting.releases import BatchSampling\n"
         "from silodp.algorithms.base import FederatedAlgorithm\n"
         "from silodp.algorithms.config import AlgorithmConfig, param\n"
+        "from silodp.algorithms.plan import gaussian_messages\n"
         "from silodp.algorithms.registry import register_algorithm\n",
         inspect.getsource(toy.ToyConfig),  # its transcript is derived from ToyConfig (no ToyTranscript)
         "@register_algorithm\n" + _without(inspect.getsource(toy.ToyFullGradient), "    Transcript = ToyTranscript\n")])

@@ -59,7 +59,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -194,10 +194,38 @@ EVENTS = (SkellamSumDpEvent, DiscreteGaussianSumDpEvent)
 DistributedSumEvent = SkellamSumDpEvent | DiscreteGaussianSumDpEvent
 
 
+class Codec(Protocol):
+    """The draws and decodings a simulator supplies to the mechanisms
+    (:mod:`silodp.algorithms.distributed` implements them in torch): each mechanism says which of
+    them its silo's message and the server's estimate are made of (:meth:`DistributedMechanism.encode`,
+    :meth:`~DistributedMechanism.decode`), so no caller compares mechanism names. Arrays are the
+    simulator's own type."""
+
+    def round(self, y: Any, p: DistributedParams) -> Any:
+        """``y`` over the scale gamma, randomized-rounded to integers (conditional rounding below
+        the rounded norm; plain at record level)."""
+
+    def poisson(self, shape: Any, rate: float) -> Any:
+        """Independent Poisson(``rate``) integers of ``shape``."""
+
+    def discrete_gaussian(self, shape: Any, sigma: float) -> Any:
+        """Independent N_Z(0, ``sigma``^2) integers of ``shape``."""
+
+    def randomize(self, y: Any, p: DistributedParams) -> Any:
+        """The binomial protocol's randomizer R_vec of ``y`` on the rotated range (g levels, b trials)."""
+
+    def analyze(self, sums: Any, summed: int, p: DistributedParams) -> Any:
+        """The binomial protocol's analyzer A_vec of the centred ``sums`` of ``summed`` silos."""
+
+    def unscale(self, sums: Any, p: DistributedParams) -> Any:
+        """The centred integer ``sums`` times the scale gamma (real units)."""
+
+
 class DistributedMechanism:
     """One kind of distributed noise: what :class:`DistributedParams` asks of its ``mechanism``
     instead of comparing its name (the noise's variance, the event it releases, its tail, its
-    certificate and calibration). One instance per kind, registered in :data:`MECHANISM_KINDS`."""
+    certificate and calibration, what a silo draws and how the server decodes). One instance per
+    kind, registered in :data:`MECHANISM_KINDS`."""
 
     #: the name ``DistributedParams.mechanism`` carries (the CLI's ``--mechanism``)
     name: ClassVar[str] = ""
@@ -236,6 +264,27 @@ class DistributedMechanism:
         """Its own parameters beside the noise, as ``summary`` prints them."""
         return {}
 
+    def encode(self, codec: Codec, y: Any, p: DistributedParams) -> Any:
+        """One silo's integer vector for its rotated, clipped vector ``y`` (before the modular
+        reduction): ``y`` over gamma, randomized-rounded, plus this kind's integer noise
+        (:meth:`draw`), in that order of draws."""
+        rounded = codec.round(y, p)
+        return rounded + self.draw(codec, y.shape, p)
+
+    def draw(self, codec: Codec, shape: Any, p: DistributedParams) -> Any:
+        """One silo's integer noise of ``shape`` at noise parameter ``p.noise``."""
+        raise NotImplementedError
+
+    def centre(self, p: DistributedParams, summed: int) -> int:
+        """The integer the server's decoding window is centred on for a sum of ``summed`` silos:
+        0 (zero-mean noise)."""
+        return 0
+
+    def decode(self, codec: Codec, sums: Any, summed: int, p: DistributedParams) -> Any:
+        """The estimate of the sum of ``summed`` silos' rotated vectors from the centred integer
+        ``sums``: back to real units (times gamma)."""
+        return codec.unscale(sums, p)
+
 
 class Binomial(DistributedMechanism):
     """The paper's binomial protocol with the rotation (P_vec, certified by :mod:`silodp.accounting.pvec`)."""
@@ -264,6 +313,18 @@ class Binomial(DistributedMechanism):
     def extra(self, p: DistributedParams) -> dict[str, Any]:
         return {"levels": p.levels}
 
+    def encode(self, codec: Codec, y: Any, p: DistributedParams) -> Any:
+        """The randomizer R_vec (its binomial noise is part of it)."""
+        return codec.randomize(y, p)
+
+    def centre(self, p: DistributedParams, summed: int) -> int:
+        """The middle of the binomial sum: ``summed`` (g + b) / 2."""
+        return summed * (p.levels + int(p.noise)) // 2
+
+    def decode(self, codec: Codec, sums: Any, summed: int, p: DistributedParams) -> Any:
+        """The analyzer A_vec."""
+        return codec.analyze(sums, summed, p)
+
 
 class Skellam(DistributedMechanism):
     """Skellam noise Pois(v/2) - Pois(v/2) per coordinate (AKL21)."""
@@ -272,6 +333,11 @@ class Skellam(DistributedMechanism):
 
     def noise_variance(self, noise: float) -> float:
         return noise
+
+    def draw(self, codec: Codec, shape: Any, p: DistributedParams) -> Any:
+        """Pois(v/2) - Pois(v/2) per coordinate."""
+        first = codec.poisson(shape, p.noise / 2.0)
+        return first - codec.poisson(shape, p.noise / 2.0)
 
     def event(self, p: DistributedParams, l2: float, l1: float) -> ev.DpEvent:
         return SkellamSumDpEvent(l2, l1, p.summed * p.noise)
@@ -302,6 +368,10 @@ class DiscreteGaussian(DistributedMechanism):
 
     def noise_variance(self, noise: float) -> float:  # at most sigma^2 (Canonne, Kamath & Steinke 2020)
         return noise ** 2
+
+    def draw(self, codec: Codec, shape: Any, p: DistributedParams) -> Any:
+        """N_Z(0, sigma^2) per coordinate."""
+        return codec.discrete_gaussian(shape, p.noise)
 
     def event(self, p: DistributedParams, l2: float, l1: float) -> ev.DpEvent:
         return DiscreteGaussianSumDpEvent(l2, p.noise, p.summed, p.padded)

@@ -5,7 +5,8 @@ Server" (arXiv:2203.06735): ISRL-DP and SDP proximal SGD, SVRG and SPIDER, plus 
 Local SGD baselines. See ``docs/algorithms.md``.
 """
 
-from .base import Context, FederatedAlgorithm
+from .base import FederatedAlgorithm
+from .context import Context
 from .baselines import MBSGD, IsrlFedAvgM, IsrlLocalSGD, IsrlMBSGD, LocalSGD
 from .data import FederatedData, mnist, synthetic, wbcd
 from .federation import BatchSampler, Federation

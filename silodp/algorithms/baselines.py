@@ -14,8 +14,9 @@ from silodp._validation import check_count
 from silodp.accounting.releases import GaussianRelease
 
 from .config import AlgorithmConfig, check_unit, param
-from .base import Context
+from .context import Context
 from .fedavg import LocalUpdates
+from .plan import gaussian_messages
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 from .proxsgd import IsrlProxSGD
@@ -67,7 +68,7 @@ class IsrlLocalSGD(LocalUpdates):
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         """R * local_steps noisy gradients "grad", noise multiplier sigma / (L / K)."""
-        return [cls.gaussian("grad", cfg.rounds * cfg.local_steps, sigmas["sigma"], cfg.clip / cfg.batch_size,
+        return [gaussian_messages("grad", cfg.rounds * cfg.local_steps, sigmas["sigma"], cfg.clip / cfg.batch_size,
                              cfg.batch_size, cfg)]
 
 

@@ -74,28 +74,49 @@ def _clip(x: torch.Tensor, clip: float) -> torch.Tensor:
     return x * torch.clamp(clip / x.norm(dim=-1, keepdim=True).clamp_min(1e-300), max=1.0)
 
 
-def integers(x: torch.Tensor, p: acc.DistributedParams, signs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Each silo's integer vector ``[M, d']`` (int64) for its vector ``x: [M, D]``, before the
-    modular reduction."""
-    y = shuffle.rotate(_clip(x.to(torch.float64), p.bound), signs)
-    if p.mechanism == "binomial":
+class _Codec:
+    """The draws and decodings of :class:`silodp.accounting.distributed.Codec` in torch, from one
+    generator: each mechanism object says which of them it is made of."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def round(self, y: torch.Tensor, p: acc.DistributedParams) -> torch.Tensor:
+        z = y / p.scale
+        if p.vector_norm:  # record level: plain randomized rounding (coupled across neighbours)
+            rounded = torch.floor(z + torch.rand(z.shape, generator=self.generator, dtype=z.dtype))
+        else:
+            rounded = _conditional_round(z, acc.rounded_norm(p.clip / p.scale, p.padded, p.beta), self.generator)
+        return rounded.long()
+
+    def poisson(self, shape: torch.Size, rate: float) -> torch.Tensor:
+        return torch.poisson(torch.full(shape, rate, dtype=torch.float64), generator=self.generator).long()
+
+    def discrete_gaussian(self, shape: torch.Size, sigma: float) -> torch.Tensor:
+        return discrete_gaussian(shape, sigma, self.generator)
+
+    def randomize(self, y: torch.Tensor, p: acc.DistributedParams) -> torch.Tensor:
         from silodp.accounting.pvec import rotated_bound
 
         bp = shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
-        message = shuffle.randomize(y, rotated_bound(p.clip, p.dimension), bp, generator)
-    else:
-        z = y / p.scale
-        if p.vector_norm:  # record level: plain randomized rounding (coupled across neighbours)
-            rounded = torch.floor(z + torch.rand(z.shape, generator=generator, dtype=z.dtype))
-        else:
-            rounded = _conditional_round(z, acc.rounded_norm(p.clip / p.scale, p.padded, p.beta), generator)
-        if p.mechanism == "skellam":
-            rate = torch.full(y.shape, p.noise / 2.0, dtype=torch.float64)
-            noise = (torch.poisson(rate, generator=generator) - torch.poisson(rate, generator=generator)).long()
-        else:
-            noise = discrete_gaussian(y.shape, p.noise, generator)
-        message = rounded.long() + noise
-    return message
+        return shuffle.randomize(y, rotated_bound(p.clip, p.dimension), bp, self.generator)
+
+    def analyze(self, sums: torch.Tensor, summed: int, p: acc.DistributedParams) -> torch.Tensor:
+        from silodp.accounting.pvec import rotated_bound
+
+        bp = shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
+        return shuffle.analyze(sums, summed, rotated_bound(p.clip, p.dimension), bp)
+
+    def unscale(self, sums: torch.Tensor, p: acc.DistributedParams) -> torch.Tensor:
+        return sums.to(torch.float64) * p.scale
+
+
+def integers(x: torch.Tensor, p: acc.DistributedParams, signs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Each silo's integer vector ``[M, d']`` (int64) for its vector ``x: [M, D]``, before the
+    modular reduction: its mechanism's :meth:`~silodp.accounting.distributed.DistributedMechanism.encode`
+    of the rotated, clipped vector."""
+    y = shuffle.rotate(_clip(x.to(torch.float64), p.bound), signs)
+    return p.kind.encode(_Codec(generator), y, p)
 
 
 def encode(x: torch.Tensor, p: acc.DistributedParams, signs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -115,18 +136,13 @@ def centred(total: torch.Tensor, modulus: int, middle: int = 0) -> torch.Tensor:
 
 
 def centre(p: acc.DistributedParams, summed: int) -> int:
-    """The integer the decoding window is centred on: the binomial sum's middle, else 0."""
-    return summed * (p.levels + int(p.noise)) // 2 if p.mechanism == "binomial" else 0
+    """The integer the decoding window is centred on (the mechanism's: the binomial sum's middle, else 0)."""
+    return p.kind.centre(p, summed)
 
 
 def decode(total: torch.Tensor, p: acc.DistributedParams, summed: int, signs: torch.Tensor) -> torch.Tensor:
-    """The server's estimate ``[D]`` of the sum of the ``summed`` silos' clipped vectors."""
+    """The server's estimate ``[D]`` of the sum of the ``summed`` silos' clipped vectors (the
+    mechanism's :meth:`~silodp.accounting.distributed.DistributedMechanism.decode`, which draws
+    nothing, then the inverse rotation)."""
     sums = centred(total, p.modulus, centre(p, summed))
-    if p.mechanism == "binomial":
-        from silodp.accounting.pvec import rotated_bound
-
-        bp = shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
-        est = shuffle.analyze(sums, summed, rotated_bound(p.clip, p.dimension), bp)
-    else:
-        est = sums.to(torch.float64) * p.scale
-    return shuffle.unrotate(est, signs, p.dimension)
+    return shuffle.unrotate(p.kind.decode(_Codec(torch.Generator()), sums, summed, p), signs, p.dimension)

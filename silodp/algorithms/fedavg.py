@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from .base import Context, FederatedAlgorithm
+from .base import FederatedAlgorithm
+from .context import Context
 
 
 class LocalUpdates(FederatedAlgorithm):

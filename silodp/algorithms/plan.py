@@ -61,6 +61,34 @@ def shuffle_groups(raw: dict, groups: tuple[str, ...]) -> dict:
     return {g: as_params(raw[g]) for g in groups if g in raw}  # a group never sent needs none
 
 
+def batch_sampling(cfg: Any) -> BatchSampling:
+    """The batch sampling of the minibatches a class draws with the transcript ``cfg``: those of
+    :class:`~silodp.algorithms.federation.BatchSampler` (i.i.d. draws, or disjoint batches
+    through one permutation per epoch), or balls-in-bins batches
+    (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
+    if getattr(cfg, "balls_in_bins", False):
+        return BatchSampling.BALLS_IN_BINS
+    return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+
+
+def gaussian_messages(group: str, count: int, sigma: float, contribution: float, batch_size: int, cfg: Any,
+                      sampling: BatchSampling | None = None) -> GaussianRelease:
+    """What a family's ``declare_gaussian`` writes for one message group: ``count`` messages of
+    ``group`` with noise std ``sigma`` over per-record contributions of norm <= ``contribution``
+    (clip over the batch size), i.e. noise multiplier sigma / contribution, sampled as ``sampling``
+    (default: :func:`batch_sampling` of ``cfg``) over batches of ``batch_size`` of ``cfg.n`` records."""
+    how = sampling or batch_sampling(cfg)
+    return GaussianRelease(group, count, float(sigma) / contribution, how, batch_size, cfg.n)
+
+
+def _family(cls: Any, hook: str) -> Any:
+    """The family's own declaration hook ``hook`` (``declare_gaussian`` / ``declare_shuffle``)."""
+    written = getattr(cls, hook, None)
+    if written is None:
+        raise NotImplementedError(f"{cls.__name__} writes no {hook} (its plan {cls.Plan.__name__} needs one)")
+    return written
+
+
 # -- channels: how a run's messages are computed, recorded and released ----------------------------
 class GaussianChannel:
     """Gaussian messages: the weighted sum of clipped per-record terms (ghost clipping), plus
@@ -169,6 +197,11 @@ class ShuffleChannel:
         return est, totals
 
 
+#: The channels a run may release through (:class:`~silodp.algorithms.context.Context` refuses any
+#: other, a subclass included: a plan chooses between them, it cannot bring its own release code).
+CHANNELS: tuple[type, ...] = (GaussianChannel, ShuffleChannel)
+
+
 # -- plans ----------------------------------------------------------------------------------------
 class Plan:
     """The privacy contract of the algorithm class ``cls`` (``algo``: one configured instance, for
@@ -177,8 +210,6 @@ class Plan:
     Channel: ClassVar[type] = GaussianChannel
     #: the refusal of a private run with neither a target nor explicit noise
     missing_noise: ClassVar[str] = "epsilon: private algorithms need a target epsilon or explicit sigmas"
-    #: whether the class releases through the shuffler (read by the CLI, the experiments and the audits)
-    shuffled: ClassVar[bool] = False
 
     def __init__(self, cls: type, algo: Any = None) -> None:
         #: the algorithm class and the configured instance (typed Any: a Config's fields are
@@ -207,7 +238,7 @@ class Plan:
             batch_size2=int(a.batch_size), period=1, inner_steps=1, restarts=1, local_steps=1,
             clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
-            replacement=a.uses_replacement, balls_in_bins=bool(a.balls_in_bins),
+            replacement=self.uses_replacement, balls_in_bins=bool(a.balls_in_bins),
         )
         return {**shared, **a.config.transcript_fields(federation.min_size)}
 
@@ -236,13 +267,22 @@ class Plan:
 
     # -- the declaration ----------------------------------------------------------------------
     def sampling(self, cfg: Any) -> BatchSampling:
-        """The batch sampling of the minibatches the class draws: those of
-        :class:`~silodp.algorithms.federation.BatchSampler` (i.i.d. draws, or disjoint batches
-        through one permutation per epoch), or balls-in-bins batches
-        (:class:`~silodp.algorithms.federation.BallsInBinsSampler`)."""
-        if getattr(cfg, "balls_in_bins", False):
-            return BatchSampling.BALLS_IN_BINS
-        return BatchSampling.WITH_REPLACEMENT if cfg.replacement else BatchSampling.SHUFFLED
+        """The batch sampling of the minibatches the class draws (:func:`batch_sampling`)."""
+        return batch_sampling(cfg)
+
+    @property
+    def uses_replacement(self) -> bool:
+        """Whether the run's minibatches are drawn with replacement: ``replacement``, else the
+        class's ``default_replacement``."""
+        a = self.algo
+        return bool(self.cls.default_replacement if a.replacement is None else a.replacement)
+
+    @property
+    def picks_uniform(self) -> bool:
+        """Whether the run's ``w_priv`` is a uniformly random iterate: the algorithm's own rule
+        (``output`` None or "random", e.g. Alg 3 line 17) or the last iterate (``output="last"``,
+        post-processing)."""
+        return bool(self.cls.uniform_output) and self.algo.output != "last"
 
     def declaration(self, cfg: Any, sigmas: dict) -> list:
         """What one silo releases over the whole run, one release per message group (a
@@ -387,6 +427,28 @@ class Plan:
         sigmas = {k: float(explicit[k]) for k in keys}
         return sigmas, self.certify_noise(self.transcript_config(problem, federation), sigmas, delta), None
 
+    # -- what callers ask of the noise -------------------------------------------------------
+    def noise_arguments(self, sigmas: dict, shuffle: dict | None, scale: float = 1.0) -> dict:
+        """The constructor arguments that run the class with this noise: the standard deviations
+        ``sigmas`` times ``scale`` (a clip-1 calibration at the run's clip) as ``sigmas``."""
+        return {"sigmas": {k: float(v) * scale for k, v in sigmas.items()}}
+
+    def noise_payload(self, sigmas: dict, shuffle: dict | None) -> dict | None:
+        """The run's noise as plain data (``silodp run --json``'s ``noise``): the standard
+        deviations, ``None`` for an infinite one."""
+        return {k: (v if math.isfinite(v) else None) for k, v in sigmas.items()}
+
+    def releases_gaussian_messages(self) -> bool:
+        """Whether each silo releases its own Gaussian message (noise std over a contribution
+        bound), so that a replay on a neighbouring dataset compares messages: what the audit game,
+        the audit mutations and the halved-noise and sensitivity conformance checks act on."""
+        return bool(self.cls.private)
+
+    def certify_stored(self, cfg: Any, stored: dict, delta: float, target: float) -> float:
+        """What a stored calibration's noise (``stored["sigmas"]``) certifies for the transcript
+        ``cfg`` at ``delta`` (:meth:`certify_noise`, with this configured plan's accountant)."""
+        return self.certify_noise(cfg, stored["sigmas"], delta)
+
     # -- the channel --------------------------------------------------------------------------
     def channel(self) -> Any:
         """The channel a run of this plan releases through."""
@@ -413,7 +475,7 @@ class GaussianPlan(Plan):
 
     def declare(self, cfg: Any, sigmas: dict) -> list:
         """The Gaussian releases of one silo: the family's ``declare_gaussian``."""
-        return self.cls.declare_gaussian(cfg, sigmas)
+        return _family(self.cls, "declare_gaussian")(cfg, sigmas)
 
     def calibrate_target(self, cfg: Any, epsilon: float, delta: float, method: str,
                          accountant: str | None) -> NoiseCalibration:
@@ -451,7 +513,6 @@ class ShufflePlan(Plan):
     (:func:`silodp.algorithms.privacy.certify_shuffle`), released through :class:`ShuffleChannel`."""
 
     Channel = ShuffleChannel
-    shuffled = True
     missing_noise = "epsilon: shuffle algorithms need a target epsilon or explicit shuffle_params"
     #: Share of delta that random availability's floor of summed silos may charge (its tail).
     availability_share: ClassVar[float] = 0.01
@@ -476,7 +537,7 @@ class ShufflePlan(Plan):
 
         a = self.algo
         delta = a.delta if a.delta is not None else 1.0 / federation.min_size ** 2
-        draws = sum(r.count for r in self.cls.declare_shuffle(cfg, None, None))
+        draws = sum(r.count for r in _family(self.cls, "declare_shuffle")(cfg, None, None))
         floor, charge = availability_floor(federation.num_silos, int(federation.silos_per_round or federation.num_silos),
                                            max(draws, 1),
                                            self.availability_share * delta)
@@ -501,7 +562,7 @@ class ShufflePlan(Plan):
         (:func:`silodp.accounting.pvec.invocation_epsilon`), so that the generic event of
         :func:`~silodp.accounting.releases.releases_event` stays sound."""
         eps, dl = (budgets["epsilon"], budgets["delta"]) if budgets else (None, None)
-        return shuffle_invocations(self.cls.declare_shuffle(cfg, eps, dl), cfg.dimension, dl, params)
+        return shuffle_invocations(_family(self.cls, "declare_shuffle")(cfg, eps, dl), cfg.dimension, dl, params)
 
     def run_declaration(self, problem: Problem, federation: Federation, sigmas: dict, shuffle: dict | None) -> list | None:
         if not self.cls.private:
@@ -522,6 +583,31 @@ class ShufflePlan(Plan):
 
     def explicit(self) -> dict | None:
         return self.algo.shuffle_params
+
+    def noise_arguments(self, sigmas: dict, shuffle: dict | None, scale: float = 1.0) -> dict:
+        """The binomial protocol's (g, b, p) per message group, as they are: P_vec normalizes every
+        message by its bound, so they do not depend on the clip (ValueError without them)."""
+        if not shuffle:
+            raise ValueError("shuffle_params: a shuffle-DP run needs the protocol parameters per message group, "
+                             "got none")
+        return {"shuffle_params": shuffle}
+
+    def noise_payload(self, sigmas: dict, shuffle: dict | None) -> dict | None:
+        """The protocol parameters per message group."""
+        return shuffle
+
+    def releases_gaussian_messages(self) -> bool:
+        """No: the silos' per-record vectors go through P_vec, the server sees the shuffled sum."""
+        return False
+
+    def certify_stored(self, cfg: Any, stored: dict, delta: float, target: float) -> float:
+        """The P_vec certificate of the stored (g, b, p, rotate) per message group
+        (:func:`silodp.algorithms.privacy.certify_shuffle`), by the stored accountant at the
+        ``target``'s grid."""
+        from .privacy import certify_shuffle
+
+        params = {grp: (v["g"], v["b"], v["p"], v["rotate"]) for grp, v in stored["shuffle"].items()}
+        return certify_shuffle(self.cls, cfg, params, delta, stored["accountant"], target=target)[0]
 
     def shuffle_of(self, cal: NoiseCalibration) -> dict | None:
         return shuffle_groups(cal.shuffle, self.cls.message_groups)
@@ -705,10 +791,3 @@ class PlanOf:
 
     def __get__(self, algo: Any, cls: Any) -> Plan:
         return cls.Plan(cls, algo)  # type: ignore[no-any-return]
-
-
-class ShuffledOf:
-    """``cls.shuffled``: whether the class's plan releases through the shuffler (read-only)."""
-
-    def __get__(self, algo: Any, cls: Any) -> bool:
-        return bool(cls.Plan.shuffled)

@@ -1,7 +1,7 @@
 """Noise for an algorithm at a budget, and the certificate of its transcript, through its class.
 
-Every algorithm class declares what one silo releases (:meth:`FederatedAlgorithm.declaration`, next
-to the ``_run`` that sends those messages); this module only turns a declaration into a
+Every algorithm class declares what one silo releases (its plan's
+:meth:`~silodp.algorithms.plan.Plan.declaration`, next to the ``_run`` that sends those messages); this module only turns a declaration into a
 calibration or a certificate with the accounting layer's generic machinery
 (:func:`silodp.accounting.releases.releases_event`, :func:`silodp.accounting.calibrate`). A name is
 resolved by the registry (:mod:`silodp.algorithms.registry`, a leaf module); the class hands itself

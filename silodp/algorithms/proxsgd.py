@@ -9,8 +9,9 @@ import torch
 from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
-from .base import Context, FederatedAlgorithm
-from .plan import ShufflePlan
+from .base import FederatedAlgorithm
+from .context import Context
+from .plan import ShufflePlan, gaussian_messages
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
@@ -42,7 +43,7 @@ class IsrlProxSGD(FederatedAlgorithm):
 
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
-        return [cls.gaussian("grad", cls.steps(cfg), sigmas["sigma"], cfg.clip / cfg.batch_size, cfg.batch_size, cfg)]
+        return [gaussian_messages("grad", cls.steps(cfg), sigmas["sigma"], cfg.clip / cfg.batch_size, cfg.batch_size, cfg)]
 
     def _run(self, ctx: Context, w: torch.Tensor) -> torch.Tensor:
         sampler = ctx.sampler(int(self.batch_size))
@@ -75,5 +76,5 @@ class SdpProxSGD(IsrlProxSGD):
         """Alg 7: R invocations (one per round) at Alg 7 line 7's (N eps / (2 M), delta), each
         over the M K messages of the round's silos, bound L; reuse across epochs is composed."""
         b = papers.alg7_pvec(epsilon, delta, cfg.num_silos, cfg.m) if epsilon else {"epsilon": math.inf, "delta": 0.0}
-        return [ShuffleRelease("grad", cfg.rounds, b["epsilon"], b["delta"], cls.sampling(cfg), cfg.batch_size, cfg.n,
+        return [ShuffleRelease("grad", cfg.rounds, b["epsilon"], b["delta"], cls.plan.sampling(cfg), cfg.batch_size, cfg.n,
                                cfg.m * cfg.batch_size, cfg.clip)]

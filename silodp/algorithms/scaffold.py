@@ -39,7 +39,7 @@ from silodp._validation import batch_from_rate, check_count
 from silodp.accounting.scaffold import AGAINST as PRIVACY_AGAINST
 from silodp.accounting.scaffold import PARTICIPATION, ScaffoldConfig
 
-from .base import Context
+from .context import Context
 from .config import AlgorithmConfig, check_in, check_unit, param
 from .fedavg import LocalUpdates
 from .plan import ParticipationPlan

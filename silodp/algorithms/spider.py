@@ -12,9 +12,10 @@ from silodp._validation import check_count, refuse_renamed
 from silodp.accounting import papers
 from silodp.accounting.releases import GaussianRelease, ShuffleRelease
 
-from .base import Context, FederatedAlgorithm
+from .base import FederatedAlgorithm
 from .config import AlgorithmConfig, param
-from .plan import ShufflePlan
+from .context import Context
+from .plan import ShufflePlan, gaussian_messages
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
@@ -112,8 +113,8 @@ class IsrlSpider(FederatedAlgorithm):
         s2 = sigmas["sigma2"]
         z_step = math.inf if math.isinf(s2) else s2 * k2 / cfg.beta
         z2 = min(z_step, sigmas["sigma2_hat"] * k2 / (2 * cfg.clip))
-        return [cls.gaussian("grad", a, sigmas["sigma1"], cfg.clip / k1, k1, cfg),
-                GaussianRelease("diff", cfg.rounds - a, z2, cls.sampling(cfg), k2, cfg.n)]
+        return [gaussian_messages("grad", a, sigmas["sigma1"], cfg.clip / k1, k1, cfg),
+                GaussianRelease("diff", cfg.rounds - a, z2, cls.plan.sampling(cfg), k2, cfg.n)]
 
     def _k2(self) -> int:
         return int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)
@@ -185,7 +186,7 @@ class SdpSpider(IsrlSpider):
         if epsilon:
             b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.period,
                                   cls.alg10_split)
-        how = cls.sampling(cfg)
+        how = cls.plan.sampling(cfg)
         return [ShuffleRelease("grad", a, b["epsilon1"], b["delta1"], how, k1, cfg.n, cfg.m * k1, cfg.clip),
                 ShuffleRelease("diff", cfg.rounds - a, b["epsilon2"], b["delta2"], how, k2, cfg.n, cfg.m * k2,
                                2 * cfg.clip)]
@@ -221,8 +222,8 @@ class IsrlFedSpider(FederatedAlgorithm):
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         k1, k2, R = cfg.batch_size, cfg.k2, cfg.rounds
-        return [cls.gaussian("grad", R, sigmas["sigma2"], cfg.clip / k2, k2, cfg),
-                cls.gaussian("diff", R - 1, sigmas["sigma1"], 2 * cfg.clip / k1, k1, cfg)]
+        return [gaussian_messages("grad", R, sigmas["sigma2"], cfg.clip / k2, k2, cfg),
+                gaussian_messages("diff", R - 1, sigmas["sigma1"], 2 * cfg.clip / k1, k1, cfg)]
 
     def _run(self, ctx: Context, w2: torch.Tensor) -> torch.Tensor:
         k2 = int(self.batch_size) if self.batch_size2 is None else check_count("batch_size2", self.batch_size2)

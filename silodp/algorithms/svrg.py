@@ -12,9 +12,10 @@ from silodp._validation import check_count
 from silodp.accounting import papers
 from silodp.accounting.releases import BatchSampling, GaussianRelease, ShuffleRelease
 
-from .base import Context, FederatedAlgorithm
+from .base import FederatedAlgorithm
 from .config import AlgorithmConfig, param
-from .plan import ShufflePlan
+from .context import Context
+from .plan import ShufflePlan, gaussian_messages
 from .privacy import TranscriptConfig
 from .registry import register_algorithm
 
@@ -75,8 +76,8 @@ class IsrlProxSVRG(FederatedAlgorithm):
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
         epochs = cfg.rounds * cfg.restarts
-        return [cls.gaussian("full", epochs, sigmas["sigma1"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL),
-                cls.gaussian("diff", epochs * cfg.inner_steps, sigmas["sigma2"], 2 * cfg.clip / cfg.batch_size,
+        return [gaussian_messages("full", epochs, sigmas["sigma1"], cfg.clip / cfg.n, cfg.n, cfg, BatchSampling.FULL),
+                gaussian_messages("diff", epochs * cfg.inner_steps, sigmas["sigma2"], 2 * cfg.clip / cfg.batch_size,
                              cfg.batch_size, cfg)]
 
     def _q(self, federation) -> int:
@@ -142,7 +143,7 @@ class SdpProxSVRG(IsrlProxSVRG):
             e, d = (epsilon / (2 * math.sqrt(2 * S)), delta / (2 * S)) if S > 1 else (epsilon, delta)
             b = papers.alg8_pvec(e, d, cfg.num_silos, cfg.m, n, K, E, Q)
         return [ShuffleRelease("full", S * E, b["epsilon"], b["delta"], BatchSampling.FULL, n, n, cfg.m * n, cfg.clip),
-                ShuffleRelease("diff", S * E * Q, b["epsilon"], b["delta"], cls.sampling(cfg), K, n, cfg.m * K,
+                ShuffleRelease("diff", S * E * Q, b["epsilon"], b["delta"], cls.plan.sampling(cfg), K, n, cfg.m * K,
                                2 * cfg.clip)]
 
 

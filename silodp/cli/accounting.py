@@ -311,7 +311,7 @@ def _applicable(cls, own: dict) -> set[str]:
 
     def signature(values) -> str | None:
         try:
-            return cls.transcript_signature(cls.noise_transcript(values))
+            return cls.plan.transcript_signature(cls.plan.noise_transcript(values))
         except ValueError:
             return None
 
@@ -337,10 +337,10 @@ def _noise_algorithm(args) -> int:
               if flag not in ("--silos", "--without-replacement")}
     values.update(n=args.n, num_silos=args.silos, replacement=not args.without_replacement)
     values.update({f.name: getattr(args, dest(f)) for f in own.values()})
-    cfg = cls.noise_transcript(values)
+    cfg = cls.plan.noise_transcript(values)
     accountant = None if args.accountant == "all" else args.accountant
     method = args.method if cls.calibration_methods else "both"
-    payload = cls.noise_report(cfg, args.epsilon, args.delta, method, accountant)
+    payload = cls.plan.noise_report(cfg, args.epsilon, args.delta, method, accountant)
     emit(payload, args.json, _algorithm_human(payload, args.epsilon)
          if "sigmas" in payload or "paper_sigmas" in payload else pairs(payload))
     return 0

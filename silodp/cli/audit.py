@@ -23,6 +23,9 @@ correct counterpart is flagged.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Callable
+
 from silodp.cli.domains import DELTA, SEED, Int, PathArg, Real
 
 ESTIMATOR_CHOICES = ("clopper-pearson", "gdp")
@@ -32,11 +35,45 @@ ONE_RUN_CHOICES = ("steinke", "fdp", "clopper-pearson", "gdp")
 RENAMED_FLAGS = {"--alpha": ("--confidence", "the lower bound's confidence, 1 - alpha: --alpha 0.05 is --confidence 0.95")}
 
 
+@dataclasses.dataclass(frozen=True)
+class MechanismAudit:
+    """One ``--mechanism`` mode: the flags it refuses (it does not read them) and its run, which
+    calls the library's audit (:mod:`silodp.verify.audit`, passed in: imported only when run) and
+    returns the payload."""
+
+    name: str
+    refuses: tuple[str, ...]
+    run: Callable[[Any, Any], dict]
+
+
+def _audit_gaussian(args, audit) -> dict:
+    if args.noise_multiplier is None:
+        raise ValueError("--noise-multiplier: required with --mechanism gaussian")
+    res = audit.audit_gaussian(args.noise_multiplier, args.delta, args.trials or 100_000, args.estimator,
+                               args.alpha, args.seed)
+    return {"mechanism": "gaussian", "noise_multiplier": args.noise_multiplier, **res.as_dict()}
+
+
+def _audit_pvec(args, audit) -> dict:
+    if args.messages < 1:
+        raise ValueError(f"--messages: must be >= 1, got {args.messages}")
+    res = audit.audit_pvec(args.epsilon, args.delta, args.messages, args.trials or 100_000, args.estimator,
+                           args.alpha, args.seed)
+    return {"mechanism": "pvec", "messages": args.messages, **res.as_dict()}
+
+
+#: ``--mechanism``'s modes by name (its choices): the one place a mode is defined.
+MECHANISM_AUDITS: dict[str, MechanismAudit] = {m.name: m for m in (
+    MechanismAudit("gaussian", ("--epsilon", "--messages", "--mutation", "--repeats"), _audit_gaussian),
+    MechanismAudit("pvec", ("--noise-multiplier", "--mutation", "--repeats"), _audit_pvec),
+)}
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("audit", help="audit a privacy claim: empirical epsilon lower bound vs the accountant")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--algorithm", help="algorithm to audit, e.g. isrl-prox-sgd (Gaussian game) or sdp-prox-sgd (real runs)")
-    what.add_argument("--mechanism", choices=("gaussian", "pvec"),
+    what.add_argument("--mechanism", choices=tuple(MECHANISM_AUDITS),
                       help="audit one release: a Gaussian, or the shuffle protocol P_vec certified for --epsilon")
     what.add_argument("--papers", action="store_true", help="audit the papers' closed-form calibrations")
     what.add_argument("--opacus", action="store_true",
@@ -89,10 +126,8 @@ def _check_applicable(args) -> None:
     refuse(args, one_run, "outside one-run audits (--opacus, --simulator, --flower-app)")
     if args.estimator in ("steinke", "fdp"):
         raise ValueError(f"--estimator: {args.estimator} is a one-run estimator (--opacus, --shipped, --flower-app)")
-    if args.mechanism == "gaussian":
-        refuse(args, ("--epsilon", "--messages", "--mutation", "--repeats"), "to --mechanism gaussian")
-    elif args.mechanism == "pvec":
-        refuse(args, ("--noise-multiplier", "--mutation", "--repeats"), "to --mechanism pvec")
+    if args.mechanism is not None:
+        refuse(args, MECHANISM_AUDITS[args.mechanism].refuses, f"to --mechanism {args.mechanism}")
     elif args.papers:
         refuse(args, ("--noise-multiplier", "--messages", "--mutation", "--repeats", "--confidence"), "to --papers")
     else:
@@ -128,18 +163,8 @@ def handle(args) -> int:
     if args.opacus or args.shipped or args.simulator or args.flower_app is not None:
         return _one_run(args)
     args.estimator = args.estimator or "clopper-pearson"
-    if args.mechanism == "gaussian":
-        if args.noise_multiplier is None:
-            raise ValueError("--noise-multiplier: required with --mechanism gaussian")
-        res = audit.audit_gaussian(args.noise_multiplier, args.delta, args.trials or 100_000, args.estimator,
-                                   args.alpha, args.seed)
-        payload = {"mechanism": "gaussian", "noise_multiplier": args.noise_multiplier, **res.as_dict()}
-    elif args.mechanism == "pvec":
-        if args.messages < 1:
-            raise ValueError(f"--messages: must be >= 1, got {args.messages}")
-        res = audit.audit_pvec(args.epsilon, args.delta, args.messages, args.trials or 100_000, args.estimator,
-                               args.alpha, args.seed)
-        payload = {"mechanism": "pvec", "messages": args.messages, **res.as_dict()}
+    if args.mechanism is not None:
+        payload = MECHANISM_AUDITS[args.mechanism].run(args, audit)
     elif args.papers:
         rows = audit.audit_papers(args.epsilon, args.delta, args.trials or 100_000, args.estimator, args.seed)
         payload = {"papers": rows, "trials": args.trials or 100_000}
@@ -187,9 +212,12 @@ def exit_code(payload: dict) -> int:
 
 
 def _shuffled(name: str) -> bool:
+    """Whether ``name`` is a registered algorithm whose plan releases through P_vec (its audit:
+    real runs, whole transcripts)."""
     from silodp.algorithms import ALGORITHMS
+    from silodp.algorithms.plan import ShufflePlan
 
-    return name in ALGORITHMS and ALGORITHMS[name].shuffled
+    return name in ALGORITHMS and isinstance(ALGORITHMS[name].plan, ShufflePlan)
 
 
 def _check_names(args, audit) -> None:

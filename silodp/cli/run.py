@@ -148,7 +148,7 @@ def handle(args) -> int:
         "test_error_random": errors["random"],
         "test_error_last": errors["last"],
         "train_loss": problem.objective(chosen, train),
-        "noise": result.shuffle if cls.shuffled else {k: (v if math.isfinite(v) else None) for k, v in result.sigmas.items()},
+        "noise": cls.plan.noise_payload(result.sigmas, result.shuffle),
         "dataset": args.dataset,
         "rounds": args.rounds,
         "silos_per_round": train.silos_per_round,

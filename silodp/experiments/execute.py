@@ -104,7 +104,7 @@ def calibration_request(cfg: RunConfig, prep: Prepared | None = None) -> dict | 
     if not prep.private:
         return None
     algo = prep.algorithm_class(**prep.params)
-    tc = dataclasses.replace(algo.transcript_config(prep.problem, prep.train), clip=1.0)
+    tc = dataclasses.replace(algo.plan.transcript_config(prep.problem, prep.train), clip=1.0)
     from silodp.accounting.version import ACCOUNTING_VERSION
 
     settings = algo.plan.calibration_settings()
@@ -156,18 +156,12 @@ def _certified(request: dict, result: dict) -> float:
     """What the stored noise of ``result`` certifies for ``request`` (clip 1), with the stored
     accountant: the Gaussian transcript's certificate (:func:`silodp.algorithms.privacy.certify`),
     or the P_vec certificate of the stored (g, b, p, rotate) per message group."""
-    from silodp.algorithms import privacy
-
     from silodp.accounting.spec import AccountantSpec
 
     stored = result.get("accountant_spec")  # the spec, never the printed label
     spec = AccountantSpec.from_json(stored) if stored else result["accountant"]
     algo, tc = _requested(request, accountant=spec)
-    cls, delta = type(algo), request["delta"]
-    if not cls.shuffled:
-        return algo.plan.certify_noise(tc, result["sigmas"], delta)
-    params = {grp: (v["g"], v["b"], v["p"], v["rotate"]) for grp, v in result["shuffle"].items()}
-    return privacy.certify_shuffle(cls, tc, params, delta, result["accountant"], target=request["epsilon"])[0]
+    return algo.plan.certify_stored(tc, result, request["delta"], request["epsilon"])
 
 
 def recertify(request: dict, result: dict, stored_request: dict | None = None) -> str | None:
@@ -221,12 +215,12 @@ def _noise(prep: Prepared, cfg: RunConfig, calibration: dict) -> dict:
     """The algorithm's noise arguments from a clip-1 calibration: Gaussian standard deviations
     times the run's clip, or the binomial protocol's (g, b, p) per message group as they are
     (P_vec normalizes every message by its bound, so they do not depend on the clip; tested)."""
-    if not prep.algorithm_class.shuffled:
-        return {"sigmas": {k: v * cfg.clip for k, v in calibration["sigmas"].items()}}
-    if not calibration.get("shuffle"):
+    try:
+        return prep.algorithm_class.plan.noise_arguments(calibration.get("sigmas") or {}, calibration.get("shuffle"),
+                                                         cfg.clip)
+    except ValueError as exc:  # only a shuffle-DP plan needs more than standard deviations
         raise RuntimeError("calibration: a shuffle-DP calibration without protocol parameters (stored by an "
-                           "older silodp); run with a new store")
-    return {"shuffle_params": calibration["shuffle"]}
+                           "older silodp); run with a new store") from exc
 
 
 def execute(cfg: RunConfig, calibration: dict | None = None) -> dict:

@@ -55,7 +55,7 @@ def grid_version(spec) -> str:
     for c in spec.expand():
         cls = ALGORITHMS[c.algorithm]
         if cls.private:
-            used.add(certificate.get(cls.sampling(SimpleNamespace(replacement=c.replacement))))
+            used.add(certificate.get(cls.plan.sampling(SimpleNamespace(replacement=c.replacement))))
     return version(used - {None})
 
 

@@ -70,7 +70,7 @@ FLOWER_MODULUS = 1 << 32
 
 class _Algorithms:
     """Names of registered algorithms, read live (the registry imports torch, so only when asked):
-    those whose releases are shuffle-DP (``shuffled``: the app runs them on P_vec, asking each
+    those whose releases are shuffle-DP (their plan a ``ShufflePlan``: the app runs them on P_vec, asking each
     class for its message groups and period, never its name), plus ``extra``."""
 
     def __init__(self, *extra: str) -> None:
@@ -78,8 +78,9 @@ class _Algorithms:
 
     def _names(self) -> tuple[str, ...]:
         from silodp.algorithms import ALGORITHMS as registered
+        from silodp.algorithms.plan import ShufflePlan
 
-        return (*(name for name, cls in registered.items() if cls.shuffled), *self._extra)
+        return (*(name for name, cls in registered.items() if isinstance(cls.plan, ShufflePlan)), *self._extra)
 
     def __iter__(self):
         return iter(self._names())
@@ -350,7 +351,7 @@ def sdp_transcript(algorithm: str, xs, ys, rounds: int, batch_size: int, clip: f
                                 reconstruction_threshold=threshold)
     extra = {k: v for k, v in config.items() if v is not None}
     algo = get_algorithm(algorithm, rounds=rounds, batch_size=batch_size, step_size=lr, metrics_every=0, **extra)
-    return algo.transcript_config(Problem(linear_model(xs[0].shape[1]), "logistic", clip=clip), fed)
+    return algo.plan.transcript_config(Problem(linear_model(xs[0].shape[1]), "logistic", clip=clip), fed)
 
 
 def deployment(algorithm: str, xs, ys, *, epsilon: float, delta: float, rounds: int, batch_size: int,

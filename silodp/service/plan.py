@@ -42,8 +42,7 @@ def silo_noise(algorithm: str) -> Mapping[str, str]:
 
 def _serves(cls: type) -> bool:
     """Whether a silo service computes the registered algorithm class ``cls`` (see :func:`silo_noise`)."""
-    return bool(cls.__dict__.get("silo_noise")) and bool(getattr(cls, "private", False)) \
-        and not getattr(cls, "shuffled", True)
+    return bool(cls.__dict__.get("silo_noise")) and cls.plan.releases_gaussian_messages()  # type: ignore[attr-defined]
 
 
 def service_algorithms() -> tuple[str, ...]:

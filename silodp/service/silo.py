@@ -4,7 +4,7 @@ Algorithm 6 with replacement = ISRL-DP MB-SGD, Algorithm 3 = ISRL-DP FedProx-SPI
 The code that computes a release runs in the silo's own process: the silo service
 (:mod:`silodp.service.app`), or, where the operator accepts the app bundle as trusted, the
 in-process ClientApp (:class:`silodp.service.core.Silo` in both). The noise comes from the very
-algorithm class ``silodp run`` uses (:meth:`FederatedAlgorithm.resolve_noise`:
+algorithm class ``silodp run`` uses (its plan's :meth:`~silodp.algorithms.plan.Plan.resolve`:
 :func:`silodp.algorithms.privacy.calibrate_algorithm` on its declared releases), calibrated by
 the silo for its own records' count and its own delta, never from noise the server sends.
 """
@@ -34,8 +34,8 @@ from silodp.service.plan import UPDATE, Settings, silo_noise, update_calibration
 class SiloPlan:
     """What one silo releases over a run and the noise it adds, computed by the silo itself from
     its own records' count, its own delta and the run's proposed settings (never from noise the
-    server sends): the algorithm's declared releases (:meth:`run_declaration`, the same as
-    ``silodp run`` certifies) at the calibration :meth:`resolve_noise` finds for this silo."""
+    server sends): the algorithm's declared releases (its plan's ``run_declaration``, the same as
+    ``silodp run`` certifies) at the calibration its plan's ``resolve`` finds for this silo."""
 
     settings: Settings
     problem: Problem
@@ -127,8 +127,8 @@ def silo_plan(settings: Settings, partition_id: int, delta: float, sigmas: dict 
         return SiloPlan(own, problem, fed, None, sigmas, [update_release(sigmas["sigma"] / own.clip, own.rounds)])
     algo = own.algorithm_object()
 
-    sigmas = algo.resolve_noise(problem, fed)[0] if sigmas is None else sigmas
-    return SiloPlan(own, problem, fed, algo, sigmas, algo.run_declaration(problem, fed, sigmas, None))
+    sigmas = algo.plan.resolve(problem, fed)[0] if sigmas is None else sigmas
+    return SiloPlan(own, problem, fed, algo, sigmas, algo.plan.run_declaration(problem, fed, sigmas, None))
 
 
 def update_std(settings: Settings) -> float:

@@ -440,6 +440,9 @@ class _AlgorithmSubject:
     params: dict
     epsilon: float
     delta: float
+    #: the channel class of the subject's own runs (None: the honest Context; an instrument of
+    #: silodp.verify.instruments shows that a check catches its bug)
+    context: type | None = None
 
     @functools.cached_property
     def algorithm(self) -> Any:
@@ -448,7 +451,7 @@ class _AlgorithmSubject:
     @functools.cached_property
     def result(self) -> Any:
         """The calibrated run (seed 0) every check reads."""
-        return self.algorithm.run(self.problem, self.federation)
+        return self.algorithm.run(self.problem, self.federation, context=self.context)
 
     def private(self, what: str) -> None:
         if not self.cls.private:
@@ -457,10 +460,10 @@ class _AlgorithmSubject:
     def explicit_noise(self) -> dict:
         """The calibrated run's noise, explicit, certified cheaply (:data:`REFUSED_RUN_ACCOUNTANT`)."""
         result = self.result
-        if self.cls.shuffled:
-            return dict(shuffle_params=result.shuffle)
-        return dict(sigmas=result.sigmas,
-                    **({} if "accountant" in self.params else {"accountant": REFUSED_RUN_ACCOUNTANT}))
+        noise = self.cls.plan.noise_arguments(result.sigmas, result.shuffle)
+        if "sigmas" in noise and "accountant" not in self.params:  # standard deviations: certified cheaply
+            noise["accountant"] = REFUSED_RUN_ACCOUNTANT
+        return noise
 
 
 @_algorithm_check
@@ -471,7 +474,7 @@ def check_ledger_equals_declaration(s: _AlgorithmSubject) -> None:
     assert result.ledger, f"{s.cls.name}: the ledger recorded nothing"
     s.private("declaration")
     shuffle = None if result.shuffle is None else {g: as_params(p) for g, p in result.shuffle.items()}
-    declared = {r.group: r.count for r in s.algorithm.run_declaration(s.problem, s.federation, result.sigmas, shuffle)}
+    declared = {r.group: r.count for r in s.algorithm.plan.run_declaration(s.problem, s.federation, result.sigmas, shuffle)}
     sent: dict[str, int] = {}
     for message in result.ledger:
         sent[message.group] = sent.get(message.group, 0) + 1
@@ -491,12 +494,12 @@ def check_refuses_halved_noise(s: _AlgorithmSubject) -> None:
     from silodp.verify.audit.mutations import get_mutation
 
     s.private("noise")
-    if s.cls.shuffled:
+    if not s.cls.plan.releases_gaussian_messages():
         raise NotApplicable(f"{s.cls.name} releases through P_vec: no Gaussian noise to halve")
-    channel = get_mutation("halve-noise").context_class(checked=True)
-    halved = type(f"Halved{s.cls.__name__}", (s.cls,), {"context_class": channel})(
-        **s.params, **s.explicit_noise(), delta=s.delta)
-    _refused(lambda: halved.run(s.problem, s.federation), "below the declared", f"{s.cls.name}: halved noise")
+    channel = get_mutation("halve-noise").context(checked=True)
+    halved = s.cls(**s.params, **s.explicit_noise(), delta=s.delta)
+    _refused(lambda: halved.run(s.problem, s.federation, context=channel), "below the declared",
+             f"{s.cls.name}: halved noise")
 
 
 @_algorithm_check
@@ -513,11 +516,11 @@ def check_refuses_one_more_message(s: _AlgorithmSubject) -> None:
 def check_reproducible_by_seed(s: _AlgorithmSubject) -> None:
     import torch
 
-    again = s.algorithm.run(s.problem, s.federation)
+    again = s.algorithm.run(s.problem, s.federation, context=s.context)
     assert torch.equal(again.w_priv, s.result.w_priv) and torch.equal(again.w_last, s.result.w_last), \
         f"{s.cls.name}: two runs with seed 0 gave different outputs"
     if s.cls.private:
-        other = s.algorithm.run(s.problem, s.federation, seed=1)
+        other = s.algorithm.run(s.problem, s.federation, seed=1, context=s.context)
         assert not torch.equal(other.w_last, s.result.w_last), f"{s.cls.name}: seeds 0 and 1 gave the same output"
 
 
@@ -538,21 +541,21 @@ def check_message_sensitivity(s: _AlgorithmSubject) -> None:
     from silodp.algorithms import Federation
 
     s.private("noise")
-    if s.cls.shuffled:
+    if not s.cls.plan.releases_gaussian_messages():
         raise NotApplicable(f"{s.cls.name} releases through P_vec: tests/algorithms/test_sensitivity.py "
                             "checks its totals")
     fed, silo = s.federation, SENSITIVITY_SILO
     keys = s.cls.noise_keys
     kw = dict(s.params, record_transcript=True, sigmas={k: SENSITIVITY_NOISE * s.problem.clip for k in keys},
               **({} if "accountant" in s.params else {"accountant": REFUSED_RUN_ACCOUNTANT}))
-    ref = s.cls(**kw).run(s.problem, fed, seed=1)
+    ref = s.cls(**kw).run(s.problem, fed, seed=1, context=s.context)
     assert ref.transcript is not None, f"{s.cls.name}: no transcript recorded"
     drawn = [e["batch"][silo, 0] for e in ref.transcript if e["batch"] is not None]
     record = int(drawn[0]) if drawn else 0
     x, y = fed.x.clone(), fed.y.clone()
     x[silo, record] = 8.0 * torch.ones_like(x[silo, record])
     y[silo, record] = 1.0 - y[silo, record]
-    other = s.cls(**kw).run(s.problem, Federation(x, y, fed.counts), seed=1, replay=ref)
+    other = s.cls(**kw).run(s.problem, Federation(x, y, fed.counts), seed=1, replay=ref, context=s.context)
     assert other.transcript is not None, f"{s.cls.name}: no transcript recorded"
     assert len(ref.transcript) == len(other.transcript) == len(ref.ledger) > 0
     worst = 0.0
@@ -573,20 +576,22 @@ def check_message_sensitivity(s: _AlgorithmSubject) -> None:
 
 def run_algorithm_checks(cls: type[FederatedAlgorithm], problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
                          delta: float = 1e-4, *, expected_failed_checks: Mapping[str, str] | None = None,
-                         checks: tuple[str, ...] | None = None) -> list[CheckResult]:
+                         checks: tuple[str, ...] | None = None, context: type | None = None) -> list[CheckResult]:
     """Every check of :data:`ALGORITHM_CHECKS` (or those named in ``checks``) on small runs of
-    ``cls(**params)`` at the target (``epsilon``, ``delta``), each one's :class:`CheckResult`."""
-    subject = _AlgorithmSubject(cls, problem, federation, params, epsilon, delta)
+    ``cls(**params)`` at the target (``epsilon``, ``delta``), each one's :class:`CheckResult`
+    (``context``: the channel instrument of the subject's own runs, None: the honest channel)."""
+    subject = _AlgorithmSubject(cls, problem, federation, params, epsilon, delta, context)
     return _run_checks(ALGORITHM_CHECKS, subject, _expected(cls, expected_failed_checks), checks)[0]
 
 
 def check_algorithm(cls: type[FederatedAlgorithm], problem: Any, federation: Any, params: dict, epsilon: float = 4.0,
                     delta: float = 1e-4, *, expected_failed_checks: Mapping[str, str] | None = None,
-                    checks: tuple[str, ...] | None = None) -> None:
+                    checks: tuple[str, ...] | None = None, context: type | None = None) -> None:
     """Run the algorithm checks on small runs of ``cls(**params)`` at the target (``epsilon``,
-    ``delta``); AssertionError naming every failed check (and every expected failure that passed)."""
+    ``delta``; ``context`` as :func:`run_algorithm_checks`); AssertionError naming every failed
+    check (and every expected failure that passed)."""
     results = run_algorithm_checks(cls, problem, federation, params, epsilon, delta,
-                                   expected_failed_checks=expected_failed_checks, checks=checks)
+                                   expected_failed_checks=expected_failed_checks, checks=checks, context=context)
     _raise_failures(cls.name, results)
 
 def _refused(run: Callable[[], Any], match: str, what: str) -> None:

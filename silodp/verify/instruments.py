@@ -1,6 +1,6 @@
 """The instruments that run a real algorithm through an altered channel, declared in one place.
 
-:class:`~silodp.algorithms.base.Context` (the channel) can be subclassed here and nowhere else;
+:class:`~silodp.algorithms.context.Context` (the channel) can be subclassed here and nowhere else;
 each instrument overrides only the channel's narrow hooks (``_expand``, ``_scale``,
 ``_clip_terms``, ``_noise_std``, ``_noise_generator``, ``_per_silo_offset``, ``_aggregate``,
 ``_offset_mean``, ``_shuffle_aggregate``, ``_declaration``, ``_log``), never ``term`` / ``send``:
@@ -11,9 +11,13 @@ each instrument overrides only the channel's narrow hooks (``_expand``, ``_scale
   (:mod:`silodp.verify.rates.trials`), checked against one run's declaration;
 * :func:`mutated_context` -- the deliberately broken variants of
   :mod:`silodp.verify.audit.mutations`; by default their releases are not checked against the
-  declaration (the test-only hook :func:`silodp.algorithms.base._unchecked_instrument`: the
+  declaration (the test-only hook :func:`silodp.algorithms.context._unchecked_instrument`: the
   run-time check would refuse most of these bugs at once, the audits must catch them on their own);
 * :func:`unclipped_trials` -- stacked trials whose per-record messages are not clipped.
+
+A run goes through an instrument by its explicit argument, ``algo.run(..., context=Instrument)``;
+:class:`Instrumented` pairs an algorithm with the instrument its runs use (the audit game's
+replayed runs).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import dataclasses
 import torch
 
 from silodp.algorithms import grads as _grads
-from silodp.algorithms.base import Context, _unchecked_instrument
+from silodp.algorithms.context import Context, _unchecked_instrument
 from silodp.algorithms.federation import Federation
 
 
@@ -31,6 +35,19 @@ class RecordingContext(Context):
     """The audits' channel: a plain :class:`Context` whose transcript entries hold the query
     point(s) ``w``, ``w_old``, the difference clip ``diff_clip`` and the public ``offset`` of each
     release (every channel records them; the class marks the runs the audit game accepts)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Instrumented:
+    """An algorithm whose runs go through the channel instrument ``context``: :meth:`run` is
+    ``algo.run(..., context=context)`` (no attribute of the algorithm is changed)."""
+
+    algo: object
+    context: type
+
+    def run(self, problem, federation, seed: int = 0, replay=None, callback=None):
+        """``algo.run`` through :attr:`context`."""
+        return self.algo.run(problem, federation, seed, replay, callback, context=self.context)  # type: ignore[attr-defined]
 
 
 class MutatedContext(RecordingContext):
@@ -120,7 +137,7 @@ class TrialContext(Context):
         n = self.silos
         one = dataclasses.replace(federation, x=federation.x[:n], y=federation.y[:n], counts=federation.counts[:n],
                                   silos_per_round=self.per_round)
-        return algo.run_declaration(problem, one, sigmas, shuffle)
+        return algo.plan.run_declaration(problem, one, sigmas, shuffle)
 
     def _expand(self, w: torch.Tensor | None) -> torch.Tensor | None:
         if w is None or w.dim() == 1:

@@ -61,6 +61,6 @@ def test_privacy_event_is_the_declaration(setup):
 
     data, problem = setup
     algo = get_algorithm("isrl-prox-sgd", rounds=3, batch_size=4, step_size=0.1, sigmas={"sigma": 1.0})
-    config = algo.transcript_config(problem, data.train)
+    config = algo.plan.transcript_config(problem, data.train)
     assert privacy_event(type(algo), config, {"sigma": 1.0}) == privacy_event("isrl-prox-sgd", config, {"sigma": 1.0})
-    assert privacy_event(type(algo), config, {"sigma": 1.0}) == releases_event(type(algo).declaration(config, {"sigma": 1.0}))
+    assert privacy_event(type(algo), config, {"sigma": 1.0}) == releases_event(type(algo).plan.declaration(config, {"sigma": 1.0}))

@@ -10,7 +10,7 @@ import torch
 from silodp.accounting import BatchSampling, accountants
 from silodp.accounting.releases import releases_event
 from silodp.algorithms import Problem, linear_model
-from silodp.algorithms.base import Context
+from silodp.algorithms.context import Context
 from silodp.algorithms.data import synthetic
 from silodp.algorithms.proxsgd import IsrlProxSGD
 
@@ -26,8 +26,8 @@ def test_ledger_and_declaration_match_under_balls_in_bins(setup):
     algo = IsrlProxSGD(rounds=16, batch_size=5, step_size=0.1, sigmas={"sigma": 0.5}, balls_in_bins=True,
                        metrics_every=0)
     result = algo.run(problem, data.train)
-    cfg = algo.transcript_config(problem, data.train)
-    (decl,) = IsrlProxSGD.declaration(cfg, result.sigmas)
+    cfg = algo.plan.transcript_config(problem, data.train)
+    (decl,) = IsrlProxSGD.plan.declaration(cfg, result.sigmas)
     assert decl.sampling is BatchSampling.BALLS_IN_BINS and decl.batch_size == 5
     assert [s.sampling for s in result.ledger] == [BatchSampling.BALLS_IN_BINS] * decl.count
     assert {s.batch_size for s in result.ledger} == {5}
@@ -35,7 +35,7 @@ def test_ledger_and_declaration_match_under_balls_in_bins(setup):
     # 16 steps, t = 40 // 5 = 8 batches per epoch: two balls-in-bins epochs, below the shuffled charge
     event = releases_event([decl])
     eps = accountants.epsilon(event, 1e-5)
-    shuffled = releases_event([IsrlProxSGD.declaration(cfg.__class__(**{**vars(cfg), "balls_in_bins": False,
+    shuffled = releases_event([IsrlProxSGD.plan.declaration(cfg.__class__(**{**vars(cfg), "balls_in_bins": False,
                                                                          "replacement": False}), result.sigmas)[0]])
     assert math.isfinite(eps) and eps < accountants.epsilon(shuffled, 1e-5)
 

@@ -10,7 +10,7 @@ import torch
 
 from silodp.accounting.releases import BatchSampling
 from silodp.algorithms import Problem, linear_model
-from silodp.algorithms.base import Batch, Context, Term
+from silodp.algorithms.context import Batch, Context, Term
 from silodp.algorithms.data import synthetic
 from silodp.algorithms.privacy import certify
 from silodp.algorithms.proxsgd import IsrlProxSGD, SdpProxSGD
@@ -161,16 +161,34 @@ def test_the_channel_exposes_no_data_generator_or_ledger_switch(setup):
 
 def test_the_check_cannot_be_switched_off_by_subclassing(setup):
     """18: ``context_class.check_releases = False`` is gone; a channel subclass outside the
-    instruments module is refused at class creation, and ``run`` cannot be overridden."""
+    instruments module is refused at class creation, ``run`` cannot be overridden, a class cannot
+    name its own channel, and ``run``'s ``context`` must be the channel or an instrument."""
     with pytest.raises(TypeError, match="cannot be subclassed"):
         type("Mine", (Context,), {})
     with pytest.raises(TypeError, match="run is the channel's verb"):
         type("Mine", (IsrlProxSGD,), {"run": lambda self, *a, **k: None})
     fed, problem = setup
     algo = IsrlProxSGD(**dict(PARAMS, rounds=1))
-    algo.context_class = dict
-    with pytest.raises(ValueError, match="context_class"):
-        algo.run(problem, fed)
+    with pytest.raises(TypeError, match="context_class is gone"):
+        type("Mine", (IsrlProxSGD,), {"context_class": Context})
+    with pytest.raises(ValueError, match="context: must be Context"):
+        algo.run(problem, fed, context=dict)
+
+
+def test_a_plan_cannot_bring_its_own_release_code(setup):
+    """A Plan subclass chooses between the plans' channels; a channel of its own (here one whose
+    release drops the noise while its ledger entry still claims it) is refused before any release."""
+    from silodp.algorithms import plan
+
+    class Noiseless(plan.GaussianChannel):
+        def release(self, ctx, group, values, term, a, std, offset, replayed):
+            return super().release(ctx, group, values, term, a, 0.0, offset, replayed)
+
+    own = type("OwnChannel", (IsrlProxSGD,), {"Plan": type("OwnPlan", (plan.GaussianPlan,), {"Channel": Noiseless})})
+    fed, problem = setup
+    with pytest.raises(TypeError, match="Noiseless: a run releases through the plans' channels only"):
+        own(**dict(PARAMS, rounds=1)).run(problem, fed)
+    assert IsrlProxSGD(**dict(PARAMS, rounds=1)).run(problem, fed).ledger  # the plans' own channel runs
 
 
 def test_noise_cancelled_by_replaying_the_generator_is_impossible(setup):
@@ -213,7 +231,7 @@ def test_explicit_sigmas_report_what_they_certify(setup):
                        metrics_every=0)
     with pytest.warns(UserWarning, match="above the requested 1"):
         res = algo.run(problem, fed)
-    cfg = algo.transcript_config(problem, fed)
+    cfg = algo.plan.transcript_config(problem, fed)
     assert res.epsilon == certify(IsrlProxSGD, cfg, {"sigma": 1e-3}, 1e-5)[0] > 100
     assert res.target_epsilon == 1.0 and res.delta == 1e-5
     quiet = IsrlProxSGD(rounds=3, batch_size=5, step_size=0.1, sigmas={"sigma": 5.0}, metrics_every=0)

@@ -52,7 +52,7 @@ def test_sdp_prox_sgd_is_charged_for_every_reuse():
     """Issue 12's example: WBCD defaults (25 rounds, K = n / 4) put a record in 7 invocations."""
     n, rounds = 212, 25
     cfg = TranscriptConfig(n=n, rounds=rounds, batch_size=n // 4, num_silos=2, replacement=False)
-    rel = {r.group: r for r in algorithm_class("sdp-prox-sgd").shuffle_declaration(cfg, {"epsilon": 3.0, "delta": 1e-5})}
+    rel = {r.group: r for r in algorithm_class("sdp-prox-sgd").plan.shuffle_declaration(cfg, {"epsilon": 3.0, "delta": 1e-5})}
     event = privacy_event("sdp-prox-sgd", cfg, {"epsilon": 3.0, "delta": 1e-5})
     blocks = flatten(event)
     assert sum(b.count for b in blocks) == -(-rounds // 4) == 7
@@ -102,7 +102,7 @@ def test_with_replacement_algorithms_take_the_tighter_of_pld_and_advanced():
 
     cfg = TranscriptConfig(n=1000, rounds=5, batch_size=50, inner_steps=4, replacement=True)
     cal = calibrate_algorithm("isrl-prox-svrg", cfg, 4.0, 1e-5)
-    ref = algorithm_class("isrl-prox-svrg").noise_shape(cfg, 4.0, 1e-5)
+    ref = algorithm_class("isrl-prox-svrg").plan.noise_shape(cfg, 4.0, 1e-5)
     fn = lambda c: privacy_event("isrl-prox-svrg", cfg, {k: v * c for k, v in ref.items()})  # noqa: E731
     each = {name: calibrate(fn, 4.0, 1e-5, name, REPLACE_ONE).noise_multiplier for name in ("pld", "advanced")}
     assert cal.epsilon <= 4.0

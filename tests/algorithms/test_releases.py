@@ -11,6 +11,7 @@ from silodp.accounting.releases import Sent
 from silodp.algorithms import ALGORITHMS, Problem, linear_model
 from silodp.algorithms.base import FederatedAlgorithm
 from silodp.algorithms.data import synthetic
+from silodp.algorithms.plan import ShufflePlan
 from silodp.algorithms.proxsgd import IsrlProxSGD
 
 
@@ -56,9 +57,9 @@ def test_less_noise_than_declared_raises(setup):
 
     data, problem = setup
     algo = IsrlProxSGD(rounds=2, batch_size=5, step_size=0.1, sigmas={"sigma": 0.3})
-    algo.context_class = get_mutation("halve-noise").context_class(checked=True)
+    halved = get_mutation("halve-noise").context(checked=True)
     with pytest.raises(ValueError, match=r"group 'grad': noise multiplier 0.75 is below the declared 1.5"):
-        algo.run(problem, data.train)
+        algo.run(problem, data.train, context=halved)
 
 
 def test_another_sampling_than_declared_raises():
@@ -85,18 +86,19 @@ def test_every_private_algorithm_runs_within_its_declaration(name, setup):
     algo = cls(**params)
     result = algo.run(problem, data.train)
     assert result.ledger, "the ledger recorded nothing"
-    cfg = algo.transcript_config(problem, data.train)
-    budgets = {"epsilon": 4.0, "delta": 1e-4} if cls.shuffled else result.sigmas
-    declared = {r.group: r for r in cls.declaration(cfg, budgets)}
+    cfg = algo.plan.transcript_config(problem, data.train)
+    shuffled = isinstance(cls.plan, ShufflePlan)
+    budgets = {"epsilon": 4.0, "delta": 1e-4} if shuffled else result.sigmas
+    declared = {r.group: r for r in cls.plan.declaration(cfg, budgets)}
     sent = {}
     for s in result.ledger:
         sent[s.group] = sent.get(s.group, 0) + 1
         assert s.group in declared
-        if not cls.shuffled:
+        if not shuffled:
             assert s.noise_multiplier >= declared[s.group].noise_multiplier * (1 - 1e-9)
     for group, count in sent.items():
         assert count <= declared[group].count
-    if not cls.shuffled and "spider" not in name:  # fixed schedules: exact counts
+    if not shuffled and "spider" not in name:  # fixed schedules: exact counts
         assert sent == {g: r.count for g, r in declared.items()}
     assert math.isfinite(result.epsilon) and result.epsilon <= 4.0 * (1 + 1e-9)
 

@@ -209,7 +209,7 @@ def test_calibrated_run_reports_both_guarantees(small):
     p = res.details
     assert res.epsilon == p["epsilon_server"] <= 3.0
     assert p["epsilon_third_party"] < p["epsilon_server"]
-    cfg = algo.transcript_config(problem, data.train)
+    cfg = algo.plan.transcript_config(problem, data.train)
     assert res.sigmas["sigma"] == pytest.approx(cfg.noise_std(p["sigma_g"]))
     third = DpScaffold(**kw, privacy_against="third-party")
     q = third.run(problem, data.train, seed=0).details
@@ -222,7 +222,7 @@ def test_privacy_event_is_the_accounting_layers(small):
 
     data, problem = small
     algo = DpScaffoldWarm(rounds=3, local_steps=2, data_sampling=0.5, step_size=0.1, sigmas={"sigma": 0.4})
-    cfg = algo.transcript_config(problem, data.train)
+    cfg = algo.plan.transcript_config(problem, data.train)
     assert cfg.warm_steps == 2 and cfg.batch_size == math.ceil(0.5 * data.train.min_size)
     from silodp.algorithms.privacy import privacy_event
 
@@ -249,14 +249,14 @@ def test_noiseless_twins_run_the_zero_noise_loop_and_certify_nothing(small, name
                                rtol=0, atol=0)
     assert not cls.private and not is_private(name) and twin.private
     assert res.epsilon == math.inf and res.delta is None and res.details == {} and res.sigmas == {"sigma": 0.0}
-    assert cls(**kw).run_declaration(problem, data.train, {"sigma": 0.0}, None) is None
-    cfg = cls(**kw).transcript_config(problem, data.train)
+    assert cls(**kw).plan.run_declaration(problem, data.train, {"sigma": 0.0}, None) is None
+    cfg = cls(**kw).plan.transcript_config(problem, data.train)
     cal = calibrate_algorithm(cls, cfg, 1.0, 1e-5)
     assert cal.epsilon == math.inf and cal.sigmas == {} and cal.accountant == "none"
-    report = cls.noise_report(cfg, 1.0, 1e-5)  # the private twin's report has sigma_g and epsilon_server
+    report = cls.plan.noise_report(cfg, 1.0, 1e-5)  # the private twin's report has sigma_g and epsilon_server
     assert report["tight_certified_epsilon"] == math.inf and report["tight_sigmas"] == {}
-    assert not {"sigma_g", "sigma_g_server", "epsilon_server"} & set(report) and "sigma_g_server" in twin.noise_report(
-        twin(**kw).transcript_config(problem, data.train), 1.0, 1e-5)
+    assert not {"sigma_g", "sigma_g_server", "epsilon_server"} & set(report) and "sigma_g_server" in twin.plan.noise_report(
+        twin(**kw).plan.transcript_config(problem, data.train), 1.0, 1e-5)
     grid = GridSpec("np", "fedprox_synthetic", (AlgorithmGrid(name, (0.2,), local_steps=(3,),
                                                               params={"data_sampling": 0.3}),), (1.0, 10.0),
                     ((None, 4),), trials=1, data=({"num_users": 4, "samples_per_user": 30, "dim": 3},),

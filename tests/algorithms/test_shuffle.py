@@ -183,7 +183,7 @@ def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
     cfg = TranscriptConfig(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2, dimension=9, replacement=True)
     cal = calibrate_algorithm("sdp-prox-svrg", cfg, 3.0, 1e-5)
     params = {g: (v["g"], v["b"], v["p"], v["rotate"]) for g, v in cal.shuffle.items()}
-    declared = algorithm_class("sdp-prox-svrg").shuffle_declaration(cfg, None, params)
+    declared = algorithm_class("sdp-prox-svrg").plan.shuffle_declaration(cfg, None, params)
     groups = pvec_groups(declared)
     assert [g.uses for g in groups] == [4, 12] and groups[1].with_replacement
     assert cal.epsilon == pvec.transcript_epsilon(groups, 1e-5, pvec.default_interval(3.0)) <= 3.0
@@ -211,7 +211,7 @@ def test_sdp_runs_under_random_availability_at_the_declared_floor():
     fed = synthetic(num_silos=20, n=40, d=3, task="logistic", seed=1).train.with_availability(12, "random")
     problem = Problem(linear_model(3), "logistic", clip=1.0)
     algo = get_algorithm("sdp-prox-sgd", rounds=5, batch_size=10, step_size=0.1, epsilon=3.0, metrics_every=0)
-    cfg = algo.transcript_config(problem, fed)
+    cfg = algo.plan.transcript_config(problem, fed)
     delta = 1.0 / fed.min_size ** 2
     floor = cfg.silos_per_round
     assert 5 * stats.binom.cdf(floor - 1, 20, 0.6) <= 0.01 * delta < 5 * stats.binom.cdf(floor, 20, 0.6)
@@ -219,7 +219,7 @@ def test_sdp_runs_under_random_availability_at_the_declared_floor():
     assert availability_floor(20, 12, 5, 0.01 * delta) == (floor, pytest.approx(cfg.charged_delta))
     res = algo.run(problem, fed, seed=0)
     assert res.epsilon <= 3.0 and res.delta == pytest.approx(delta)
-    decl = [r for r in algo.run_declaration(problem, fed, {}, {g: as_params(p) for g, p in res.shuffle.items()})]
+    decl = [r for r in algo.plan.run_declaration(problem, fed, {}, {g: as_params(p) for g, p in res.shuffle.items()})]
     assert decl[0].messages == floor * 10
     sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=floor * 10 - 1)
     with pytest.raises(ValueError, match="messages"):
@@ -241,13 +241,13 @@ def test_secure_aggregation_threshold_is_the_declared_floor():
     assert secagg.to(torch.float64).reconstruction_threshold == 4
     problem = Problem(linear_model(3), "logistic", clip=1.0)
     algo = get_algorithm("sdp-prox-sgd", rounds=3, batch_size=10, step_size=0.1, epsilon=3.0, metrics_every=0)
-    cfg, full = algo.transcript_config(problem, secagg), algo.transcript_config(problem, fed)
+    cfg, full = algo.plan.transcript_config(problem, secagg), algo.plan.transcript_config(problem, fed)
     assert (cfg.silos_per_round, cfg.charged_delta, full.silos_per_round) == (4, 0.0, 6)
     res = algo.run(problem, secagg, seed=0)
     assert res.epsilon <= 3.0
     at_all = calibrate_algorithm("sdp-prox-sgd", full, 3.0, 1.0 / fed.min_size ** 2)
     assert res.shuffle["grad"]["b"] > at_all.shuffle["grad"]["b"]
-    decl = algo.run_declaration(problem, secagg, {}, {g: as_params(p) for g, p in res.shuffle.items()})
+    decl = algo.plan.run_declaration(problem, secagg, {}, {g: as_params(p) for g, p in res.shuffle.items()})
     assert decl[0].messages == 4 * 10
     sent = Sent("grad", decl[0].sampling, 10, fed.min_size, params=decl[0].params, messages=4 * 10 - 1)
     with pytest.raises(ValueError, match="messages"):
@@ -271,7 +271,8 @@ def test_rebuilt_federations_keep_the_declared_threshold():
     fed = dataclasses.replace(free_coordinate_federation(num_silos=3, n=21), reconstruction_threshold=2)
     seen = []
     stub = types.SimpleNamespace(silos=3, per_round=3)
-    algo = types.SimpleNamespace(run_declaration=lambda problem, one, sigmas, shuffle: seen.append(one))
+    algo = types.SimpleNamespace(plan=types.SimpleNamespace(
+        run_declaration=lambda problem, one, sigmas, shuffle: seen.append(one)))
     TrialContext._declaration(stub, algo, None, fed, {}, None)
     copies = [*gradient_canary(fed), *gradient_canary(fed, homogeneous=False), *median_canary(fed),
               canaried_federation(fed, 4, np.ones(4, bool)), fed.to(torch.float32), fed.with_availability(3), *seen]

@@ -13,6 +13,7 @@ from silodp.algorithms import Problem, linear_model
 from silodp.algorithms.base import FederatedAlgorithm
 from silodp.algorithms.config import AlgorithmConfig, param
 from silodp.algorithms.data import synthetic
+from silodp.algorithms.plan import gaussian_messages
 from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm
 from silodp.algorithms.registry import register_algorithm, unregister_algorithm
 
@@ -50,7 +51,7 @@ class ToyFullGradient(FederatedAlgorithm):
 
     @classmethod
     def declare_gaussian(cls, cfg, sigmas):
-        return [cls.gaussian("grad", cfg.rounds * cfg.toy_passes, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg,
+        return [gaussian_messages("grad", cfg.rounds * cfg.toy_passes, sigmas["sigma"], cfg.clip / cfg.n, cfg.n, cfg,
                              BatchSampling.FULL)]
 
     def _run(self, ctx, w):
@@ -152,7 +153,7 @@ def test_the_toys_transcript_field_reaches_noise_and_the_run(registered, setup, 
     fed, problem = setup
     algo = ToyFullGradient(rounds=2, batch_size=5, step_size=0.1, toy_passes=3, sigmas={"sigma": 0.05},
                            metrics_every=0)
-    assert algo.transcript_config(problem, fed).toy_passes == 3
+    assert algo.plan.transcript_config(problem, fed).toy_passes == 3
     assert len(algo.run(problem, fed).ledger) == 6
 
 
@@ -177,8 +178,7 @@ def test_the_toy_algorithm_is_audited(registered, setup):
     fed, problem = setup
     algo = ToyFullGradient(rounds=2, batch_size=5, step_size=0.1, sigmas={"sigma": 0.05}, record_transcript=True,
                            metrics_every=0)
-    algo.context_class = RecordingContext
-    reference = algo.run(problem, fed)
+    reference = algo.run(problem, fed, context=RecordingContext)
     worlds = (fed, fed)
     plan = game.build_plan(reference, problem, worlds, 0, 0)
     assert [r.group for r in plan.releases] == ["grad", "grad"] and plan.releases[0].std == (0.05, 0.05)

@@ -40,7 +40,7 @@ def test_calibrating_at_clip_one_and_scaling_is_the_same_event():
     assert request["transcript"]["clip"] == 1.0
     cal = ex.calibrate_request(request)
     prep = ex.prepare(cfg)
-    real = prep.algorithm_class(**prep.params).transcript_config(prep.problem, prep.train)
+    real = prep.algorithm_class(**prep.params).plan.transcript_config(prep.problem, prep.train)
     assert real.clip == 5.0
     unit = transcripts.TranscriptConfig(**request["transcript"])
     scaled = {k: v * 5.0 for k, v in cal["sigmas"].items()}
@@ -58,7 +58,7 @@ def test_shuffle_runs_use_the_sweeps_calibration(calibration, monkeypatch):
     cfg = _cfg(algorithm="sdp-prox-sgd", calibration=calibration, clip=5.0)
     cal = ex.calibrate_request(ex.calibration_request(cfg))
     prep = ex.prepare(cfg)
-    real = prep.algorithm_class(**prep.params).transcript_config(prep.problem, prep.train)
+    real = prep.algorithm_class(**prep.params).plan.transcript_config(prep.problem, prep.train)
     direct = transcripts.calibrate_algorithm("sdp-prox-sgd", real, cfg.epsilon, prep.delta, method=calibration)
     protocol = [{g: (p["g"], p["b"], p["p"], p["rotate"]) for g, p in s.items()}
                 for s in (direct.shuffle, cal["shuffle"])]
@@ -194,7 +194,7 @@ def test_dp_scaffold_is_calibrated_like_the_others():
     cal = ex.calibrate_request(request)
     assert cal["status"] == "ok" and cal["epsilon"] <= 2.0 and ex.recertify(request, cal) is None
     prep = ex.prepare(cfg)
-    own = DpScaffold(**prep.params, epsilon=2.0, delta=prep.delta).resolve_noise(prep.problem, prep.train)
+    own = DpScaffold(**prep.params, epsilon=2.0, delta=prep.delta).plan.resolve(prep.problem, prep.train)
     assert cal["sigmas"]["sigma"] == pytest.approx(own[0]["sigma"], rel=1e-9) and cal["epsilon"] == pytest.approx(own[1])
     out = ex.execute(cfg, cal)
     assert out["status"] == "ok" and out["certified_epsilon"] == pytest.approx(cal["epsilon"], rel=1e-9)

@@ -74,7 +74,7 @@ def test_flower_run_certifies_what_silodp_run_certifies(config, tmp_path):
     config = {**config, "delta": 1e-4, "accountant": "rdp"}
     settings = Settings.from_run_config(config)
     prepared = setup(settings)
-    cfg = prepared.algorithm.transcript_config(prepared.problem, prepared.data.train)
+    cfg = prepared.algorithm.plan.transcript_config(prepared.problem, prepared.data.train)
     simulator, _ = certify(prepared.algorithm, cfg, prepared.sigmas, settings.delta)
     assert simulator <= settings.epsilon
     grids = [InProcessGrid(2, config, tmp_path / str(k), settings.epsilon, settings.delta) for k in range(RUNS)]

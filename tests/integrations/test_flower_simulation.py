@@ -39,7 +39,7 @@ def expected_epsilons(settings: Settings) -> tuple[float, float]:
     """silodp's certificate of ``settings`` (the tightest, as every silo's ledger certifies), and of
     the same noise with one round fewer."""
     prepared = setup(settings)
-    cfg = prepared.algorithm.transcript_config(prepared.problem, prepared.data.train)
+    cfg = prepared.algorithm.plan.transcript_config(prepared.problem, prepared.data.train)
     return tuple(certify(prepared.algorithm, dataclasses.replace(cfg, rounds=rounds), prepared.sigmas,
                          settings.delta)[0] for rounds in (settings.rounds, settings.rounds - 1))
 

@@ -56,7 +56,7 @@ def test_dirichlet_mnist_federation_runs_two_rounds_of_isrl_mb_sgd():
     result = algo.run(problem, fed, seed=0)
     assert torch.isfinite(result.w_priv).all() and result.w_priv.shape == (problem.dim,)
     # the run's noise certifies its budget, re-checked from its declaration
-    eps, _ = certify(IsrlMBSGD, algo.transcript_config(problem, fed), result.sigmas, 1e-5)
+    eps, _ = certify(IsrlMBSGD, algo.plan.transcript_config(problem, fed), result.sigmas, 1e-5)
     assert eps <= 1.0
 
 

@@ -10,8 +10,9 @@ import torch
 from scipy.stats import ks_2samp
 
 from silodp.accounting import gaussian
-from silodp.algorithms import ALGORITHMS, get_algorithm
+from silodp.algorithms import ALGORITHMS, Context, get_algorithm
 from silodp.verify.audit import game as game
+from silodp.verify.instruments import Instrumented
 from silodp.verify.audit import MUTATION_SCENARIOS, SCENARIOS, AlgorithmGame, Scenario, audit_gaussian, prepare
 
 HETEROGENEOUS = Scenario("isrl-prox-sgd", dict(rounds=4, batch_size=5, step_size=0.1), canary="gradient")
@@ -126,5 +127,7 @@ def test_validation_errors_name_the_argument():
         game.Plan((game.Release("g", torch.zeros(2, 1, 1), (0.0, 1.0), 1, "full"),), 0)
     with pytest.raises(ValueError, match="algorithm"):
         AlgorithmGame("sdp-prox-sgd").setup()
-    with pytest.raises(ValueError, match="context_class"):
+    with pytest.raises(ValueError, match="algo: must be Instrumented"):
         game.run_transcripts(get_algorithm("isrl-prox-sgd"), None, [], 0, None, 1)
+    with pytest.raises(ValueError, match="algo: must be Instrumented"):  # an honest channel records no audit run
+        game.run_transcripts(Instrumented(get_algorithm("isrl-prox-sgd"), Context), None, [], 0, None, 1)

@@ -76,8 +76,7 @@ def test_shared_seed_context_repeats_the_noise_in_a_real_run():
                      torch.tensor([6]))
     algo = get_algorithm("isrl-prox-sgd", rounds=3, batch_size=2, step_size=0.1, sigmas={"sigma": 1e6},
                          record_transcript=True, metrics_every=0)
-    algo.context_class = get_mutation("shared-seed").context_class()
-    res = algo.run(Problem(linear_model(2), "squared", clip=1.0), fed, seed=0)
+    res = algo.run(Problem(linear_model(2), "squared", clip=1.0), fed, seed=0, context=get_mutation("shared-seed").context())
     msgs = [e["messages"] for e in res.transcript]
     assert msgs[0].abs().min() > 1.0 and all(torch.allclose(msgs[0], m_, rtol=1e-5) for m_ in msgs[1:])
 

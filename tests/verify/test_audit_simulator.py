@@ -83,7 +83,7 @@ def test_a_silos_messages_do_not_depend_on_the_other_silos(name):
         replay, w0 = _steering(sc, problem, len(inc))
         algo = get_algorithm(sc.algorithm, **sc.algorithm_params(), record_transcript=True, metrics_every=0, w0=w0,
                              sigmas={k: 0.0 for k in get_algorithm(sc.algorithm).noise_keys})
-        rows.append(_messages(algo, get_mutation(name).context_class(), problem, stacked_worlds(worlds, np.array(inc)),
+        rows.append(_messages(algo, get_mutation(name).context(), problem, stacked_worlds(worlds, np.array(inc)),
                               len(inc), replay)[0])
     same = dict(rtol=1e-12, atol=1e-15)  # batched float64 kernels may round differently by batch size
     assert np.allclose(rows[0][:, 0], rows[1][:, 2], **same) and np.allclose(rows[0][:, 1], rows[1][:, 4], **same)

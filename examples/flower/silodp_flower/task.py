@@ -5,7 +5,7 @@ ISRL-DP FedProx-SPIDER). The code that computes a silo's release is silodp's
 silo service, or in process where its operator trusts the app.
 
 The noise comes from the very algorithm class ``silodp run`` uses
-(:meth:`FederatedAlgorithm.resolve_noise`: :func:`silodp.algorithms.privacy.calibrate_algorithm`
+(its plan's :meth:`~silodp.algorithms.plan.Plan.resolve`: :func:`silodp.algorithms.privacy.calibrate_algorithm`
 on its declared releases), so a Flower run and a simulator run of the same settings release the
 same messages with the same noise and certify the same epsilon. Each silo still keeps its own
 ledger (:mod:`silodp.integrations.flower_silo`) of what it really sent, and refuses a request
@@ -46,7 +46,7 @@ class Setup:
         as every silo's ledger certifies): what the smallest silo reports."""
         from silodp.algorithms.privacy import certify
 
-        cfg = self.algorithm.transcript_config(self.problem, self.data.train)
+        cfg = self.algorithm.plan.transcript_config(self.problem, self.data.train)
         return certify(self.algorithm, cfg, self.sigmas, self.algorithm.delta)[0]
 
 
@@ -56,5 +56,5 @@ def setup(settings: Settings) -> Setup:
     data = load_cached(settings.dataset, settings.seed, 0.2, 0.2)
     problem = Problem(model_for(data, settings.model), data.loss, clip=settings.clip)
     algo = settings.algorithm_object()
-    sigmas, epsilon, _, _ = algo.resolve_noise(problem, data.train)
+    sigmas, epsilon, *_ = algo.plan.resolve(problem, data.train)
     return Setup(data, problem, algo, sigmas, epsilon)

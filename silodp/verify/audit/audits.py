@@ -184,7 +184,7 @@ class AlgorithmGame:
         _check_gaussian(sc.algorithm)
         dl = check_delta("delta", self.delta)
         problem, worlds, _ = sc.build()
-        cfg = get_algorithm(sc.algorithm, **sc.algorithm_params()).transcript_config(problem, worlds[0])
+        cfg = get_algorithm(sc.algorithm, **sc.algorithm_params()).plan.transcript_config(problem, worlds[0])
         if self.sigmas is not None:
             sigmas = {k: float(v) for k, v in self.sigmas.items()}
             eps, acc = certify(sc.algorithm, cfg, sigmas, dl)
@@ -220,7 +220,7 @@ def _check_gaussian(name: str) -> None:
 
     if name not in ALGORITHMS:
         raise ValueError(f"algorithm: must be one of {sorted(ALGORITHMS)}, got {name!r}")
-    if ALGORITHMS[name].shuffled or not ALGORITHMS[name].private:
+    if not ALGORITHMS[name].plan.releases_gaussian_messages():
         raise ValueError(f"algorithm: the audit game covers Gaussian ISRL-DP algorithms, got {name!r}")
 
 
@@ -228,7 +228,8 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
     """The game's parts for noise ``sigmas``: ``(problem, (D, D'), reference, algo, plan)``.
 
     ``reference`` is one run on D recorded by :class:`~.audit_game.RecordingContext` (steered when
-    the scenario says so); ``algo`` replays it with the (broken, if ``mutation``) context;
+    the scenario says so); ``algo`` (:class:`~silodp.verify.instruments.Instrumented`) replays it
+    through the (broken, if ``mutation``) channel instrument;
     ``plan`` is the vectorized game (:func:`~.audit_game.build_plan`). No claim is computed.
     """
     import torch
@@ -246,11 +247,9 @@ def prepare(scenario: Scenario, sigmas: dict, mutation: str | None = None, seed:
     # the start is part of the replayed iterates: fix it (the first steered iterate, or a seeded init)
     params["w0"] = steer.w_priv if steer is not None else problem.model.init(
         torch.Generator().manual_seed(seed), dtype=worlds[0].x.dtype)
-    reference_algo = get_algorithm(scenario.algorithm, **params)
-    reference_algo.context_class = game.RecordingContext
-    reference = reference_algo.run(problem, worlds[0], seed=seed, replay=steer)
-    algo = get_algorithm(scenario.algorithm, **params)
-    algo.context_class = mut.context_class() if mut else game.RecordingContext
+    reference = get_algorithm(scenario.algorithm, **params).run(problem, worlds[0], seed=seed, replay=steer,
+                                                                context=game.RecordingContext)
+    algo = game.Instrumented(get_algorithm(scenario.algorithm, **params), mut.context() if mut else game.RecordingContext)
     m = worlds[0].silos_per_round
     plan = game.build_plan(
         reference, problem, worlds, scenario.silo, scenario.record,

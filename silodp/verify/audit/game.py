@@ -35,7 +35,7 @@ from scipy.stats import binom
 from silodp.accounting.releases import BatchSampling
 from silodp.algorithms import grads as _grads
 from silodp.verify.audit.estimators import Scores
-from silodp.verify.instruments import RecordingContext
+from silodp.verify.instruments import Instrumented, RecordingContext
 
 SAMPLINGS = ("full", "replacement", "permutation", "subset")
 #: a clip function: raw per-sample gradients [n, d] -> (clipped [n, d], threshold used)
@@ -314,11 +314,12 @@ def run_transcripts(algo, problem, worlds, silo: int, reference, trials: int, se
     """Silo ``silo``'s released messages (offsets removed) in ``trials`` real runs per world,
     each replaying ``reference``: per world, one ``[trials, d]`` tensor per release.
 
-    ``algo`` must record transcripts through a :class:`RecordingContext` (or a subclass) and have
-    explicit ``sigmas`` (so no run recalibrates).
+    ``algo`` must be an :class:`~silodp.verify.instruments.Instrumented` algorithm recording its
+    transcripts through a :class:`RecordingContext` (or a subclass), with explicit ``sigmas`` (so no
+    run recalibrates).
     """
-    if not (isinstance(algo.context_class, type) and issubclass(algo.context_class, RecordingContext)):
-        raise ValueError("algo: set algo.context_class to RecordingContext (or a subclass)")
+    if not (isinstance(algo, Instrumented) and issubclass(algo.context, RecordingContext)):
+        raise ValueError("algo: must be Instrumented(algorithm, RecordingContext or a subclass)")
     out = []
     for world, fed in enumerate(worlds):
         runs = []

@@ -6,9 +6,9 @@ in both games:
 
 * vectorized (:func:`silodp.verify.audit.game.build_plan`): a clip function, a noise factor per
   release, the minibatch sampling, or one noise draw shared by all releases;
-* end to end: :meth:`Mutation.context_class` is the channel instrument
-  (:mod:`silodp.verify.instruments`) that breaks the real algorithm the same way (set it as
-  ``algo.context_class``).
+* end to end: :meth:`Mutation.context` is the channel instrument
+  (:mod:`silodp.verify.instruments`) that breaks the real algorithm the same way (pass it as
+  ``algo.run(..., context=mutation.context())``).
 
 The bugs (the first five are found in the two papers' public code, see issue 7):
 
@@ -114,13 +114,13 @@ class Mutation:
 
     def check(self, algo) -> None:
         """ValueError when the bug has nothing to act on in ``algo``."""
-        if algo.shuffled or not algo.private:
+        if not algo.plan.releases_gaussian_messages():
             raise ValueError(f"mutation: {self.name!r} applies to Gaussian ISRL-DP algorithms, not {algo.name!r}")
         if self.groups is not None and not set(self.groups) & set(algo.message_groups):
             raise ValueError(f"mutation: {self.name!r} needs a message group in {self.groups}; "
                              f"{algo.name!r} sends {algo.message_groups}")
 
-    def context_class(self, checked: bool = False) -> type:
+    def context(self, checked: bool = False) -> type:
         """The channel that realizes this bug in a real run (:func:`silodp.verify.instruments.mutated_context`;
         ``checked``: with the run-time check of the declaration on)."""
         return mutated_context(self, checked)

@@ -8,7 +8,7 @@ run is the final model's weight on the canary's free coordinate
 (:func:`silodp.verify.audit.canaries.gradient_canary`), which only the canary's gradients move. The
 final model is post-processing of the whole transcript, so the estimators' lower bound applies
 to the transcript's claim: the epsilon that the accounting layer certified when the algorithm
-calibrated its P_vec invocations (``FederatedAlgorithm.resolve_noise``).
+calibrated its P_vec invocations (its plan's ``resolve``).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def sdp_scores(scenario: Scenario, epsilon: float, delta: float, trials: int, se
         params.update(mut.params)
     # calibrate once (both worlds have the same sizes), then run both with those P_vec parameters
     claimed = dict(params, **(mut.claim_params if mut is not None else {}))
-    _, certified, dl, shuffle = get_algorithm(scenario.algorithm, epsilon=epsilon, delta=delta,
-                                              **claimed).resolve_noise(problem, worlds[0])
+    _, certified, dl, shuffle, _ = get_algorithm(scenario.algorithm, epsilon=epsilon, delta=delta,
+                                              **claimed).plan.resolve(problem, worlds[0])
     algo = get_algorithm(scenario.algorithm, epsilon=certified, delta=dl, shuffle_params=shuffle, **params)
     context = TrialContext if mut is None or mut.context is None else mut.context()
     free = scenario.d  # weight of the last input feature (the canary's free coordinate)

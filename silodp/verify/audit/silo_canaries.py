@@ -7,7 +7,7 @@ many canaries in one silo, as the gradient canaries of :mod:`.simulator_audit` d
 *silo* is one trial: ``audit_silos(mutation, silos=R)`` builds a federation of R silos, silo j a
 copy of the scenario's D or D' (:mod:`.canaries`) by a fair coin S_j, and runs the real algorithm
 (the library's ``run``, the bug switched on through its channel
-:meth:`~.mutations.Mutation.context_class`) once on all of them, in runs of at most ``chunk``
+:meth:`~.mutations.Mutation.context`) once on all of them, in runs of at most ``chunk``
 silos.
 
 **Why the silos are independent runs.** Every release of these scenarios is made at a query
@@ -101,7 +101,7 @@ def _claim(sc: Scenario, problem, world, epsilon: float, delta: float):
     from silodp.algorithms.privacy import calibrate_algorithm
     from silodp.verify.audit.audits import _calibrate_shape
 
-    cfg = get_algorithm(sc.algorithm, **sc.algorithm_params()).transcript_config(problem, world)
+    cfg = get_algorithm(sc.algorithm, **sc.algorithm_params()).plan.transcript_config(problem, world)
     if sc.noise_shape is not None:
         sigmas, eps, _ = _calibrate_shape(sc.algorithm, cfg, sc.noise_shape, epsilon, delta)
         return sigmas, eps
@@ -111,8 +111,7 @@ def _claim(sc: Scenario, problem, world, epsilon: float, delta: float):
 
 def _messages(algo, context, problem, fed, seed: int, replay) -> tuple[np.ndarray, list]:
     """Every release's messages ``[T, R, d]`` and noise std (a float, or one per silo) of one real run."""
-    algo.context_class = context
-    res = algo.run(problem, fed, seed=seed, replay=replay)
+    res = algo.run(problem, fed, seed=seed, replay=replay, context=context)
     rows = np.stack([e["messages"].detach().double().numpy() for e in res.transcript])
     return rows, [e["std"] for e in res.transcript]
 
@@ -168,7 +167,7 @@ def audit_silos(mutation: str, silos: int | None = None, counterpart: bool = Fal
     problem, worlds, _ = sc.build()
     sigmas, claimed = _claim(sc, problem, worlds[0], spec.epsilon if epsilon is None else epsilon, delta)
     mut = get_mutation(mutation)
-    context = RecordingContext if counterpart else mut.context_class()
+    context = RecordingContext if counterpart else mut.context()
     base = dict(sc.algorithm_params(), record_transcript=True, metrics_every=0)
     # the means of each release in D and D' (noiseless, full batches: the bug's sampling off)
     replay, w0 = _steering(sc, problem, 2)

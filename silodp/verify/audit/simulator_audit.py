@@ -4,7 +4,7 @@
 features plus m *free* coordinates (zero for every real record), puts m canary records in silo 0
 (canary j: ``x = A e_{d+j}``, label ``+Y`` when included, S_j = 1, or ``-Y``: replace-one
 neighbours, the silo's size fixed), runs the real algorithm (:mod:`silodp.algorithms`) ONCE with
-the mutation's channel (:meth:`~.mutations.Mutation.context_class`: the same switch the many-run
+the mutation's channel (:meth:`~.mutations.Mutation.context`: the same switch the many-run
 game uses) and scores canary j from what the ISRL-DP server sees, silo 0's messages: minus the
 sum over releases of coordinate d + j (under the squared loss the canary's clipped gradient is
 ``-+L e_{d+j}`` up to 1/A, the gradient canary of :mod:`.canaries`). The claim is the accounting
@@ -136,13 +136,12 @@ def _audit_one_run(mutation: str, canaries: int, counterpart: bool, algorithm: s
     k = max(1, int(sc.batch_fraction * int(fed.counts[0])))
     mut = None if counterpart else get_mutation(mutation)
     params = dict(sc.params, batch_size=k, **(mut.params if mut else {}))
-    cfg = get_algorithm(algorithm, **params).transcript_config(problem, fed)
+    cfg = get_algorithm(algorithm, **params).plan.transcript_config(problem, fed)
     cal = calibrate_algorithm(algorithm, cfg, sc.epsilon if epsilon is None else epsilon, delta)
     algo = get_algorithm(algorithm, **params, sigmas=dict(cal.sigmas), record_transcript=True, metrics_every=0)
     if mut is not None:
         mut.check(algo)
-    algo.context_class = mut.context_class() if mut else RecordingContext
-    res = algo.run(problem, fed, seed=seed)
+    res = algo.run(problem, fed, seed=seed, context=mut.context() if mut else RecordingContext)
     free = slice(d, d + int(canaries))
     rows = []
     for entry in res.transcript:

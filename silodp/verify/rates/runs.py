@@ -306,15 +306,17 @@ def term_exponents(bound_id: str, params: dict, vary: str, h: float = 1e-4) -> d
 
 
 def _algorithm(theorem: Theorem, setup: RateSetup, plan: dict, point: dict, private: bool, w0=None):
-    from silodp.algorithms.registry import get_algorithm
+    from silodp.algorithms.registry import algorithm_class, get_algorithm
 
     params = dict(plan, metrics_every=0, output=setup.output, w0=w0)
     if private:
         params.update(epsilon=point["eps"], delta=point["delta"], calibration=setup.noise)
-    elif get_algorithm(theorem.algorithm).shuffled:
-        raise ValueError("baseline: the zero-noise floor is only available for Gaussian (ISRL-DP) algorithms")
     else:
-        params["sigmas"] = {k: 0.0 for k in get_algorithm(theorem.algorithm).noise_keys}
+        cls = algorithm_class(theorem.algorithm)
+        try:  # the same transcript with no noise: standard deviations 0 (a P_vec plan has none to zero)
+            params.update(cls.plan.noise_arguments({k: 0.0 for k in cls.noise_keys}, None))
+        except ValueError as exc:
+            raise ValueError("baseline: the zero-noise floor is only available for Gaussian (ISRL-DP) algorithms") from exc
     return get_algorithm(theorem.algorithm, **params)
 
 

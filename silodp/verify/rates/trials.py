@@ -90,8 +90,9 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
     n_silos = x.shape[1]
     m = n_silos if silos_per_round is None else int(silos_per_round)
     template = _template(x, y, m)
-    algorithm._validate(problem, template)
-    sigmas, epsilon, delta, shuffle = algorithm.resolve_noise(problem, template)
+    plan = algorithm.plan
+    plan.validate(problem, template)
+    sigmas, epsilon, delta, shuffle, _ = plan.resolve(problem, template)
     per_trial = max(1, x[0].numel())
     chunk = max(1, min(int(trials), max_elements // per_trial))
     seeds = np.random.SeedSequence(int(seed)).generate_state((int(trials) + chunk - 1) // chunk)
@@ -105,7 +106,7 @@ def run_trials(algorithm: FederatedAlgorithm, problem, data: DataFn, trials: int
         w0 = problem.model.init(ctx._gen, dtype=fed.x.dtype) if algorithm.w0 is None else algorithm.w0
         last = algorithm._run(ctx, w0.to(fed.x.dtype).expand(size, -1).clone())
         w_last.append(last)
-        uniform = algorithm.picks_uniform and bool(ctx.iterates)
+        uniform = plan.picks_uniform and bool(ctx.iterates)
         w_priv.append(_pick_uniform(ctx.iterates, ctx._gen) if uniform else last)
         pool.append(torch.stack(list(ctx.iterates)) if uniform else None)
     shuffle_out = None if shuffle is None else {g: vars(p) for g, p in shuffle.items()}
