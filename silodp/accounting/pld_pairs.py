@@ -13,7 +13,10 @@ grid points it is linear in e^eps, while the true curve is convex in e^eps (a su
 linear functions P(S) - e^eps Q(S)), so the discrete curve lies above it: *pessimistic* at every
 eps. With D_i = delta(eps_{i-1}) - delta(eps_i) the mass at eps_i is
 p_i = (e^h D_i - D_{i+1}) / (e^h - 1), the mass at +inf is delta(eps_max) and the lowest point takes
-the rest (:func:`connect_the_dots`); :mod:`silodp.accounting.pld` composes the PMFs.
+the rest (:func:`connect_the_dots`); :mod:`silodp.accounting.pld` composes the PMFs. Dots at any
+subset of the grid are as pessimistic (:func:`connect_the_dots_at`): the add/remove Poisson
+Gaussian's directions skip grid points in P's far tails
+(:meth:`OneSidedGaussianPair.strided_loss_pmf`), at a cost bounded by the tail truncation's.
 
 Mechanisms. Every Gaussian pair silodp accounts is, after scaling to unit shift, the pair
 P = (1 - a) N(0, s^2) + a N(1, s^2), Q = (1 - b) N(0, s^2) + b N(-1, s^2), whose loss is increasing
@@ -158,7 +161,9 @@ class OneSidedGaussianPair(GaussianPair):
     These are :meth:`GaussianPair.threshold`'s own operations with its zero terms dropped
     (hypot(qb, 0) = |qb|, and the factor 2 in numerator and denominator is exact), so every
     threshold, curve value and PMF is bit-for-bit the general class's, in a tenth of the
-    threshold's time (no hypot, sqrt or selects: the build of a ledger of distinct releases)."""
+    threshold's time (no hypot, sqrt or selects). :func:`from_gaussian_mechanism` builds the two
+    directions by :meth:`strided_loss_pmf` instead (its own dots and :meth:`curve`: the build of a
+    ledger of distinct releases)."""
 
     def __post_init__(self) -> None:
         if not (self.a == 0.0) != (self.b == 0.0) or self.a == 1.0:
