@@ -263,14 +263,18 @@ class OneSidedGaussianPair(GaussianPair):
         """:meth:`loss_pmf`'s grid (its x range, the losses in scalar arithmetic) with dots only at
         :meth:`dots` (:func:`connect_the_dots_at`; the curve by :meth:`curve`).
 
-        Pessimistic, as every connect-the-dots PMF. Tightness: let A be the full grid's PMF
-        (:meth:`loss_pmf`) and A' = A with its mass between consecutive dots moved up to the upper
-        dot. A' dominates the pair and is supported on the dots, so this PMF (the tightest such)
-        lies below A' at every eps; and moving mass m up by at most H raises the delta of any
-        composition by at most m (1 - e^{-H}) (each path's (1 - e^{eps - L})_+ rises by at most
-        that). The mass moved in band i is at most tau_i (:meth:`dots`), so against A this PMF
+        Pessimistic, as every connect-the-dots PMF. Tightness: let R be the pair's loss rounded up
+        to the full grid (each grid step's mass at its top point, the mass past the last point at
+        +inf) and R' = R with its mass between consecutive dots moved up to the upper dot. R'
+        dominates the pair and is supported on the dots, so this PMF (the tightest such: equal to
+        the pair's curve at the dots, linear in e^eps between) lies below R' at every eps; and
+        moving mass m up by at most H raises the delta of any composition by at most
+        m (1 - e^{-H}) (each path's (1 - e^{eps - L})_+ rises by at most that). The mass moved in
+        band i is P's mass beyond its edge, at most tau_i (:meth:`dots`), so against R this PMF
         costs at most e^bound per tail in any composition's delta, the tail truncation's own
-        budget: about two thirds of the points for sampling rate 0.01 and z in [1, 2]."""
+        budget (against the full grid's connect-the-dots PMF, measured: epsilons within 1e-6
+        relative, tests/accounting/test_pld_tree.py): about 60% of the points for sampling rate
+        0.01 and z in [1, 2]."""
         k = math.sqrt(-2.0 * log_mass_truncation_bound)
         top = 0.0 if self.a == 0.0 else 1.0
         first, last = _grid(interval, self._scalar_loss(-k * self.s), self._scalar_loss(top + k * self.s))
