@@ -318,21 +318,30 @@ def connect_the_dots(curve: Callable[[Any], Any], first: int, last: int, interva
     return LossPmf(interval, first, masses, tail)
 
 
-def connect_the_dots_at(curve: Callable[[Any], Any], dots: np.ndarray, interval: float) -> LossPmf:
+def connect_the_dots_at(curve: Callable[[Any], Any] | None, dots: np.ndarray, interval: float,
+                        values: np.ndarray | None = None) -> LossPmf:
     """:func:`connect_the_dots` with dots only at the increasing grid indices ``dots`` (the first
     and last the grid's ends; the points between them get no mass). Pessimistic for any choice of
     dots: the discrete curve equals ``curve`` at each dot and is linear in e^eps in between, above
     the convex true curve. With g_j = (dots_j - dots_{j-1}) h and D_j the curve's drop from dot
     j - 1 to dot j, the mass at dot j is p_j = D_j / (1 - e^{-g_j}) - D_{j+1} / (e^{g_{j+1}} - 1)
     (:func:`connect_the_dots`'s p_i for g = h); past the last dot D = 0, +inf gets the last value
-    and the first dot the rest. Evaluated in cache-sized pieces, as :func:`connect_the_dots`."""
+    and the first dot the rest. Evaluated in cache-sized pieces, as :func:`connect_the_dots`
+    (``values``: the curve at the dots, computed beforehand, instead of ``curve``)."""
+
+    def at_dots(lo: int, hi: int) -> np.ndarray:
+        if values is not None:
+            return values[lo:hi]
+        assert curve is not None
+        return curve(dots[lo:hi] * interval)
+
     first, last, n = int(dots[0]), int(dots[-1]), len(dots)
     masses = np.zeros(last - first + 1)
-    d = curve(np.array([last * interval], dtype=float)) if n == 1 else None
+    d = at_dots(0, 1) if n == 1 else None
     for start in range(1, n, _CHUNK):  # the masses of dots start .. stop - 1
         stop = min(n, start + _CHUNK)
         at = dots[start - 1:min(stop, n - 1) + 1]
-        d = curve(at * interval)
+        d = at_dots(start - 1, min(stop, n - 1) + 1)
         drops = d[:-1] - d[1:]  # D_start .. D_min(stop, n - 1)
         consecutive = at[-1] - at[0] == len(at) - 1  # a piece of the fine grid: one g, one slice
         # D_j / (e^g_j - 1); D_j / (1 - e^-g_j) is D_j plus it
@@ -375,9 +384,53 @@ def from_gaussian_mechanism(
     if ev.relation(neighbouring) == ev.REPLACE_ONE:
         pair = GaussianPair(sampling_prob, sampling_prob, z)
         return PrivacyLossDistribution(pair.loss_pmf(h, bound), None, bound)
-    remove = OneSidedGaussianPair(sampling_prob, 0.0, z).strided_loss_pmf(h, bound)
-    add = OneSidedGaussianPair(0.0, sampling_prob, z).strided_loss_pmf(h, bound)
-    return PrivacyLossDistribution(remove, add, bound)
+    return PrivacyLossDistribution(*poisson_loss_pmfs(sampling_prob, z, h, bound), bound)
+
+
+def poisson_loss_pmfs(q: float, z: float, interval: float, log_mass_truncation_bound: float) -> tuple[LossPmf, LossPmf]:
+    """The "remove" and "add" PMFs of the add/remove Poisson Gaussian (sampling probability ``q``,
+    noise multiplier ``z``), :meth:`OneSidedGaussianPair.strided_loss_pmf` both, from one pass of
+    normal tails. The add pair is the remove pair mirrored: L_add(x) = -L_remove(-x), so
+    x*_add(eps) = -x*_remove(-eps) and, with T0 = -x*_remove(-eps)/s and T1 = T0 + 1/s,
+    delta_add(eps) = (1 - e^eps (1 - q)) Phi(-T0) - e^eps q Phi(-T1), while
+    delta_remove(eps') = q Phi(T1) - (e^eps' - (1 - q)) Phi(T0) at T's own eps' = -eps. The add side's
+    dots are the remove side's mirrored (they cover its own bands: P_add = N(0, s^2) lies below
+    both components of P_remove) plus its two ends; ``ndtr`` of -|T| gives the small tail and
+    1 minus it the large one, each as accurate as ``ndtr`` itself. Two-thirds of the ``ndtr`` calls
+    of two separate builds."""
+    remove, add = OneSidedGaussianPair(q, 0.0, z), OneSidedGaussianPair(0.0, q, z)
+    h, s = interval, z
+    k = math.sqrt(-2.0 * log_mass_truncation_bound)
+    first, last = _grid(h, remove._scalar_loss(-k * s), remove._scalar_loss(1.0 + k * s))
+    first_a, last_a = _grid(h, add._scalar_loss(-k * s), add._scalar_loss(k * s))
+    if k + 1.0 / s >= NDTR_FLOOR or not first <= -last_a <= -first_a <= last:
+        return remove.strided_loss_pmf(h, log_mass_truncation_bound), add.strided_loss_pmf(h, log_mass_truncation_bound)
+    dots = remove.dots(first, last, h, log_mass_truncation_bound)
+    top = int(np.searchsorted(dots, -first_a))
+    points = dots if dots[top] == -first_a else np.insert(dots, top, -first_a)
+    eps = points * h
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        gap = np.exp(eps)
+        gap -= 1.0 - q
+        t0 = np.log(gap)
+        t0 *= -s
+        t0 += s * math.log(q) - 0.5 / s  # T0 = -x*_remove(eps) / s (+inf where gap <= 0)
+        small0, small1 = ndtr(-np.abs(t0)), ndtr(-np.abs(t0 + 1.0 / s))
+        below0, below1 = t0 <= 0.0, t0 + 1.0 / s <= 0.0
+        phi0, phi1 = np.where(below0, small0, 1.0 - small0), np.where(below1, small1, 1.0 - small1)  # Phi(T)
+        d_remove = q * phi1 - gap * phi0
+        low = gap <= 0.0
+        d_remove[low] = -np.expm1(eps[low])
+        mirror = slice(int(np.searchsorted(points, -last_a)), top + 1)  # the add side's dots, mirrored
+        eps_a = -eps[mirror][::-1]
+        big_e = np.exp(eps_a)
+        qb = 1.0 - big_e * (1.0 - q)
+        tail0 = np.where(below0, 1.0 - small0, small0)[mirror][::-1]  # Phi(-T0)
+        tail1 = np.where(below1, 1.0 - small1, small1)[mirror][::-1]
+        d_add = np.where(qb > 0.0, qb * tail0 - big_e * q * tail1, 0.0)
+    keep = slice(None) if points is dots else np.flatnonzero(points != -first_a)
+    return (connect_the_dots_at(None, dots, h, d_remove[keep]),
+            connect_the_dots_at(None, -points[mirror][::-1], h, d_add))
 
 
 def _convex_minorant(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -298,3 +298,26 @@ def test_product_folds_a_cut_lower_tail_upwards():
     assert out.offset > full.offset + len(full.masses) // 2  # the window cut the lower tail
     for eps in np.linspace(0.0, 2.0, 21):
         assert out.delta(eps) >= full.delta(eps) - 1e-15
+
+
+@pytest.mark.parametrize("q,z", [(0.01, 1.0), (0.2, 0.4), (1e-4, 1.0), (0.5, 3.0)])
+def test_poisson_pmfs_from_shared_tails_are_the_separate_builds(q, z):
+    """poisson_loss_pmfs (the two directions from one pass of normal tails, the add side's dots the
+    remove side's mirrored) gives the grids of the two separate strided builds and their curves:
+    within 1e-15 + 1e-12 relative (rounding) at eps >= 0, within 1e-7 below (the clipped
+    cancellation noise of a curve near 1 - e^eps, which other dots place differently); the add
+    side's curve equals the pair's at its dots at eps >= 0."""
+    h, bound = 1e-4, pld_lib.LOG_TAIL_MASS
+    shared = pld_pairs.poisson_loss_pmfs(q, z, h, bound)
+    pairs = (pld_pairs.OneSidedGaussianPair(q, 0.0, z), pld_pairs.OneSidedGaussianPair(0.0, q, z))
+    eps = np.concatenate([np.linspace(-1.0, 4.0, 101), [0.0, h, -np.log1p(-q)]])
+    for got, pair in zip(shared, pairs):
+        alone = pair.strided_loss_pmf(h, bound)
+        assert (got.offset, len(got.masses)) == (alone.offset, len(alone.masses))
+        a, b = (np.array([p.delta(e) for e in eps]) for p in (got, alone))
+        assert np.all(np.abs(a - b) <= np.where(eps >= 0, 1e-15 + 1e-12 * b, 1e-7))
+    add = shared[1]
+    dots = add.offset + np.flatnonzero(add.masses)[1:]
+    dots = dots[dots >= 0][::max(1, len(dots) // 60)]
+    at = np.array([add.delta(e) for e in dots * h])
+    assert np.allclose(at, pairs[1].delta(dots * h), rtol=1e-9, atol=1e-16)
