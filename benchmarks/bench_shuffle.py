@@ -67,8 +67,8 @@ def config(preset: str, algorithm: str) -> TranscriptConfig:
     if algorithm == "sdp-pl-svrg":
         extra["restarts"] = 3
     if algorithm == "sdp-spider":
-        extra["q"] = 2
-    return TranscriptConfig(rounds=25, batch_size=K, replacement=cls.default_replacement, **p, **extra)
+        extra["period"] = 2
+    return cls.plan.transcript(rounds=25, batch_size=K, replacement=cls.default_replacement, **p, **extra)
 
 
 def previous_params(algorithm: str, cfg: TranscriptConfig, epsilon: float, delta: float) -> dict:

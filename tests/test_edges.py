@@ -72,7 +72,7 @@ def test_overflows_and_huge_allocations_are_value_errors():
 def test_algorithm_seam_type_errors_are_value_errors():
     from silodp.algorithms import privacy
 
-    tc = privacy.TranscriptConfig(n=100, rounds=10, batch_size=10, num_silos=2)
+    tc = privacy.algorithm_class("isrl-mb-sgd").plan.transcript(n=100, rounds=10, batch_size=10, num_silos=2)
     for sigmas in (None, {"sigma": None}, {"sigma": math.nan}, {"sigma": -1.0}):
         with pytest.raises(ValueError, match="^sigmas: "):
             privacy.certify("isrl-mb-sgd", tc, sigmas, 1e-5)

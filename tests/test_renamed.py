@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 
 from silodp.algorithms import get_algorithm
-from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm, stored_transcript
-from silodp.algorithms.spider import SpiderConfig, anchors
+from silodp.algorithms.privacy import algorithm_class, calibrate_algorithm, stored_transcript
+from silodp.algorithms.spider import SdpSpider, SpiderConfig, anchors
 from silodp.cli import main
 from silodp.service.plan import Settings
 
@@ -25,7 +25,8 @@ def _cli(capsys, argv):
     lambda: get_algorithm("isrl-spider", rounds=4, batch_size=8, q=2),
     lambda: get_algorithm("sdp-spider", rounds=4, batch_size=8, q=2),
     lambda: SpiderConfig(q=2),
-    lambda: TranscriptConfig(n=100, rounds=4, batch_size=100, q=2),
+    lambda: SdpSpider.plan.transcript(n=100, rounds=4, batch_size=100, q=2),
+    lambda: algorithm_class("isrl-spider").plan.transcript(n=100, rounds=4, batch_size=100, q=2),
     lambda: Settings.from_run_config({"algorithm": "isrl-spider", "q": 3}),
 ])
 def test_the_old_period_name_is_refused_naming_the_new_one(make):
@@ -35,35 +36,41 @@ def test_the_old_period_name_is_refused_naming_the_new_one(make):
 
 def test_period_sets_the_anchors():
     """R = 10 rounds with period 4: fresh gradients at r = 0, 4, 8 (ceil(10 / 4) = 3), as Alg 3."""
-    cfg = TranscriptConfig(n=100, rounds=10, batch_size=100, period=4)
+    cfg = SdpSpider.plan.transcript(n=100, rounds=10, batch_size=100, period=4)
     assert anchors(cfg) == 3 and anchors(dataclasses.replace(cfg, period=1)) == 10
     algo = get_algorithm("isrl-spider", rounds=10, batch_size=8, period=4)
     assert algo.get_params()["period"] == 4 and "q" not in algo.get_params()
     assert Settings.from_run_config({"algorithm": "isrl-spider", "period": 3}).period == 3
 
 
+#: a calibration request's transcript as stored before round 8 (the shared TranscriptConfig carried
+#: every family's fields) and before round 7 (SPIDER's period spelled ``q``)
+OLD_STORED = {"n": 500, "rounds": 20, "batch_size": 500, "clip": 1.0, "batch_size2": 500, "q": 4, "inner_steps": 1,
+              "restarts": 1, "local_steps": 1, "beta": 1.0, "num_silos": 1, "silos_per_round": None, "dimension": 1,
+              "replacement": False, "balls_in_bins": False, "charged_delta": 0.0}
+
+
 def test_a_stored_transcript_with_q_is_read_through_the_one_migration():
     """A calibration request stored before the rename spells the period ``q``: stored_transcript reads it as
     ``period`` (the same certificate as the current spelling), while users' ``q`` stays refused."""
-    stored = dataclasses.asdict(TranscriptConfig(n=500, rounds=20, batch_size=500, period=4, beta=1.0, replacement=False))
-    stored["q"] = stored.pop("period")
-    old = stored_transcript(stored)
-    new = TranscriptConfig(n=500, rounds=20, batch_size=500, period=4, beta=1.0, replacement=False)
+    spider = SdpSpider.Transcript
+    old = stored_transcript(OLD_STORED, spider)
+    new = SdpSpider.plan.transcript(n=500, rounds=20, batch_size=500, batch_size2=500, period=4, beta=1.0,
+                                    replacement=False)
     assert old == new and anchors(old) == 5
     a = calibrate_algorithm("isrl-spider", old, 1.0, 1e-5, "tight")
     b = calibrate_algorithm("isrl-spider", new, 1.0, 1e-5, "tight")
     assert a.sigmas == b.sigmas and a.epsilon == b.epsilon <= 1.0
     with pytest.raises(ValueError, match="both a stored name and its current one"):
-        stored_transcript({**stored, "period": 4})
+        stored_transcript({**OLD_STORED, "period": 4}, spider)
 
 
 def test_the_experiments_read_stored_requests_through_the_migration():
     from silodp.experiments.execute import _requested
 
-    stored = dataclasses.asdict(TranscriptConfig(n=60, rounds=6, batch_size=60, period=3))
-    stored["q"] = stored.pop("period")
+    stored = {**OLD_STORED, "n": 60, "rounds": 6, "batch_size": 60, "batch_size2": 60, "q": 3}
     _, cfg = _requested({"algorithm": "isrl-spider", "method": "tight", "transcript": stored})
-    assert cfg.period == 3
+    assert cfg.period == 3 and type(cfg) is SdpSpider.Transcript
 
 
 @pytest.mark.parametrize("argv, old, new", [

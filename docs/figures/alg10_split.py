@@ -14,8 +14,8 @@ each message group (the P_vec noise variance is proportional to b) and the certi
 from __future__ import annotations
 
 from silodp.accounting import papers
-from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm, stored_transcript
-from silodp.algorithms.spider import SdpSpider
+from silodp.algorithms.privacy import calibrate_algorithm, stored_transcript
+from silodp.algorithms.spider import SdpSpider, second_batch
 
 #: the setting of the rates presets for Thm 3.1 (sigmoid-l1, d = 11, M = N = 4, n = 250), eps = 1
 SETTING = dict(n=250, batch_size=250, num_silos=4, dimension=11, beta=0.16, clip=0.21)
@@ -26,9 +26,9 @@ GRID = ((20, 4), (40, 4), (20, 20))
 def rows() -> list[dict]:
     out = []
     for rounds, q in GRID:
-        cfg = TranscriptConfig(rounds=rounds, period=q, **SETTING)
+        cfg = SdpSpider.plan.transcript(rounds=rounds, period=q, **SETTING)
         for split in papers.ALG10_SPLITS:
-            b = papers.alg10_pvec(EPS, DELTA, cfg.num_silos, cfg.m, cfg.n, cfg.batch_size, cfg.k2, rounds, q, split)
+            b = papers.alg10_pvec(EPS, DELTA, cfg.num_silos, cfg.m, cfg.n, cfg.batch_size, second_batch(cfg), rounds, q, split)
             cal = calibrate_algorithm(SdpSpider.with_split(split), cfg, EPS, DELTA, "tight")
             out.append({"R": rounds, "q": q, "split": split, "eps1": b["epsilon1"], "eps2": b["epsilon2"],
                         "b_grad": cal.shuffle["grad"]["b"], "b_diff": cal.shuffle["diff"]["b"],
@@ -47,7 +47,7 @@ def store_rows(store: str) -> list[dict]:
     for req in requests:
         if req["algorithm"] != "sdp-spider":
             continue
-        cfg = stored_transcript(req["transcript"])  # a store written before round 7 spells the period q
+        cfg = stored_transcript(req["transcript"], SdpSpider.Transcript)  # before round 7: the period is q
         if cfg.period < 2:
             continue
         for split in papers.ALG10_SPLITS:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from silodp._validation import RENAMED, refuse_renamed
 from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, Sent, shuffle_invocations
 
@@ -234,9 +235,8 @@ class Plan:
         (:meth:`~silodp.algorithms.config.AlgorithmConfig.transcript_fields`)."""
         a = self.algo
         shared = dict(
-            n=federation.min_size, rounds=int(a.rounds), batch_size=int(a.batch_size),
-            batch_size2=int(a.batch_size), period=1, inner_steps=1, restarts=1, local_steps=1,
-            clip=problem.clip, beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
+            n=federation.min_size, rounds=int(a.rounds), batch_size=int(a.batch_size), clip=problem.clip,
+            beta=math.inf if problem.beta is None else problem.beta, num_silos=federation.num_silos,
             silos_per_round=federation.silos_per_round, dimension=problem.dim,
             replacement=self.uses_replacement, balls_in_bins=bool(a.balls_in_bins),
         )
@@ -244,13 +244,36 @@ class Plan:
 
     def transcript_config(self, problem: Problem, federation: Federation) -> Any:
         """The transcript of a run on ``problem`` and ``federation``."""
-        return self.cls.Transcript(**self.config_fields(problem, federation))
+        return self.make_transcript(self.config_fields(problem, federation))
+
+    def transcript_names(self) -> tuple[str, ...]:
+        """The fields :meth:`transcript` takes: the shared
+        :class:`~silodp.algorithms.privacy.TranscriptConfig`'s and the ``Config``'s
+        ``param(transcript=True)`` ones."""
+        return tuple(f.name for f in dataclasses.fields(self.cls.Transcript))
+
+    def transcript(self, **values: Any) -> Any:
+        """The class's transcript of ``values`` (the one public way to build one): the shared
+        fields (``n``, ``rounds``, ``batch_size``, ``clip``, ``num_silos``, ...) and the family's own
+        (its ``Config``'s ``param(transcript=True)`` fields, validated by the ``Config``; an omitted
+        one takes its ``noise_default``). A keyword the class's transcript has not is a ValueError
+        naming it (a renamed one, e.g. ``q``, names its new spelling)."""
+        names = self.transcript_names()
+        unknown = [k for k in values if k not in names]
+        if unknown:
+            refuse_renamed([k for k in unknown if RENAMED.get(k, ("",))[0] in names])
+            raise ValueError(f"{unknown[0]}: not a transcript field of {self.cls.__name__} (fields: {sorted(names)})")
+        return self.make_transcript(values)
+
+    def make_transcript(self, values: dict) -> Any:
+        """The transcript of ``values``, all of them fields of it (checked by :meth:`transcript`)."""
+        return self.cls.Transcript(**values)
 
     def noise_transcript(self, values: dict) -> Any:
-        """The ``Transcript`` of ``values`` (its field names: ``n``, ``rounds``, ..., and the
-        ``Config`` fields that enter it); values it has no field for are ignored."""
-        names = {f.name for f in dataclasses.fields(self.cls.Transcript)}
-        return self.cls.Transcript(**{k: v for k, v in values.items() if k in names})
+        """The transcript of ``values`` (``silodp noise --algorithm``'s flags) through
+        :meth:`transcript`; values it has no field for are ignored."""
+        names = self.transcript_names()
+        return self.transcript(**{k: v for k, v in values.items() if k in names})
 
     def transcript_signature(self, cfg: Any) -> str:
         """What ``cfg`` determines for this class (its declaration and reference noise): a field
@@ -635,12 +658,19 @@ class ParticipationPlan(GaussianPlan):
     def transcript_config(self, problem: Problem, federation: Federation) -> Any:
         a = self.algo
         n = federation.min_size
-        return self.noise_transcript(dict(num_silos=federation.num_silos, n=n, rounds=int(a.rounds),
-                                          local_steps=int(a.local_steps), user_sampling=float(a.user_sampling),
-                                          data_sampling=a.batch(federation) / n, clip=problem.clip,
-                                          warm_steps=a.n_warm()))
+        return self.make_transcript(dict(num_silos=federation.num_silos, n=n, rounds=int(a.rounds),
+                                         local_steps=int(a.local_steps), user_sampling=float(a.user_sampling),
+                                         data_sampling=a.batch(federation) / n, clip=problem.clip,
+                                         warm_steps=a.n_warm()))
 
-    def noise_transcript(self, values: dict) -> Any:
+    def transcript_names(self) -> tuple[str, ...]:
+        """The silos, records, rounds, data sampling and clip, and the ``Config``'s transcript fields."""
+        from .config import own_fields
+
+        own = tuple(f.name for f in own_fields(self.cls.Config) if f.metadata["transcript"])
+        return ("num_silos", "n", "rounds", "clip") + tuple(dict.fromkeys(own + ("data_sampling",)))
+
+    def make_transcript(self, values: dict) -> Any:
         """A :class:`~silodp.accounting.scaffold.ScaffoldConfig` (users, records, rounds, local
         steps, both samplings, clip, warm steps), the family's own values validated by its ``Config``."""
         from silodp.accounting.scaffold import ScaffoldConfig
@@ -769,9 +799,21 @@ def derived_transcript(cls: Any) -> type:
         return TranscriptConfig
     key = (cls.Config, extra)
     if key not in _TRANSCRIPTS:
+        config = cls.Config
+
+        def __post_init__(self: Any) -> None:
+            """The shared checks, then the family's fields by its ``Config`` (a None only where
+            the field's transcript default is None)."""
+            TranscriptConfig.__post_init__(self)
+            own = {name: getattr(self, name) for name, _, _ in extra}
+            for name, _, default in extra:
+                if own[name] is None and default is not None:
+                    raise ValueError(f"{name}: a transcript needs a value, got None")
+            config(**own)
+
         fields = [(name, kind, dataclasses.field(default=default)) for name, kind, default in extra]
         made = dataclasses.make_dataclass(f"{cls.Config.__name__}Transcript", fields, bases=(TranscriptConfig,),
-                                          frozen=True)
+                                          frozen=True, namespace={"__post_init__": __post_init__})
         made.__module__ = cls.Config.__module__
         made.__doc__ = f"The shared transcript and {cls.Config.__name__}'s own transcript fields (derived)."
         _TRANSCRIPTS[key] = made

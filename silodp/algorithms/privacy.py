@@ -21,7 +21,7 @@ import functools
 import math
 from typing import Any
 
-from silodp._validation import check_count, check_delta, check_noise_map, check_positive, refuse_renamed
+from silodp._validation import check_count, check_delta, check_noise_map, check_positive
 from silodp.accounting import CalibrationMethod
 from silodp.accounting import REPLACE_ONE, candidate_accountants, get_accountant, tightest_epsilon
 from silodp.accounting.events import DpEvent
@@ -35,18 +35,18 @@ from .registry import algorithm_class
 
 @dataclasses.dataclass(frozen=True)
 class TranscriptConfig:
-    """The algorithm parameters that determine what a silo releases (the smallest silo's n)."""
+    """What every algorithm's transcript shares: the smallest silo's ``n``, the rounds, the batch
+    size, the problem's clip, smoothness ``beta`` (inf: unknown) and dimension, the federation's
+    silos and the batch sampling. A family's own transcript fields (SPIDER's ``period``, SVRG's
+    ``inner_steps``, ...) are its ``Config``'s ``param(transcript=True)`` fields, which the class's
+    derived transcript adds (:func:`silodp.algorithms.plan.derived_transcript`); build one with
+    ``cls.plan.transcript(...)``, which refuses a field the class has not by name."""
 
     n: int
     rounds: int
     batch_size: int
     clip: float = 1.0
-    batch_size2: int | None = None
-    #: SPIDER's period of fresh minibatch gradients (Alg 3 / 10: a fresh gradient when ``period | r``)
-    period: int = 1
-    inner_steps: int = 1
-    restarts: int = 1
-    local_steps: int = 1
+    #: the problem's smoothness (the papers' closed forms read it; inf: not known)
     beta: float = math.inf
     num_silos: int = 1
     silos_per_round: int | None = None
@@ -55,32 +55,21 @@ class TranscriptConfig:
     #: minibatches by balls-in-bins (BatchSampling.BALLS_IN_BINS) instead of ``replacement``'s
     balls_in_bins: bool = False
     #: delta already spent outside the certificate: random availability's lower tail below the
-    #: declared floor of silos summed (silos_per_round is then that floor; FederatedAlgorithm.config_fields)
+    #: declared floor of silos summed (silos_per_round is then that floor; Plan.summed_floor)
     charged_delta: float = 0.0
-    #: the old spelling of ``period`` (renamed in round 7: ``q`` is a sampling rate elsewhere), refused
-    q: dataclasses.InitVar[Any] = None
 
-    def __post_init__(self, q: Any = None) -> None:
-        if q is not None:
-            refuse_renamed(["q"])
-        for name in ("n", "rounds", "batch_size", "period", "inner_steps", "restarts", "local_steps", "num_silos",
-                     "dimension"):
+    def __post_init__(self) -> None:
+        for name in ("n", "rounds", "batch_size", "num_silos", "dimension"):
             check_count(name, getattr(self, name))
         check_positive("clip", self.clip)
         if self.batch_size > self.n:
             raise ValueError(f"batch_size: must be <= n, got {self.batch_size} > {self.n}")
-        if self.batch_size2 is not None and not 1 <= self.batch_size2 <= self.n:
-            raise ValueError(f"batch_size2: must lie in [1, n], got {self.batch_size2}")
         if self.silos_per_round is not None and not 1 <= self.silos_per_round <= self.num_silos:
             raise ValueError(f"silos_per_round: must lie in [1, num_silos], got {self.silos_per_round}")
         if not self.beta > 0:
             raise ValueError(f"beta: must be > 0, got {self.beta}")
         if not 0.0 <= self.charged_delta < 1.0:
             raise ValueError(f"charged_delta: must lie in [0, 1), got {self.charged_delta}")
-
-    @property
-    def k2(self) -> int:
-        return self.batch_size if self.batch_size2 is None else self.batch_size2
 
     @property
     def m(self) -> int:
@@ -90,16 +79,55 @@ class TranscriptConfig:
 #: transcript fields renamed since transcripts were first stored (results stores' calibration
 #: requests): stored spelling -> current name (round 7: SPIDER's ``q`` is ``period``)
 STORED_NAMES = {"q": "period"}
+#: family fields every stored transcript carried before round 8 (the shared TranscriptConfig held
+#: them, at these neutral values where the family had none); a class without the field ignored it
+STORED_FAMILY_FIELDS = ("batch_size2", "period", "inner_steps", "restarts", "local_steps")
+
+
+def keyed_transcript(data: dict) -> dict:
+    """``data`` (``dataclasses.asdict`` of a transcript) as stores keyed it before round 8: a
+    transcript of the shared fields (it has ``n``) with the family fields of
+    :data:`STORED_FAMILY_FIELDS` it lacks at the values the shared class gave them (``batch_size2``
+    the batch size, the others 1), so that a stored calibration keeps its key."""
+    if "n" not in data:
+        return dict(data)
+    legacy = {name: data.get("batch_size") if name == "batch_size2" else 1 for name in STORED_FAMILY_FIELDS}
+    return {**legacy, **data}
 
 
 def stored_transcript(data: dict, transcript: type = TranscriptConfig) -> Any:
     """The ``transcript`` (an algorithm's :attr:`Transcript` class) a stored dict describes
-    (``dataclasses.asdict`` of one), read through the one migration of :data:`STORED_NAMES`;
-    users' keywords are never migrated (``TranscriptConfig(q=...)`` is refused)."""
+    (``dataclasses.asdict`` of one), read through the one migration of :data:`STORED_NAMES`, the
+    family fields of :data:`STORED_FAMILY_FIELDS` that ``transcript`` lacks dropped (its
+    declaration never read them); users' keywords are never migrated (``q`` is refused by
+    ``cls.plan.transcript``). Any other field it lacks is a ValueError naming it."""
     fields = {STORED_NAMES.get(k, k): v for k, v in data.items()}
     if len(fields) < len(data):
         raise ValueError(f"transcript: both a stored name and its current one in {sorted(data)}")
+    names = {f.name for f in dataclasses.fields(transcript)}
+    fields = {k: v for k, v in fields.items() if k in names or k not in STORED_FAMILY_FIELDS}
+    unknown = sorted(set(fields) - names)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a field of the stored transcript {transcript.__name__} "
+                         f"(fields: {sorted(names)})")
     return transcript(**fields)
+
+
+def _transcript_of(cls: Any, cfg: Any) -> Any:
+    """``cfg`` if it holds every field of ``cls``'s transcript, else a ValueError naming the missing
+    ones (a family's fields come with ``cls.plan.transcript``, not with the shared TranscriptConfig)."""
+    given: type = type(cfg)
+    missing = _missing_fields(cls.Transcript, given)
+    if missing:
+        raise ValueError(f"cfg: a transcript of {cls.__name__} needs {list(missing)}; "
+                         f"build it with {cls.__name__}.plan.transcript(...)")
+    return cfg
+
+
+@functools.lru_cache(maxsize=256)
+def _missing_fields(needed: type, given: type) -> tuple[str, ...]:
+    have = {f.name for f in dataclasses.fields(given)} if dataclasses.is_dataclass(given) else set()
+    return tuple(f.name for f in dataclasses.fields(needed) if f.name not in have)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +152,8 @@ class NoiseCalibration:
 def privacy_event(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float]) -> DpEvent:
     """Event of one silo's whole transcript given noise std devs ``sigmas`` (shuffle-DP: the
     calibration's ``{"epsilon", "delta", "scale"}``)."""
-    return releases_event(algorithm_class(algorithm).plan.declaration(cfg, check_noise_map("sigmas", sigmas)))
+    cls = algorithm_class(algorithm)
+    return releases_event(cls.plan.declaration(_transcript_of(cls, cfg), check_noise_map("sigmas", sigmas)))
 
 
 def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], delta: float,
@@ -135,7 +164,8 @@ def certify(algorithm: Any, cfg: TranscriptConfig, sigmas: dict[str, float], del
     e.g. the model's dimension, share one certificate); ``accountant``: a registry name, or a spec
     with its settings (a calibration's :attr:`NoiseCalibration.spec`)."""
     key = tuple(sorted(check_noise_map("sigmas", sigmas).items()))
-    declaration = tuple(algorithm_class(algorithm).plan.declaration(cfg, dict(key)))
+    cls = algorithm_class(algorithm)
+    declaration = tuple(cls.plan.declaration(_transcript_of(cls, cfg), dict(key)))
     return _certify(declaration, check_delta("delta", delta), accountant)
 
 
@@ -173,7 +203,7 @@ def certify_shuffle(algorithm: Any, cfg: TranscriptConfig, params: dict[str, tup
 
     cls, dl = algorithm_class(algorithm), check_delta("delta", delta)
     acc = _shuffle_accountant(accountant, pvec.default_interval(target or 1.0))
-    releases = [r for r in cls.plan.shuffle_declaration(cfg, None, params) if r.count]
+    releases = [r for r in cls.plan.shuffle_declaration(_transcript_of(cls, cfg), None, params) if r.count]
     if any(len(r.params) < 3 or float(r.params[2]) != 0.5 for r in releases):
         return math.inf, acc.name
     return acc.compose(pvec_event(releases)).get_epsilon(dl), acc.name
@@ -210,7 +240,7 @@ def calibrate_algorithm(algorithm: Any, cfg: TranscriptConfig, epsilon: float, d
     cls = algorithm_class(algorithm)
     eps, dl = check_positive("epsilon", epsilon), check_delta("delta", delta)
     how = _method(method)
-    return cls.plan.calibrate_target(cfg, eps, dl, how.value, accountant)
+    return cls.plan.calibrate_target(_transcript_of(cls, cfg), eps, dl, how.value, accountant)
 
 
 def _registered(name: str) -> AccountantSpec | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 
@@ -54,6 +55,14 @@ class SpiderConfig(FedSpiderConfig):
 
     def transcript_fields(self, n: int) -> dict:
         return {**super().transcript_fields(n), "period": int(self.period)}
+
+
+def second_batch(cfg: Any) -> int:
+    """K2 of a SPIDER transcript (``batch_size2``; None: K), at most n."""
+    k2 = int(cfg.batch_size if cfg.batch_size2 is None else cfg.batch_size2)
+    if k2 > cfg.n:
+        raise ValueError(f"batch_size2: must lie in [1, n], got {k2} > {cfg.n}")
+    return k2
 
 
 def anchors(cfg: TranscriptConfig) -> int:
@@ -109,7 +118,7 @@ class IsrlSpider(FederatedAlgorithm):
 
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
-        k1, k2, a = cfg.batch_size, cfg.k2, anchors(cfg)
+        k1, k2, a = cfg.batch_size, second_batch(cfg), anchors(cfg)
         s2 = sigmas["sigma2"]
         z_step = math.inf if math.isinf(s2) else s2 * k2 / cfg.beta
         z2 = min(z_step, sigmas["sigma2_hat"] * k2 / (2 * cfg.clip))
@@ -181,7 +190,7 @@ class SdpSpider(IsrlSpider):
     def declare_shuffle(cls, cfg: TranscriptConfig, epsilon: float | None, delta: float | None) -> list[ShuffleRelease]:
         """Alg 10 lines 8 and 12: ceil(R / q) gradient invocations over M K1 messages (bound L) and
         R - ceil(R / q) difference invocations over M K2 (bound 2L), each at its budget."""
-        a, k1, k2 = anchors(cfg), cfg.batch_size, cfg.k2
+        a, k1, k2 = anchors(cfg), cfg.batch_size, second_batch(cfg)
         b = {"epsilon1": math.inf, "delta1": 0.0, "epsilon2": math.inf, "delta2": 0.0}
         if epsilon:
             b = papers.alg10_pvec(epsilon, delta, cfg.num_silos, cfg.m, cfg.n, k1, k2, cfg.rounds, cfg.period,
@@ -221,7 +230,7 @@ class IsrlFedSpider(FederatedAlgorithm):
 
     @classmethod
     def declare_gaussian(cls, cfg: TranscriptConfig, sigmas: dict[str, float]) -> list[GaussianRelease]:
-        k1, k2, R = cfg.batch_size, cfg.k2, cfg.rounds
+        k1, k2, R = cfg.batch_size, second_batch(cfg), cfg.rounds
         return [gaussian_messages("grad", R, sigmas["sigma2"], cfg.clip / k2, k2, cfg),
                 gaussian_messages("diff", R - 1, sigmas["sigma1"], 2 * cfg.clip / k1, k1, cfg)]
 

@@ -252,7 +252,7 @@ def rates_prescribed(path: str) -> str:
     return "\n".join(lines)
 
 
-#: docs/accounting.md, "What the papers' formulas really certify": (algorithm, formula, TranscriptConfig
+#: docs/accounting.md, "What the papers' formulas really certify": (algorithm, formula, transcript
 #: fields) at MNIST-sized silos, batches without replacement (each record once per epoch; SPIDER
 #: at the full batch, Thm F.1's setting)
 PAPER_ROWS = (
@@ -265,13 +265,14 @@ PAPER_ROWS = (
 def paper_vs_tight(n: int, epsilons, rows=PAPER_ROWS) -> str:
     """docs/accounting.md: the paper's noise, what a tight accountant certifies for it, and the
     tight noise over the paper's (:func:`silodp.algorithms.privacy.paper_vs_tight`, delta = 1/n^2)."""
-    from silodp.algorithms.privacy import TranscriptConfig, paper_vs_tight as compare
+    from silodp.algorithms.privacy import algorithm_class, paper_vs_tight as compare
 
     lines = ["| algorithm | formula | target ε | certified ε of the paper's noise | tight noise / paper noise "
              "| accountant |", "|---|---|---|---|---|---|"]
     for eps in epsilons:
         for algorithm, formula, fields in rows:
-            r = compare(algorithm, TranscriptConfig(n=n, replacement=False, **fields), eps, 1.0 / n ** 2)
+            cfg = algorithm_class(algorithm).plan.transcript(n=n, replacement=False, **fields)
+            r = compare(algorithm, cfg, eps, 1.0 / n ** 2)
             ratios = sorted({_up(v) for v in r["tight_over_paper"].values()})
             ratio = ratios[0] if len(ratios) == 1 else ", ".join(f"{k} {_up(v)}" for k, v in r["tight_over_paper"].items())
             lines.append(f"| {algorithm} | {formula} | {eps:g} | {_up(r['paper_certified_epsilon'])} | {ratio} "

@@ -85,13 +85,10 @@ def prepare(cfg: RunConfig) -> Prepared:
     batch = cfg.batch_size if cfg.batch_size is not None else paper_batch_size(n, cfg.rounds, cfg.batch_epsilon)
     params = dict(rounds=cfg.rounds, batch_size=batch, step_size=cfg.step_size, replacement=cfg.replacement,
                   metrics_every=0)
-    if cfg.q is not None:  # the grid's q is SPIDER's period
-        params["period"] = cfg.q
-    if cfg.local_steps is not None:
-        params["local_steps"] = cfg.local_steps
-        if cfg.batch_size is None:  # the rule's K records per round, spread over the local steps
-            params["batch_size"] = max(1, batch // cfg.local_steps)
-    params.update(dict(cfg.params))
+    own = dict(cfg.params)
+    if own.get("local_steps") is not None and cfg.batch_size is None:
+        params["batch_size"] = max(1, batch // own["local_steps"])  # the rule's K records over the local steps
+    params.update(own)
     delta = cfg.delta if cfg.delta is not None else 1.0 / n ** 2
     return Prepared(data, train, problem, params, delta, bool(cls.private) and cfg.epsilon is not None, cls)
 
@@ -124,8 +121,13 @@ def _requested(request: dict, **params):
 
 def request_key(request: dict) -> str:
     """The store key of a request: everything but the accounting version, which the stored
-    request keeps, so that a calibration from another version is found, refused and redone."""
+    request keeps, so that a calibration from another version is found, refused and redone; the
+    transcript as keyed before round 8 (:func:`silodp.algorithms.privacy.keyed_transcript`)."""
+    from silodp.algorithms.privacy import keyed_transcript
+
     request = {k: v for k, v in request.items() if k != "accounting_version"}
+    if isinstance(request.get("transcript"), dict):
+        request["transcript"] = keyed_transcript(request["transcript"])
     text = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

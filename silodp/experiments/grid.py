@@ -12,6 +12,7 @@ Each preset has a quick variant (a few runs, for CI and notebooks).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -26,7 +27,12 @@ from .partition import check_partition
 CALIBRATIONS = ("tight", "paper")
 PAPER_EPSILONS = (0.75, 1.0, 1.5, 3.0, 6.0, 12.0, 18.0)
 PRESETS = ("wbcd", "wbcd-sdp", "mnist", "cifar10", "scaffold-synthetic")
-HYPERPARAMETERS = ("step_size", "clip", "q", "local_steps", "batch_size", "params")
+HYPERPARAMETERS = ("step_size", "clip", "period", "local_steps", "batch_size", "params")
+#: algorithm parameters that were :class:`RunConfig` fields before round 8 (name in the algorithm's
+#: config -> the field's name): a config hash is computed over them as those fields, so that every
+#: stored hash stays (:meth:`RunConfig.canonical`), and stored configs that carry them are read
+#: into ``params`` (:meth:`RunConfig.from_dict`)
+FORMER_FIELDS = {"period": "q", "local_steps": "local_steps"}
 
 
 def _frozen(value: Any) -> Any:
@@ -69,12 +75,36 @@ def is_private(algorithm: str) -> bool:
     return True if cls is None else bool(cls.private)
 
 
-def _own_params(algorithm) -> tuple[str, ...]:
-    """The registered algorithm's own parameters (its config's fields; none when unregistered)."""
+def _own_params(algorithm) -> tuple[str, ...] | None:
+    """The registered algorithm's own parameters (its config's fields; None when unregistered)."""
     from silodp.algorithms.registry import ALGORITHMS
 
     cls = ALGORITHMS.get(algorithm) if isinstance(algorithm, str) else None
-    return () if cls is None else cls.own_params()
+    return None if cls is None else cls.own_params()
+
+
+@functools.lru_cache(maxsize=1024)
+def check_params(algorithm: str, params: tuple) -> None:
+    """``params`` (sorted item tuples) validated by the registered algorithm's ``Config`` (its
+    own fields and the shared ones a grid may set): an unknown name or a value out of its domain
+    is a ValueError naming it. An unregistered algorithm's are kept as given (its runs are skipped)."""
+    from silodp._validation import refuse_renamed
+    from silodp.algorithms.registry import ALGORITHMS
+
+    cls = ALGORITHMS.get(algorithm)
+    if cls is None:
+        return
+    values = dict(params)
+    refuse_renamed(values)
+    names = {f.name for f in dataclasses.fields(cls.Config)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a parameter of {algorithm} (its config's: {sorted(names)})")
+    cls.Config(**{k: _thawed(v) for k, v in values.items()})
+
+
+def _thawed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 @dataclass(frozen=True)
@@ -85,7 +115,12 @@ class RunConfig:
     means 1/n^2 (n = the smallest silo's training size, App H). ``batch_size`` None means the
     paper's rule K = n sqrt(batch_epsilon) / (2 sqrt(R)) (App H.2; the authors' code evaluates it at
     epsilon = 24). ``trial`` seeds the data split and the run. ``data`` and ``params`` are extra
-    keyword arguments of the dataset loader and of the algorithm, as sorted item tuples.
+    keyword arguments of the dataset loader and of the algorithm, as sorted item tuples: ``params``
+    is the algorithm's own configuration (SPIDER's ``period``, Local SGD's ``local_steps``, ...),
+    validated by its ``Config`` where a grid expands it (:class:`AlgorithmGrid`; a stored config is
+    read as it is, and a run with a parameter its algorithm refuses fails and is recorded as
+    failed); ``local_steps`` there splits the paper's batch rule's K records of
+    a round over the steps (where ``batch_size`` is None).
     ``model`` ("linear", "mlp:H,...", "lenet"; None: the paper's) and ``regularizer`` f1
     ("l1:LAM", "l2:LAM"; None: f1 = 0) are short specs. ``partition`` None is the paper's
     partition (Sec 4, App H.2-H.4); a spec such as ``{"kind": "dirichlet", "alpha": 0.5}``
@@ -101,8 +136,6 @@ class RunConfig:
     step_size: float
     clip: float
     trial: int
-    q: int | None = None
-    local_steps: int | None = None
     batch_size: int | None = None
     batch_epsilon: float = 24.0
     delta: float | None = None
@@ -135,7 +168,7 @@ class RunConfig:
             raise ValueError(f"epsilon: must be a finite number > 0, got {self.epsilon}")
         if self.delta is not None and not 0 < self.delta < 1:
             raise ValueError(f"delta: must be in (0, 1), got {self.delta}")
-        for name in ("rounds", "q", "local_steps", "batch_size", "silos_per_round"):
+        for name in ("rounds", "batch_size", "silos_per_round"):
             value = getattr(self, name)
             if value is not None and (int(value) != value or value < 1):
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
@@ -145,24 +178,47 @@ class RunConfig:
         if int(self.trial) != self.trial or self.trial < 0:
             raise ValueError(f"trial: must be an integer >= 0, got {self.trial!r}")
 
+    def param(self, name: str) -> Any:
+        """The algorithm parameter ``name`` of ``params`` (None: the algorithm's default)."""
+        return dict(self.params).get(name)
+
     # -- identity -------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
+        """The config of ``d`` (:meth:`to_dict`'s, or a stored one: the fields of
+        :data:`FORMER_FIELDS` a config stored before round 8 has are read into ``params``, whose
+        own value wins where both are set, as the runs used them)."""
+        d = dict(d)
+        former = {name: d.pop(key) for name, key in FORMER_FIELDS.items() if key in d}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"config: unknown fields {sorted(unknown)}")
+        if any(v is not None for v in former.values()):
+            own = dict(_items(_frozen(d.get("params", ()))))
+            d["params"] = {**{k: v for k, v in former.items() if v is not None}, **own}
         return cls(**{k: (_frozen(v) if k in ("data", "params", "partition") else v) for k, v in d.items()})
+
+    def canonical(self) -> dict:
+        """What :attr:`config_hash` hashes: :meth:`to_dict` with the parameters of
+        :data:`FORMER_FIELDS` out of ``params`` under their former field names (so every hash
+        stored before round 8 stays) and the fields that are None left out (a new optional field
+        keeps existing hashes)."""
+        out = self.to_dict()
+        params = dict(self.params)
+        for name, key in FORMER_FIELDS.items():
+            out[key] = params.pop(name, None)
+        out["params"] = _jsonable(_items(params))
+        return {k: v for k, v in out.items() if v is not None}
 
     @property
     def config_hash(self) -> str:
-        """SHA-256 (first 24 hex digits) of the canonical JSON of the config: the store's key.
-        Fields that are None are left out, so a new optional field keeps existing hashes."""
-        canonical = {k: v for k, v in self.to_dict().items() if v is not None}
-        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        """SHA-256 (first 24 hex digits) of the canonical JSON of the config (:meth:`canonical`):
+        the store's key."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     @property
@@ -172,8 +228,13 @@ class RunConfig:
 
     # -- grouping -------------------------------------------------------------------------------
     def hyperparameters(self) -> dict:
-        """What selection tunes (on the validation split)."""
-        return {k: _jsonable(getattr(self, k)) for k in HYPERPARAMETERS}
+        """What selection tunes (on the validation split): step size, clip, batch size, the
+        algorithm's ``period`` and ``local_steps`` (None: not set) and its other ``params``."""
+        params = dict(self.params)
+        swept = {name: params.pop(name, None) for name in FORMER_FIELDS}
+        out = {"step_size": self.step_size, "clip": self.clip, "batch_size": self.batch_size, **swept,
+               "params": _jsonable(_items(params))}
+        return {k: out[k] for k in HYPERPARAMETERS}
 
     def experiment(self) -> dict:
         """The experiment this run belongs to (one figure panel row): data, model, M, R, ..."""
@@ -190,45 +251,73 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class AlgorithmGrid:
-    """The hyperparameters swept for one algorithm (optionally only for some numbers of rounds)."""
+    """The hyperparameters swept for one algorithm (optionally only for some numbers of rounds):
+    step sizes, clips, ``sweep`` (the algorithm's own parameters swept, name -> values, e.g.
+    ``{"period": (1, 2)}``) and ``params`` (its parameters fixed), both validated by its ``Config``
+    when the grid expands (:meth:`parameter_sets`)."""
 
     name: str
     step_sizes: tuple[float, ...]
     clips: tuple[float, ...] = (1.0,)
-    q: tuple[int | None, ...] = (None,)
-    local_steps: tuple[int | None, ...] = (None,)
     params: tuple = ()
     rounds: tuple[int, ...] | None = None
+    sweep: tuple = ()
 
     def __post_init__(self):
-        for name in ("step_sizes", "clips", "q", "local_steps"):
+        for name in ("step_sizes", "clips"):
             value = tuple(getattr(self, name))
             if not value:
                 raise ValueError(f"{name}: {self.name} needs at least one value")
             object.__setattr__(self, name, value)
         object.__setattr__(self, "params", _items(self.params))
+        sweep = self.sweep.items() if isinstance(self.sweep, dict) else self.sweep
+        object.__setattr__(self, "sweep", tuple(sorted((str(k), tuple(v)) for k, v in sweep)))
+        for name, values in self.sweep:
+            if not values:
+                raise ValueError(f"{name}: {self.name} needs at least one value")
         if self.rounds is not None:
             object.__setattr__(self, "rounds", tuple(self.rounds))
 
+    def parameter_sets(self) -> tuple[tuple, ...]:
+        """Every run's ``params``: the fixed ones and one value of each swept parameter (None:
+        the algorithm's default, left out), each validated by the algorithm's ``Config`` (:func:`check_params`; this imports the
+        algorithms, so a grid is checked when it expands, not when it is made)."""
+        names = [name for name, _ in self.sweep]
+        fixed = dict(self.params)
+        sets = tuple(_items({**fixed, **{k: v for k, v in zip(names, values) if v is not None}})
+                     for values in itertools.product(*(v for _, v in self.sweep)))
+        for params in sets:
+            check_params(self.name, params)
+        return sets
+
     @classmethod
     def from_dict(cls, d: dict) -> "AlgorithmGrid":
+        """A grid file's entry: ``step_sizes`` and ``clips`` (lists, a number or
+        ``{"exp_linspace": [start, stop, num]}``), ``params`` (fixed), ``rounds``, and the
+        algorithm's own parameters by name (a list sweeps its values, a number fixes it)."""
+        from silodp._validation import refuse_renamed
+
         d = dict(d)
+        refuse_renamed([k for k in d if k != "name"])
         for key in ("step_sizes", "clips"):
             if isinstance(d.get(key), dict):
                 spec = d[key]
                 if set(spec) != {"exp_linspace"}:
                     raise ValueError(f"{key}: a dict must be {{'exp_linspace': [start, stop, num]}}, got {spec}")
                 d[key] = exp_grid(*spec["exp_linspace"])
-        for key in ("step_sizes", "clips", "q", "local_steps", "rounds"):
+        for key in ("step_sizes", "clips", "rounds"):
             if key in d and d[key] is not None and not isinstance(d[key], (list, tuple)):
                 d[key] = (d[key],)
-        names = {f.name for f in dataclasses.fields(cls)}
-        own = {k: d.pop(k) for k in list(d) if k not in names and k in _own_params(d.get("name"))}
-        if own:  # the algorithm's own parameters (its config's fields) are keys too
-            d["params"] = {**dict(_items(d.get("params"))), **own}
+        names = {f.name for f in dataclasses.fields(cls)} - {"sweep"}
+        own = _own_params(d.get("name"))
+        given = {k: d.pop(k) for k in list(d) if k not in names and (own is None or k in own)}
         if set(d) - names:
             raise ValueError(f"algorithms: unknown keys {sorted(set(d) - names)} for {d.get('name')!r}")
-        return cls(**d)
+        sweep = {k: tuple(v) for k, v in given.items() if isinstance(v, (list, tuple))}
+        fixed = {k: v for k, v in given.items() if k not in sweep}
+        if fixed:
+            d["params"] = {**dict(_items(d.get("params"))), **fixed}
+        return cls(**d, sweep=sweep)
 
 
 @dataclass(frozen=True)
@@ -288,16 +377,16 @@ class GridSpec:
                         continue
                     private = is_private(ag.name)
                     privacy = [(e, c) for e in self.epsilons for c in self.calibrations] if private else [(None, "none")]
-                    for (eps, cal), step, clip, q, ls, trial in itertools.product(
-                            privacy, ag.step_sizes, ag.clips, ag.q, ag.local_steps, range(int(self.trials))):
+                    for (eps, cal), step, clip, params, trial in itertools.product(
+                            privacy, ag.step_sizes, ag.clips, ag.parameter_sets(), range(int(self.trials))):
                         cfg = RunConfig(
                             dataset=self.dataset, algorithm=ag.name, epsilon=eps, calibration=cal,
                             silos_per_round=m, rounds=r, step_size=float(step), clip=float(clip),
-                            trial=trial, q=q, local_steps=ls, batch_size=self.batch_size,
+                            trial=trial, batch_size=self.batch_size,
                             batch_epsilon=self.batch_epsilon, delta=self.delta,
                             replacement=self.replacement, model=self.model,
                             regularizer=self.regularizer, data=data,
-                            params=ag.params, val_fraction=self.val_fraction,
+                            params=params, val_fraction=self.val_fraction,
                             test_fraction=self.test_fraction, partition=partition)
                         runs.setdefault(cfg, None)
         return tuple(runs)
@@ -357,9 +446,9 @@ def _paper_algorithms(steps, clips, qs, local_steps, rounds=None) -> list[Algori
 
 def _rows(algorithms, steps, clips, qs, local_steps=None, rounds=None) -> list[AlgorithmGrid]:
     """One :class:`AlgorithmGrid` per (name, axis) of ``algorithms`` (:mod:`.paper`), sweeping its
-    axis: ``qs`` for ``q``, ``local_steps`` for ``local_steps``."""
-    axes = {None: {}, "q": {"q": tuple(qs)}, "local_steps": {"local_steps": (local_steps,)}}
-    return [AlgorithmGrid(name, steps, clips, rounds=rounds, **axes[axis]) for name, axis in algorithms]
+    axis: ``qs`` for ``period`` (the paper's q), ``local_steps`` for ``local_steps``."""
+    axes = {None: {}, "period": {"period": tuple(qs)}, "local_steps": {"local_steps": (local_steps,)}}
+    return [AlgorithmGrid(name, steps, clips, rounds=rounds, sweep=axes[axis]) for name, axis in algorithms]
 
 
 # Local SGD takes the K records of a round in LOCAL_STEPS steps of K / LOCAL_STEPS records (the
@@ -425,7 +514,7 @@ def cifar10_preset(quick: bool = False, path: str | None = None) -> GridSpec:
     algs = []
     for rounds, steps, qs in ((50, exp_grid(-5, 0, 12), range(1, 5)), (100, exp_grid(-5, 1, 8), range(1, 9))):
         for a in _paper_algorithms(steps, clips, qs, LOCAL_STEPS, rounds=(rounds,)):
-            algs.append(dataclasses.replace(a, step_sizes=local) if a.local_steps != (None,) else a)  # Local SGD
+            algs.append(dataclasses.replace(a, step_sizes=local) if "local_steps" in dict(a.sweep) else a)  # Local SGD
     return GridSpec("cifar10", "cifar10", tuple(algs), PAPER_EPSILONS, ((10, 50), (10, 100)), trials=10, data=data)
 
 
@@ -441,7 +530,7 @@ def scaffold_preset(quick: bool = False) -> GridSpec:
               "normalize": True}
     variants = ([] if quick else [{"alpha": 1.0, "beta": 1.0}]) + [{"alpha": 5.0, "beta": 5.0},
                                                                   {"alpha": 0.0, "beta": 0.0, "iid": True}]
-    algs = tuple(AlgorithmGrid(name, (10.0 / k,), (1.0,), local_steps=(k,), rounds=(total // k,),
+    algs = tuple(AlgorithmGrid(name, (10.0 / k,), (1.0,), sweep={"local_steps": (k,)}, rounds=(total // k,),
                                params={"user_sampling": 1.0, "data_sampling": 0.2})
                  for name in paper.SCAFFOLD_GRID for k in ks)
     return GridSpec("scaffold-synthetic-quick" if quick else "scaffold-synthetic", "fedprox_synthetic", algs, (10.0,),

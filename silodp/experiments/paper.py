@@ -22,12 +22,12 @@ ORDER = (SPIDER, ALG11, FED_SPIDER, MB, LOCAL, "mb-sgd", "local-sgd",
          "sdp-prox-sgd", "sdp-prox-svrg", "sdp-pl-svrg", "sdp-spider")
 
 #: Sec 4's five algorithms, each with the grid axis it sweeps beside step size and clip
-#: (``local_steps``: Local SGD's steps per round; ``q``: SPIDER's period; None: neither)
+#: (``local_steps``: Local SGD's steps per round; ``period``: SPIDER's period, the paper's q; None: neither)
 SEC4: tuple[tuple[str, str | None], ...] = (
-    ("mb-sgd", None), ("local-sgd", "local_steps"), (MB, None), (LOCAL, "local_steps"), (SPIDER, "q"))
+    ("mb-sgd", None), ("local-sgd", "local_steps"), (MB, None), (LOCAL, "local_steps"), (SPIDER, "period"))
 #: The shuffle-DP arm (Alg 7-10, not in the paper's experiments: ``wbcd-sdp``), with its axes as above
 SDP_ARM: tuple[tuple[str, str | None], ...] = (
-    ("sdp-prox-sgd", None), ("sdp-prox-svrg", None), ("sdp-pl-svrg", None), ("sdp-spider", "q"))
+    ("sdp-prox-sgd", None), ("sdp-prox-svrg", None), ("sdp-pl-svrg", None), ("sdp-spider", "period"))
 
 #: Noble et al.'s Fig 1 as the ``scaffold`` table shows it: the private algorithms and their
 #: noiseless twins, in column order, with their titles (a grid of the twins has no epsilon: its

@@ -220,7 +220,7 @@ def _drain(executor, fn, items: Iterable, on_done) -> None:
 # -- the sweep ------------------------------------------------------------------------------------
 def _sort_key(cfg: RunConfig):
     return (cfg.dataset, repr(cfg.data), repr(cfg.partition), cfg.trial, cfg.algorithm, cfg.calibration, cfg.epsilon or 0.0,
-            cfg.silos_per_round or 0, cfg.rounds, cfg.q or 0, cfg.local_steps or 0, cfg.step_size, cfg.clip)
+            cfg.silos_per_round or 0, cfg.rounds, cfg.param("period") or 0, cfg.param("local_steps") or 0, cfg.step_size, cfg.clip)
 
 
 def _plan(pending: list[RunConfig]):

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from silodp.accounting import papers
-from silodp.algorithms.privacy import TranscriptConfig
 from silodp.algorithms.spider import SdpSpider
 
 EPS, DELTA, N, M, n = 1.0, 1e-5, 4, 4, 250
@@ -54,7 +53,7 @@ def test_split_is_validated_and_sdp_spider_uses_it():
     assert SdpSpider.with_split("printed") is SdpSpider and SdpSpider.alg10_split == "printed"
     proof = SdpSpider.with_split("proof")
     assert proof is SdpSpider.with_split("proof") and issubclass(proof, SdpSpider) and proof.name == "sdp-spider"
-    cfg = TranscriptConfig(n=n, rounds=20, batch_size=n, period=4, num_silos=N, dimension=3)
+    cfg = SdpSpider.plan.transcript(n=n, rounds=20, batch_size=n, period=4, num_silos=N, dimension=3)
     plans = {cls.alg10_split: {r.group: r for r in cls.declare_shuffle(cfg, EPS, DELTA)} for cls in (SdpSpider, proof)}
     assert plans["proof"]["grad"].epsilon == pytest.approx(_budgets(20, 4, "proof")["epsilon1"])
     assert plans["printed"]["grad"].epsilon == pytest.approx(_budgets(20, 4, "printed")["epsilon1"])

@@ -257,7 +257,7 @@ def test_noiseless_twins_run_the_zero_noise_loop_and_certify_nothing(small, name
     assert report["tight_certified_epsilon"] == math.inf and report["tight_sigmas"] == {}
     assert not {"sigma_g", "sigma_g_server", "epsilon_server"} & set(report) and "sigma_g_server" in twin.plan.noise_report(
         twin(**kw).plan.transcript_config(problem, data.train), 1.0, 1e-5)
-    grid = GridSpec("np", "fedprox_synthetic", (AlgorithmGrid(name, (0.2,), local_steps=(3,),
+    grid = GridSpec("np", "fedprox_synthetic", (AlgorithmGrid(name, (0.2,), sweep={"local_steps": (3,)},
                                                               params={"data_sampling": 0.3}),), (1.0, 10.0),
                     ((None, 4),), trials=1, data=({"num_users": 4, "samples_per_user": 30, "dim": 3},),
                     model="linear")

@@ -178,9 +178,10 @@ def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
     and with-replacement multiplicity included), and it is within the target."""
     from silodp.accounting import pvec
     from silodp.accounting.releases import pvec_groups
-    from silodp.algorithms.privacy import TranscriptConfig, algorithm_class, calibrate_algorithm
+    from silodp.algorithms.privacy import algorithm_class, calibrate_algorithm
 
-    cfg = TranscriptConfig(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2, dimension=9, replacement=True)
+    cfg = algorithm_class("sdp-prox-svrg").plan.transcript(n=60, rounds=4, batch_size=20, inner_steps=3, num_silos=2,
+                                                           dimension=9, replacement=True)
     cal = calibrate_algorithm("sdp-prox-svrg", cfg, 3.0, 1e-5)
     params = {g: (v["g"], v["b"], v["p"], v["rotate"]) for g, v in cal.shuffle.items()}
     declared = algorithm_class("sdp-prox-svrg").plan.shuffle_declaration(cfg, None, params)
@@ -190,9 +191,9 @@ def test_the_calibrated_certificate_is_the_transcript_pld_of_the_declaration():
 
 
 def test_shuffle_calibration_names_its_own_accountant():
-    from silodp.algorithms.privacy import TranscriptConfig, calibrate_algorithm
+    from silodp.algorithms.privacy import algorithm_class, calibrate_algorithm
 
-    cfg = TranscriptConfig(n=40, rounds=2, batch_size=10, dimension=3)
+    cfg = algorithm_class("sdp-prox-sgd").plan.transcript(n=40, rounds=2, batch_size=10, dimension=3)
     with pytest.raises(ValueError, match="accountant"):
         calibrate_algorithm("sdp-prox-sgd", cfg, 2.0, 1e-5, accountant="rdp")
 

@@ -33,13 +33,6 @@ class ToyConfig(AlgorithmConfig):
             raise ValueError(f"server_momentum: must lie in [0, 1), got {self.server_momentum}")
 
 
-@dataclasses.dataclass(frozen=True)
-class ToyTranscript(TranscriptConfig):
-    """The shared transcript and the toy's own field (no shared file knows it)."""
-
-    toy_passes: int = 1
-
-
 class ToyFullGradient(FederatedAlgorithm):
     """Noisy full-batch gradient descent with server momentum: each round every silo releases its
     mean clipped gradient plus N(0, sigma^2 I) (contribution bound L / n); the server steps along
@@ -47,7 +40,6 @@ class ToyFullGradient(FederatedAlgorithm):
 
     name = "toy-full-gradient"
     Config = ToyConfig
-    Transcript = ToyTranscript
 
     @classmethod
     def declare_gaussian(cls, cfg, sigmas):
@@ -87,7 +79,8 @@ def setup():
 
 
 def test_the_toys_calibrate_and_certify(registered):
-    cfg = ToyTranscript(n=40, rounds=5, batch_size=40)
+    cfg = ToyFullGradient.plan.transcript(n=40, rounds=5, batch_size=40)  # toy_passes: derived, no class written
+    assert cfg.toy_passes == 1 and isinstance(cfg, TranscriptConfig) and type(cfg) is not TranscriptConfig
     cal = calibrate_algorithm("toy-full-gradient", cfg, 2.0, 1e-5, accountant="toy-gdp")
     assert cal.accountant == "toy-gdp" and 0.98 * 2.0 <= cal.epsilon <= 2.0
     ref = calibrate_algorithm("toy-full-gradient", cfg, 2.0, 1e-5, accountant="gdp")

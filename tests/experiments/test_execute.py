@@ -35,14 +35,14 @@ def test_paper_batch_size_rule():
 
 def test_calibrating_at_clip_one_and_scaling_is_the_same_event():
     """Sensitivities scale with L, so noise L * sigma(L=1) at clip L certifies the same epsilon."""
-    cfg = _cfg(algorithm="isrl-spider", q=2, clip=5.0)
+    cfg = _cfg(algorithm="isrl-spider", params={"period": 2}, clip=5.0)
     request = ex.calibration_request(cfg)
     assert request["transcript"]["clip"] == 1.0
     cal = ex.calibrate_request(request)
     prep = ex.prepare(cfg)
     real = prep.algorithm_class(**prep.params).plan.transcript_config(prep.problem, prep.train)
     assert real.clip == 5.0
-    unit = transcripts.TranscriptConfig(**request["transcript"])
+    unit = transcripts.algorithm_class("isrl-spider").plan.transcript(**request["transcript"])
     scaled = {k: v * 5.0 for k, v in cal["sigmas"].items()}
     eps, _ = transcripts.certify("isrl-spider", real, scaled, request["delta"], "rdp")
     eps_unit, _ = transcripts.certify("isrl-spider", unit, cal["sigmas"], request["delta"], "rdp")
@@ -79,7 +79,7 @@ def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
 
 @pytest.mark.parametrize("algorithm, extra, key, releases", [
     ("isrl-mb-sgd", {}, "sigma", 5),            # R = 5 full-batch releases
-    ("isrl-spider", {"q": 1}, "sigma1", 5),     # Alg 3 with q = 1: one anchor gradient per round
+    ("isrl-spider", {"params": {"period": 1}}, "sigma1", 5),  # Alg 3 with q = 1: one anchor gradient per round
 ])
 def test_certified_epsilon_against_the_exact_gaussian(algorithm, extra, key, releases):
     """Full batches (K = n, no subsampling): the transcript is `releases` Gaussian mechanisms of
@@ -106,7 +106,7 @@ def test_a_run_reports_metrics_and_its_noise():
 
 
 def test_last_iterate_metrics():
-    spider = _run(_cfg(algorithm="isrl-spider", q=2))["metrics"]
+    spider = _run(_cfg(algorithm="isrl-spider", params={"period": 2}))["metrics"]
     mb = _run(_cfg())["metrics"]
     assert {"last_test_error", "last_val_error", "last_train_loss"} <= set(spider)
     assert spider["last_train_loss"] != spider["train_loss"]  # a uniformly random iterate, not the last
@@ -119,7 +119,7 @@ def test_runs_are_deterministic_and_trials_differ():
 
 
 def test_local_sgd_spreads_the_rule_batch_over_local_steps():
-    out = _run(_cfg(algorithm="isrl-local-sgd", local_steps=4))
+    out = _run(_cfg(algorithm="isrl-local-sgd", params={"local_steps": 4}))
     assert out["metrics"]["batch_size"] == ex.paper_batch_size(N_MALIGNANT, 5) // 4
 
 

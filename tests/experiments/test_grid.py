@@ -25,7 +25,7 @@ def test_config_is_hashable_and_its_hash_is_canonical():
 
 
 def test_config_roundtrips_through_json():
-    cfg = _cfg(algorithm="isrl-spider", q=3, params={"batch_size2": 7}, data={"path": "/x"})
+    cfg = _cfg(algorithm="isrl-spider", params={"period": 3, "batch_size2": 7}, data={"path": "/x"})
     back = g.RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert back == cfg and back.config_hash == cfg.config_hash
     with pytest.raises(ValueError, match="unknown"):
@@ -33,7 +33,7 @@ def test_config_roundtrips_through_json():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("epsilon", 0.0), ("epsilon", math.inf), ("calibration", "loose"), ("rounds", 0), ("q", 1.5),
+    ("epsilon", 0.0), ("epsilon", math.inf), ("calibration", "loose"), ("rounds", 0),
     ("step_size", -1.0), ("clip", 0.0), ("trial", -1), ("delta", 1.0), ("batch_size", 0), ("clip", "big"),
 ])
 def test_bad_config_fields_are_named(field, value):
@@ -56,7 +56,7 @@ def test_selection_keys_separate_hyperparameters_from_the_setting():
 
 def test_expand_counts_the_product_and_collapses_epsilon_for_non_private():
     spec = g.GridSpec("t", "wbcd", (g.AlgorithmGrid("mb-sgd", (0.1, 0.2), (1.0, 5.0)),
-                                    g.AlgorithmGrid("isrl-spider", (0.1,), (1.0,), q=(1, 2, 3))),
+                                    g.AlgorithmGrid("isrl-spider", (0.1,), (1.0,), sweep={"period": (1, 2, 3)})),
                       epsilons=(1.0, 3.0), settings=((2, 25),), trials=4, calibrations=("tight", "paper"))
     runs = spec.expand()
     assert len(runs) == 2 * 2 * 4 + 2 * 2 * 3 * 4
@@ -83,7 +83,7 @@ def test_full_wbcd_preset_is_the_paper_grid_and_the_sdp_arm_its_own():
     sdp = g.preset("wbcd-sdp").expand()  # the SDP arm: a reduced grid of its own
     assert {r.algorithm for r in sdp} == SDP and not set(sdp) & set(runs)
     assert len(sdp) == 3 * eps * 5 * 1 * (1 + 1 + 1 + 2) == 525
-    assert {r.q for r in sdp if r.algorithm == "sdp-spider"} == {1, 2}
+    assert {r.param("period") for r in sdp if r.algorithm == "sdp-spider"} == {1, 2}
     assert {r.calibration for r in sdp} == {"tight"} and {r.clip for r in sdp} == {1.0}
     quick = [r for r in g.preset("wbcd", quick=True).expand() if r.algorithm in SDP]
     assert {r.algorithm for r in quick} == {"sdp-prox-sgd"} and len(quick) == 8  # one cell for CI
@@ -94,7 +94,7 @@ def test_mnist_preset_ties_q_to_rounds():
     qs = {r.rounds: set() for r in runs}
     for r in runs:
         if r.algorithm == "isrl-spider":
-            qs[r.rounds].add(r.q)
+            qs[r.rounds].add(r.param("period"))
     assert qs == {25: {1, 2}, 50: {1, 2, 3, 4}}
     assert {(r.silos_per_round, r.rounds) for r in runs} == {(12, 25), (12, 50), (25, 25), (25, 50)}
 
@@ -114,7 +114,7 @@ def test_scaffold_preset_is_definable_without_its_algorithms(monkeypatch):
     runs = g.preset("scaffold-synthetic", quick=True).expand()
     assert {r.algorithm for r in runs} == {"dp-fedavg", "dp-scaffold"}
     assert {dict(r.data)["alpha"] for r in runs} == {0.0, 5.0}
-    assert {(r.local_steps, r.rounds) for r in runs} == {(5, 40), (50, 4)}  # K T = 200 (quick)
+    assert {(r.param("local_steps"), r.rounds) for r in runs} == {(5, 40), (50, 4)}  # K T = 200 (quick)
 
 
 def test_new_optional_fields_keep_existing_hashes():

@@ -68,14 +68,21 @@ def test_stopped_sweep_resumes_without_loss_or_duplicates(reference, tmp_path):
 
 
 def test_a_failing_run_is_recorded_and_the_grid_goes_on(tmp_path):
-    bad = AlgorithmGrid("isrl-mb-sgd", (0.3,), params={"no_such_option": 1})
+    """A run config made by hand (a grid refuses it: its AlgorithmGrid validates the parameters)."""
+    import dataclasses
+
+    with pytest.raises(ValueError, match="^no_such_option: not a parameter of isrl-mb-sgd"):
+        _spec(extra=(AlgorithmGrid("isrl-mb-sgd", (0.3,), params={"no_such_option": 1}),)).expand()
+    good = AlgorithmGrid("isrl-mb-sgd", (0.3,))
+    runs = _spec().expand() + tuple(dataclasses.replace(c, params={"no_such_option": 1})
+                                    for c in _spec(extra=(good,)).expand() if c.step_size == 0.3)
     with Store(tmp_path / "r.db") as st:
-        report = runner.run_grid(_spec(extra=(bad,)).expand(), st, workers=1)
+        report = runner.run_grid(runs, st, workers=1)
         assert (report.ok, report.failed) == (6, 2)
         failed = st.records("failed")
         assert len(failed) == 2 and all("no_such_option" in r.error for r in failed)
-        assert runner.run_grid(_spec(extra=(bad,)).expand(), st, workers=1).ran == 0  # failures are final ...
-        assert runner.run_grid(_spec(extra=(bad,)).expand(), st, workers=1, retry_failed=True).failed == 2  # unless retried
+        assert runner.run_grid(runs, st, workers=1).ran == 0  # failures are final ...
+        assert runner.run_grid(runs, st, workers=1, retry_failed=True).failed == 2  # unless retried
 
 
 def test_unregistered_algorithms_are_skipped_until_registered(tmp_path, monkeypatch):

@@ -37,8 +37,8 @@ def test_quick_headline(quick):
 
 def test_quick_preset_is_the_protocol():
     configs = preset("scaffold-synthetic", quick=True).expand()
-    assert {(c.local_steps, c.rounds) for c in configs} == {(5, 40), (50, 4)}  # K T = 200 for every K
-    assert {c.step_size * c.local_steps for c in configs} == {10.0}  # K eta_l fixed
+    assert {(c.param("local_steps"), c.rounds) for c in configs} == {(5, 40), (50, 4)}  # K T = 200 for every K
+    assert {c.step_size * c.param("local_steps") for c in configs} == {10.0}  # K eta_l fixed
 
 
 def test_figure_has_one_panel_per_setting(quick):

@@ -266,10 +266,10 @@ def test_recertify_a_shuffle_calibration():
     import dataclasses
 
     from silodp.accounting.version import ACCOUNTING_VERSION
-    from silodp.algorithms.privacy import TranscriptConfig
+    from silodp.algorithms.privacy import algorithm_class
     from silodp.experiments import execute as ex
 
-    tc = TranscriptConfig(n=50, rounds=1, batch_size=10, num_silos=2, dimension=1)
+    tc = algorithm_class("sdp-prox-sgd").plan.transcript(n=50, rounds=1, batch_size=10, num_silos=2, dimension=1)
     request = {"algorithm": "sdp-prox-sgd", "method": "tight", "epsilon": 2.0, "delta": 1e-4,
                "transcript": dataclasses.asdict(tc), "accounting_version": ACCOUNTING_VERSION}
     result = ex.calibrate_request(request)
