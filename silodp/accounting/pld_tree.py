@@ -81,7 +81,7 @@ def _log_mgf(pmf: Any, t: float, centre: float) -> float:
     else:
         lo, hi = 0, min(n, max(0, math.ceil(cut) + 1))
     floor_mass = float(np.sum(pmf.masses[:lo])) + float(np.sum(pmf.masses[hi:]))
-    exponent = _steps(n)[lo:hi] * scale
+    exponent = np.multiply(_steps(n)[lo:hi], scale, out=_scratch(hi - lo))  # no fresh pages per call
     exponent += shift
     with np.errstate(over="ignore"):
         total = float(np.einsum("i,i->", pmf.masses[lo:hi], np.exp(exponent, out=exponent)))
@@ -93,6 +93,18 @@ def _log_mgf(pmf: Any, t: float, centre: float) -> float:
 
 #: Exponent below which :func:`_log_mgf` bounds a term by e^_MGF_FLOOR times its mass.
 _MGF_FLOOR = -40.0
+
+
+_SCRATCH: list[np.ndarray] = [np.empty(0)]
+
+
+def _scratch(n: int) -> np.ndarray:
+    """A float64 work array of n elements (a view of one buffer, grown as needed: the window's
+    passes over thousands of PMFs then fault in fresh pages once, not per call). Its contents are
+    the caller's until the next call."""
+    if len(_SCRATCH[0]) < n:
+        _SCRATCH[0] = np.empty(max(n, 2 * len(_SCRATCH[0])))
+    return _SCRATCH[0][:n]
 
 
 _STEPS_CACHE: list[np.ndarray] = [np.arange(0.0)]
@@ -125,8 +137,9 @@ def _coarse(pmfs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     for p in pmfs:
         n = len(p.masses)
         rows = -(-n // _SEARCH_BLOCK)
-        padded = np.zeros(rows * _SEARCH_BLOCK)
+        padded = _scratch(rows * _SEARCH_BLOCK)
         padded[:n] = p.masses
+        padded[n:] = 0.0
         blocks = padded.reshape(rows, _SEARCH_BLOCK)
         mass = blocks.sum(axis=1)
         moment = np.einsum("ij,j->i", blocks, within)
