@@ -425,12 +425,37 @@ def poisson_loss_pmfs(q: float, z: float, interval: float, log_mass_truncation_b
         eps_a = -eps[mirror][::-1]
         big_e = np.exp(eps_a)
         qb = 1.0 - big_e * (1.0 - q)
+        # the add curve less its linear part 1 - e^eps: e^eps q Phi(T1) - qb Phi(T0), small where the
+        # curve is near 1 - e^eps (P_add(L <= eps) small) and then computed to its own precision
+        rest = np.where(qb > 0.0, big_e * q * phi1[mirror][::-1] - qb * phi0[mirror][::-1], np.expm1(eps_a))
         tail0 = np.where(below0, 1.0 - small0, small0)[mirror][::-1]  # Phi(-T0)
         tail1 = np.where(below1, 1.0 - small1, small1)[mirror][::-1]
         d_add = np.where(qb > 0.0, qb * tail0 - big_e * q * tail1, 0.0)
     keep = slice(None) if points is dots else np.flatnonzero(points != -first_a)
     return (connect_the_dots_at(None, dots, h, d_remove[keep]),
-            connect_the_dots_at(None, -points[mirror][::-1], h, d_add))
+            _add_side(-points[mirror][::-1], h, rest, d_add))
+
+
+def _add_side(dots: np.ndarray, h: float, rest: np.ndarray, curve: np.ndarray) -> LossPmf:
+    """:func:`connect_the_dots_at` of ``curve`` = rest + 1 - e^eps (both given) at ``dots``. The linear part
+    1 - e^eps adds nothing to an inner dot's mass (its drops D_j = e^eps_j (1 - e^{-g_j}) give
+    D_j / (1 - e^{-g_j}) - D_{j+1} / (e^{g_{j+1}} - 1) = e^eps_j - e^eps_j = 0), so where ``rest`` is
+    the smaller of the two (the add side's lower tail, where the curve is near 1 - e^eps) the inner
+    masses come from ``rest``'s drops alone, without the cancellation of differencing values near
+    1 - e^eps (clipped noise of ~1e-12 a point otherwise); from the first dot where the whole
+    curve is the smaller, from the curve's drops; the last dot and +inf from the curve, the first
+    dot the rest."""
+    split = int(np.argmax(np.abs(rest) > np.abs(curve)))  # the first dot where the curve is smaller
+    if split < 2 or not np.abs(rest[split]) > np.abs(curve[split]):
+        return connect_the_dots_at(None, dots, h, curve)
+    lower = connect_the_dots_at(None, dots[:split + 1], h, rest[:split + 1])  # right at dots 1 .. split - 1
+    upper = connect_the_dots_at(None, dots[split - 1:], h, curve[split - 1:])  # right at dots split .. end
+    masses = np.zeros(dots[-1] - dots[0] + 1)
+    cut = dots[split] - dots[0]  # grid index of dot ``split``
+    masses[1:cut] = lower.masses[1:cut]
+    masses[cut:] = upper.masses[dots[split] - dots[split - 1]:]
+    masses[0] = max(0.0, 1.0 - upper.infinity_mass - float(np.sum(masses[1:])))
+    return LossPmf(h, int(dots[0]), masses, upper.infinity_mass)
 
 
 def _convex_minorant(x: np.ndarray, y: np.ndarray) -> np.ndarray:

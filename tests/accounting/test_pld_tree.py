@@ -321,3 +321,18 @@ def test_poisson_pmfs_from_shared_tails_are_the_separate_builds(q, z):
     dots = dots[dots >= 0][::max(1, len(dots) // 60)]
     at = np.array([add.delta(e) for e in dots * h])
     assert np.allclose(at, pairs[1].delta(dots * h), rtol=1e-9, atol=1e-16)
+
+
+def test_add_side_lower_tail_masses_are_the_pairs_not_rounding_noise():
+    """The add side's masses in its far lower tail (losses <= -2 at q 0.01, z 1) come from the curve
+    less its linear part 1 - e^eps (poisson_loss_pmfs): their sum is P_add's mass there, about 1e-12,
+    within a factor 2 (the full grid's differences of values near 1 - e^eps leave ~5e-9 of noise)."""
+    from scipy.special import ndtr
+
+    h = 1e-4
+    _, add = pld_pairs.poisson_loss_pmfs(0.01, 1.0, h, pld_lib.LOG_TAIL_MASS)
+    pair = pld_pairs.OneSidedGaussianPair(0.0, 0.01, 1.0)
+    cut = int(np.floor(-2.0 / h))
+    got = float(np.sum(add.masses[:cut - add.offset + 1]))
+    true = float(ndtr(pair.threshold(np.array([(cut + 1) * h]))[0] / pair.s))  # P_add(L <= eps_{cut + 1})
+    assert 0 < got <= 2 * true and true < 1e-11
