@@ -13,7 +13,10 @@ grid points it is linear in e^eps, while the true curve is convex in e^eps (a su
 linear functions P(S) - e^eps Q(S)), so the discrete curve lies above it: *pessimistic* at every
 eps. With D_i = delta(eps_{i-1}) - delta(eps_i) the mass at eps_i is
 p_i = (e^h D_i - D_{i+1}) / (e^h - 1), the mass at +inf is delta(eps_max) and the lowest point takes
-the rest (:func:`connect_the_dots`); :mod:`silodp.accounting.pld` composes the PMFs.
+the rest (:func:`connect_the_dots`); :mod:`silodp.accounting.pld` composes the PMFs. Dots at any
+subset of the grid are as pessimistic (:func:`connect_the_dots_at`): the add/remove Poisson
+Gaussian's directions skip grid points in P's far tails
+(:meth:`OneSidedGaussianPair.strided_loss_pmf`), at a cost bounded by the tail truncation's.
 
 Mechanisms. Every Gaussian pair silodp accounts is, after scaling to unit shift, the pair
 P = (1 - a) N(0, s^2) + a N(1, s^2), Q = (1 - b) N(0, s^2) + b N(-1, s^2), whose loss is increasing
@@ -39,12 +42,13 @@ analytic Gaussian curve (Balle & Wang 2018).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, ndtr, ndtri
 
 from silodp.accounting import events as ev
 from silodp.accounting.pld import (LOG_TAIL_MASS, MAX_LOSS, MAX_POINTS, _CHUNK, LossPmf, PrivacyLossDistribution,
@@ -131,15 +135,21 @@ class GaussianPair:
     def loss_pmf(self, interval: float, log_mass_truncation_bound: float) -> LossPmf:
         """Connect-the-dots discretization on the grid i * interval over the losses of x in
         [min mean - k s, max mean + k s], where P has mass below e^bound outside."""
-        l_lo, l_hi = self.loss_range(log_mass_truncation_bound)
-        if max(abs(l_lo), abs(l_hi)) > MAX_LOSS:
-            raise ValueError(f"noise_multiplier: privacy losses reach {max(abs(l_lo), abs(l_hi)):.3g}; "
-                             "the noise is too small for the pld accountant (epsilon is huge); use 'rdp'")
-        first, last = math.floor(l_lo / interval), math.ceil(l_hi / interval)
-        if last - first > MAX_POINTS:
-            raise ValueError(f"noise_multiplier: the losses span {last - first:.3g} grid points at "
-                             f"value_discretization_interval={interval:g}; use a coarser grid or 'rdp'")
+        first, last = _grid(interval, *self.loss_range(log_mass_truncation_bound))
         return connect_the_dots(self.delta, first, last, interval)
+
+
+def _grid(interval: float, l_lo: float, l_hi: float) -> tuple[int, int]:
+    """The first and last grid index of the losses [l_lo, l_hi] (rounded outwards); ValueError when
+    they pass ``MAX_LOSS`` or span more than ``MAX_POINTS`` points."""
+    if max(abs(l_lo), abs(l_hi)) > MAX_LOSS:
+        raise ValueError(f"noise_multiplier: privacy losses reach {max(abs(l_lo), abs(l_hi)):.3g}; "
+                         "the noise is too small for the pld accountant (epsilon is huge); use 'rdp'")
+    first, last = math.floor(l_lo / interval), math.ceil(l_hi / interval)
+    if last - first > MAX_POINTS:
+        raise ValueError(f"noise_multiplier: the losses span {last - first:.3g} grid points at "
+                         f"value_discretization_interval={interval:g}; use a coarser grid or 'rdp'")
+    return first, last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +161,9 @@ class OneSidedGaussianPair(GaussianPair):
     These are :meth:`GaussianPair.threshold`'s own operations with its zero terms dropped
     (hypot(qb, 0) = |qb|, and the factor 2 in numerator and denominator is exact), so every
     threshold, curve value and PMF is bit-for-bit the general class's, in a tenth of the
-    threshold's time (no hypot, sqrt or selects: the build of a ledger of distinct releases)."""
+    threshold's time (no hypot, sqrt or selects). :func:`from_gaussian_mechanism` builds the two
+    directions by :meth:`strided_loss_pmf` instead (its own dots and :meth:`curve`: the build of a
+    ledger of distinct releases)."""
 
     def __post_init__(self) -> None:
         if not (self.a == 0.0) != (self.b == 0.0) or self.a == 1.0:
@@ -168,6 +180,119 @@ class OneSidedGaussianPair(GaussianPair):
                 qb = 1.0 - big_e * (1.0 - b)
                 w = np.where(qb > 0, (big_e * b * math.exp(-1.0 / s ** 2)) / qb, np.inf)
             return s * s * np.log(w) + 0.5
+
+    def curve(self, epsilon: np.ndarray) -> np.ndarray:
+        """delta(eps) = P(x > x*) - e^eps Q(x > x*) as a difference of normal tails in linear space
+        (scipy's ``ndtr``, relatively accurate in the lower tail; no logs, about half
+        :meth:`delta`'s time): for b = 0, e^eps - (1 - a) = a w* and
+        delta = a Phi((1 - x*)/s) - (e^eps - (1 - a)) Phi(-x*/s) (1 - e^eps where e^eps <= 1 - a);
+        for a = 0, delta = (1 - e^eps (1 - b)) Phi(-x*/s) - e^eps b Phi((-1 - x*)/s) (0 where
+        e^eps (1 - b) >= 1). Against a 40-digit evaluation (tests/accounting/test_pld_tree.py) it is
+        as accurate as :meth:`delta` (within 1e-12 relative plus 4 ulps of 1 on the loss range of
+        :meth:`loss_pmf`). A tail below the smallest normal number (arguments past
+        -:data:`NDTR_FLOOR`) reads 0: :meth:`strided_loss_pmf` uses :meth:`delta` where its grid
+        would reach there."""
+        a, b, s = self.a, self.b, self.s
+        eps = np.asarray(epsilon, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if b == 0.0:
+                gap = np.exp(eps)
+                gap -= 1.0 - a  # a w*; <= 0 where e^eps <= 1 - a (x* = -inf: those points are set last)
+                arg = np.log(gap)
+                arg *= -s
+                arg += s * math.log(a) - 0.5 / s  # -x*/s = -(s^2 log(gap / a) + 0.5) / s
+                out = ndtr(arg + 1.0 / s)
+                out *= a
+                arg = ndtr(arg)
+                arg *= gap
+                out -= arg
+                low = gap <= 0.0
+                if low.any():
+                    out[low] = -np.expm1(eps[low])
+                return out
+            big_e = np.exp(eps)
+            qb = big_e * (b - 1.0)
+            qb += 1.0  # <= 0 past e^eps (1 - b) = 1 (x* = +inf: 0 there)
+            arg = np.log(qb)
+            arg -= eps
+            arg *= s
+            arg += 0.5 / s - s * math.log(b)  # -x*/s, x* = s^2 log(e^eps b e^{-1/s^2} / qb) + 0.5
+            out = ndtr(arg)
+            out *= qb
+            arg = ndtr(arg - 1.0 / s)
+            arg *= big_e
+            arg *= b
+            out -= arg
+            out[qb <= 0.0] = 0.0
+            return out
+
+    def _scalar_loss(self, x: float) -> float:
+        """The loss at one x (floats, not arrays: only to place :meth:`strided_loss_pmf`'s dots)."""
+        v = (2.0 * x - 1.0) / (2.0 * self.s ** 2)
+        if self.b == 0.0:
+            return math.log1p(self.a * math.expm1(v)) if v < 700.0 else math.log(self.a) + v
+        w = -v - 1.0 / self.s ** 2
+        return -(math.log1p(self.b * math.expm1(w)) if w < 700.0 else math.log(self.b) + w)
+
+    def _x_beyond(self, tau: float) -> tuple[float, float]:
+        """(lo, hi) with P(x < lo) <= tau and P(x > hi) <= tau: lo = -k(tau) s (both components of P
+        lie at or above N(0, s^2)); hi splits tau between them, (1 - a) Phi(-hi/s) <= tau / 2 and
+        a Phi((1 - hi)/s) <= tau / 2 (k(p) = Phi^-1(1 - p); for a = 0, hi = k(tau) s)."""
+        s = self.s
+        if self.a == 0.0:
+            return -_quantile(tau) * s, _quantile(tau) * s
+        return -_quantile(tau) * s, max(_quantile(tau / 2.0) * s, 1.0 + _quantile(min(0.5, tau / (2.0 * self.a))) * s)
+
+    def dots(self, first: int, last: int, interval: float, log_mass_truncation_bound: float) -> np.ndarray:
+        """The grid indices in [first, last] at which :meth:`strided_loss_pmf` evaluates the curve:
+        every one, except in P's tails: for each stride r_i of :data:`TAIL_STRIDES` (B of them),
+        every r_i-th point where P's mass beyond (:meth:`_x_beyond`, one grid point of margin) is
+        below tau_i = e^bound / (B (1 - e^{-r_i h})); both ends always."""
+        lows, highs, lo, hi = [], [], first, last
+        budget = math.exp(log_mass_truncation_bound) / len(TAIL_STRIDES)
+        for stride in reversed(TAIL_STRIDES):  # the outermost band first
+            x_lo, x_hi = self._x_beyond(budget / -math.expm1(-stride * interval))
+            inner_lo = min(max(lo, math.floor(self._scalar_loss(x_lo) / interval) - 1), hi)
+            inner_hi = max(min(hi, math.ceil(self._scalar_loss(x_hi) / interval) + 1), inner_lo)
+            lows.append(np.arange(lo, inner_lo, stride))
+            highs.append(np.arange(hi, inner_hi, -stride)[::-1])
+            lo, hi = inner_lo, inner_hi
+        return np.concatenate(lows + [np.arange(lo, hi + 1)] + highs[::-1])
+
+    def strided_loss_pmf(self, interval: float, log_mass_truncation_bound: float) -> LossPmf:
+        """:meth:`loss_pmf`'s grid (its x range, the losses in scalar arithmetic) with dots only at
+        :meth:`dots` (:func:`connect_the_dots_at`; the curve by :meth:`curve`).
+
+        Pessimistic, as every connect-the-dots PMF. Tightness: let R be the pair's loss rounded up
+        to the full grid (each grid step's mass at its top point, the mass past the last point at
+        +inf) and R' = R with its mass between consecutive dots moved up to the upper dot. R'
+        dominates the pair and is supported on the dots, so this PMF (the tightest such: equal to
+        the pair's curve at the dots, linear in e^eps between) lies below R' at every eps; and
+        moving mass m up by at most H raises the delta of any composition by at most
+        m (1 - e^{-H}) (each path's (1 - e^{eps - L})_+ rises by at most that). The mass moved in
+        band i is P's mass beyond its edge, at most tau_i (:meth:`dots`), so against R this PMF
+        costs at most e^bound per tail in any composition's delta, the tail truncation's own
+        budget (against the full grid's connect-the-dots PMF, measured: epsilons within 1e-6
+        relative, tests/accounting/test_pld_tree.py): about 60% of the points for sampling rate
+        0.01 and z in [1, 2]."""
+        k = math.sqrt(-2.0 * log_mass_truncation_bound)
+        top = 0.0 if self.a == 0.0 else 1.0
+        first, last = _grid(interval, self._scalar_loss(-k * self.s), self._scalar_loss(top + k * self.s))
+        curve = self.curve if k + 1.0 / self.s < NDTR_FLOOR else self.delta
+        return connect_the_dots_at(curve, self.dots(first, last, interval, log_mass_truncation_bound), interval)
+
+
+@functools.lru_cache(maxsize=256)
+def _quantile(p: float) -> float:
+    """Phi^-1(1 - p) (the point past which N(0, 1) has mass p)."""
+    return -float(ndtri(p))
+
+
+#: Strides of a one-sided pair's PLD in P's tails (:meth:`OneSidedGaussianPair.dots`), inside out.
+TAIL_STRIDES = (4, 32, 256)
+#: Largest |argument| of ``ndtr`` in :meth:`OneSidedGaussianPair.curve` (Phi(-36) ~ 1e-284, a normal
+#: number): past it the log-space :meth:`GaussianPair.delta`.
+NDTR_FLOOR = 36.0
 
 
 def connect_the_dots(curve: Callable[[Any], Any], first: int, last: int, interval: float) -> LossPmf:
@@ -188,6 +313,48 @@ def connect_the_dots(curve: Callable[[Any], Any], first: int, last: int, interva
         if stop == n:
             diffs = np.append(diffs, 0.0)
         masses[start:stop] = np.maximum((e_h * diffs[:-1] - diffs[1:]) / em1, 0.0)
+    tail = float(d[-1])
+    masses[0] = max(0.0, 1.0 - tail - float(np.sum(masses[1:])))
+    return LossPmf(interval, first, masses, tail)
+
+
+def connect_the_dots_at(curve: Callable[[Any], Any] | None, dots: np.ndarray, interval: float,
+                        values: np.ndarray | None = None) -> LossPmf:
+    """:func:`connect_the_dots` with dots only at the increasing grid indices ``dots`` (the first
+    and last the grid's ends; the points between them get no mass). Pessimistic for any choice of
+    dots: the discrete curve equals ``curve`` at each dot and is linear in e^eps in between, above
+    the convex true curve. With g_j = (dots_j - dots_{j-1}) h and D_j the curve's drop from dot
+    j - 1 to dot j, the mass at dot j is p_j = D_j / (1 - e^{-g_j}) - D_{j+1} / (e^{g_{j+1}} - 1)
+    (:func:`connect_the_dots`'s p_i for g = h); past the last dot D = 0, +inf gets the last value
+    and the first dot the rest. Evaluated in cache-sized pieces, as :func:`connect_the_dots`
+    (``values``: the curve at the dots, computed beforehand, instead of ``curve``)."""
+
+    def at_dots(lo: int, hi: int) -> np.ndarray:
+        if values is not None:
+            return values[lo:hi]
+        assert curve is not None
+        return curve(dots[lo:hi] * interval)
+
+    first, last, n = int(dots[0]), int(dots[-1]), len(dots)
+    masses = np.zeros(last - first + 1)
+    d = at_dots(0, 1) if n == 1 else None
+    for start in range(1, n, _CHUNK):  # the masses of dots start .. stop - 1
+        stop = min(n, start + _CHUNK)
+        at = dots[start - 1:min(stop, n - 1) + 1]
+        d = at_dots(start - 1, min(stop, n - 1) + 1)
+        drops = d[:-1] - d[1:]  # D_start .. D_min(stop, n - 1)
+        consecutive = at[-1] - at[0] == len(at) - 1  # a piece of the fine grid: one g, one slice
+        # D_j / (e^g_j - 1); D_j / (1 - e^-g_j) is D_j plus it
+        downs = drops / (math.expm1(interval) if consecutive else np.expm1(np.diff(at) * interval))
+        ups = drops + downs
+        if stop == n:
+            downs = np.append(downs, 0.0)
+        piece = np.maximum(ups[:stop - start] - downs[1:stop - start + 1], 0.0)
+        if consecutive:
+            masses[dots[start] - first:dots[stop - 1] - first + 1] = piece
+        else:
+            masses[dots[start:stop] - first] = piece
+    assert d is not None
     tail = float(d[-1])
     masses[0] = max(0.0, 1.0 - tail - float(np.sum(masses[1:])))
     return LossPmf(interval, first, masses, tail)
@@ -217,9 +384,78 @@ def from_gaussian_mechanism(
     if ev.relation(neighbouring) == ev.REPLACE_ONE:
         pair = GaussianPair(sampling_prob, sampling_prob, z)
         return PrivacyLossDistribution(pair.loss_pmf(h, bound), None, bound)
-    remove = OneSidedGaussianPair(sampling_prob, 0.0, z).loss_pmf(h, bound)
-    add = OneSidedGaussianPair(0.0, sampling_prob, z).loss_pmf(h, bound)
-    return PrivacyLossDistribution(remove, add, bound)
+    return PrivacyLossDistribution(*poisson_loss_pmfs(sampling_prob, z, h, bound), bound)
+
+
+def poisson_loss_pmfs(q: float, z: float, interval: float, log_mass_truncation_bound: float) -> tuple[LossPmf, LossPmf]:
+    """The "remove" and "add" PMFs of the add/remove Poisson Gaussian (sampling probability ``q``,
+    noise multiplier ``z``), :meth:`OneSidedGaussianPair.strided_loss_pmf` both, from one pass of
+    normal tails. The add pair is the remove pair mirrored: L_add(x) = -L_remove(-x), so
+    x*_add(eps) = -x*_remove(-eps) and, with T0 = -x*_remove(-eps)/s and T1 = T0 + 1/s,
+    delta_add(eps) = (1 - e^eps (1 - q)) Phi(-T0) - e^eps q Phi(-T1), while
+    delta_remove(eps') = q Phi(T1) - (e^eps' - (1 - q)) Phi(T0) at T's own eps' = -eps. The add side's
+    dots are the remove side's mirrored (they cover its own bands: P_add = N(0, s^2) lies below
+    both components of P_remove) plus its two ends; ``ndtr`` of -|T| gives the small tail and
+    1 minus it the large one, each as accurate as ``ndtr`` itself. Two-thirds of the ``ndtr`` calls
+    of two separate builds."""
+    remove, add = OneSidedGaussianPair(q, 0.0, z), OneSidedGaussianPair(0.0, q, z)
+    h, s = interval, z
+    k = math.sqrt(-2.0 * log_mass_truncation_bound)
+    first, last = _grid(h, remove._scalar_loss(-k * s), remove._scalar_loss(1.0 + k * s))
+    first_a, last_a = _grid(h, add._scalar_loss(-k * s), add._scalar_loss(k * s))
+    if k + 1.0 / s >= NDTR_FLOOR or not first <= -last_a <= -first_a <= last:
+        return remove.strided_loss_pmf(h, log_mass_truncation_bound), add.strided_loss_pmf(h, log_mass_truncation_bound)
+    dots = remove.dots(first, last, h, log_mass_truncation_bound)
+    top = int(np.searchsorted(dots, -first_a))
+    points = dots if dots[top] == -first_a else np.insert(dots, top, -first_a)
+    eps = points * h
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        gap = np.exp(eps)
+        gap -= 1.0 - q
+        t0 = np.log(gap)
+        t0 *= -s
+        t0 += s * math.log(q) - 0.5 / s  # T0 = -x*_remove(eps) / s (+inf where gap <= 0)
+        small0, small1 = ndtr(-np.abs(t0)), ndtr(-np.abs(t0 + 1.0 / s))
+        below0, below1 = t0 <= 0.0, t0 + 1.0 / s <= 0.0
+        phi0, phi1 = np.where(below0, small0, 1.0 - small0), np.where(below1, small1, 1.0 - small1)  # Phi(T)
+        d_remove = q * phi1 - gap * phi0
+        low = gap <= 0.0
+        d_remove[low] = -np.expm1(eps[low])
+        mirror = slice(int(np.searchsorted(points, -last_a)), top + 1)  # the add side's dots, mirrored
+        eps_a = -eps[mirror][::-1]
+        big_e = np.exp(eps_a)
+        qb = 1.0 - big_e * (1.0 - q)
+        # the add curve less its linear part 1 - e^eps: e^eps q Phi(T1) - qb Phi(T0), small where the
+        # curve is near 1 - e^eps (P_add(L <= eps) small) and then computed to its own precision
+        rest = np.where(qb > 0.0, big_e * q * phi1[mirror][::-1] - qb * phi0[mirror][::-1], np.expm1(eps_a))
+        tail0 = np.where(below0, 1.0 - small0, small0)[mirror][::-1]  # Phi(-T0)
+        tail1 = np.where(below1, 1.0 - small1, small1)[mirror][::-1]
+        d_add = np.where(qb > 0.0, qb * tail0 - big_e * q * tail1, 0.0)
+    keep = slice(None) if points is dots else np.flatnonzero(points != -first_a)
+    return (connect_the_dots_at(None, dots, h, d_remove[keep]),
+            _add_side(-points[mirror][::-1], h, rest, d_add))
+
+
+def _add_side(dots: np.ndarray, h: float, rest: np.ndarray, curve: np.ndarray) -> LossPmf:
+    """:func:`connect_the_dots_at` of ``curve`` = rest + 1 - e^eps (both given) at ``dots``. The linear part
+    1 - e^eps adds nothing to an inner dot's mass (its drops D_j = e^eps_j (1 - e^{-g_j}) give
+    D_j / (1 - e^{-g_j}) - D_{j+1} / (e^{g_{j+1}} - 1) = e^eps_j - e^eps_j = 0), so where ``rest`` is
+    the smaller of the two (the add side's lower tail, where the curve is near 1 - e^eps) the inner
+    masses come from ``rest``'s drops alone, without the cancellation of differencing values near
+    1 - e^eps (clipped noise of ~1e-12 a point otherwise); from the first dot where the whole
+    curve is the smaller, from the curve's drops; the last dot and +inf from the curve, the first
+    dot the rest."""
+    split = int(np.argmax(np.abs(rest) > np.abs(curve)))  # the first dot where the curve is smaller
+    if split < 2 or not np.abs(rest[split]) > np.abs(curve[split]):
+        return connect_the_dots_at(None, dots, h, curve)
+    lower = connect_the_dots_at(None, dots[:split + 1], h, rest[:split + 1])  # right at dots 1 .. split - 1
+    upper = connect_the_dots_at(None, dots[split - 1:], h, curve[split - 1:])  # right at dots split .. end
+    masses = np.zeros(dots[-1] - dots[0] + 1)
+    cut = dots[split] - dots[0]  # grid index of dot ``split``
+    masses[1:cut] = lower.masses[1:cut]
+    masses[cut:] = upper.masses[dots[split] - dots[split - 1]:]
+    masses[0] = max(0.0, 1.0 - upper.infinity_mass - float(np.sum(masses[1:])))
+    return LossPmf(h, int(dots[0]), masses, upper.infinity_mass)
 
 
 def _convex_minorant(x: np.ndarray, y: np.ndarray) -> np.ndarray:
