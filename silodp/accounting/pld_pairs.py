@@ -366,11 +366,14 @@ def from_gaussian_mechanism(
     neighbouring: ev.NeighboringRelation = ev.ADD_OR_REMOVE_ONE,
     value_discretization_interval: float = 1e-4,
     log_mass_truncation_bound: float = LOG_TAIL_MASS,
+    strided: bool = False,
 ) -> PrivacyLossDistribution:
     """PLD of one (Poisson-subsampled) Gaussian step. ``noise_multiplier`` is sigma / C, C the
     per-record contribution bound, under every relation (as dp-accounting's
     ``from_gaussian_mechanism`` with sensitivity 1): the shift is C under add/remove, 2C under
-    replace-one."""
+    replace-one. ``strided``: the add/remove Poisson step on tail-strided dots
+    (:func:`poisson_loss_pmfs`, for a step composed once: its cost, at most e^bound per tail, is
+    paid once per composed copy, so a step self-composed k times is built on the full grid)."""
     z = check_positive("noise_multiplier", noise_multiplier)
     h = check_positive("value_discretization_interval", value_discretization_interval)
     if not 0.0 < sampling_prob <= 1.0:
@@ -384,7 +387,11 @@ def from_gaussian_mechanism(
     if ev.relation(neighbouring) == ev.REPLACE_ONE:
         pair = GaussianPair(sampling_prob, sampling_prob, z)
         return PrivacyLossDistribution(pair.loss_pmf(h, bound), None, bound)
-    return PrivacyLossDistribution(*poisson_loss_pmfs(sampling_prob, z, h, bound), bound)
+    if strided:
+        return PrivacyLossDistribution(*poisson_loss_pmfs(sampling_prob, z, h, bound), bound)
+    remove = OneSidedGaussianPair(sampling_prob, 0.0, z).loss_pmf(h, bound)
+    add = OneSidedGaussianPair(0.0, sampling_prob, z).loss_pmf(h, bound)
+    return PrivacyLossDistribution(remove, add, bound)
 
 
 def poisson_loss_pmfs(q: float, z: float, interval: float, log_mass_truncation_bound: float) -> tuple[LossPmf, LossPmf]:

@@ -28,6 +28,12 @@ ACCOUNTING_VERSION = 1
 #: "discrete-mechanisms" 2 (2026-12-06): a composition of one discrete Laplace, discrete Gaussian or
 #: randomized response alone is accounted on the mechanism's own loss lattice (its exact PLD, no
 #: rounding up to the grid): equal or smaller epsilon (4th-5th digit); beside other mechanisms the grid as before.
+#: Round 8 (2026-12-06) keeps ACCOUNTING_VERSION 1 on purpose: ``pld``'s exponential tilting at
+#: small deltas, float64 direct powers before extended precision, rdp skipped below its floor, and
+#: the distinct Poisson releases of a ledger on tail-strided dots move certificates by < 1e-6
+#: relative (the sweep's rows at delta 1e-12: up to 0.1% smaller) and only where both the old and the
+#: new certificate are sound (no bug fixed: a calibration the old layer stored stays valid), so no
+#: stamped table's printed digits move (``silodp report --check`` recomputes the cheap ones).
 CERTIFICATE_VERSIONS = {"with-replacement": 2, "without-replacement": 2, "balls-in-bins": 2, "discrete-mechanisms": 2}
 
 

@@ -89,9 +89,12 @@ def _with_replacement(block: Block, neighbouring: ev.NeighboringRelation, disc: 
 def _poisson(block: Block, neighbouring: ev.NeighboringRelation, disc: float,
              bound: float, lattice: bool = False) -> pld_lib.PrivacyLossDistribution:
     """Under replace-one, a subsampled step is the exact replace-one pair (contributions in the
-    ball of radius C); a step that is not subsampled is the Gaussian itself."""
+    ball of radius C); a step that is not subsampled is the Gaussian itself. A step composed once
+    (a distinct release of a ledger) is built on tail-strided dots, a self-composed one on the
+    full grid (:func:`pld_pairs.from_gaussian_mechanism`'s ``strided``)."""
     q = block.q if block.subsampled else 1.0
-    return pld_pairs.from_gaussian_mechanism(block.noise_multiplier, q, neighbouring, disc, bound)
+    return pld_pairs.from_gaussian_mechanism(block.noise_multiplier, q, neighbouring, disc, bound,
+                                             strided=block.count == 1)
 
 
 @pld_builder((Mechanism.GAUSSIAN, Sampling.WITHOUT_REPLACEMENT))
@@ -215,7 +218,7 @@ class PldAccountant(Accountant):
         """One step of ``block``'s PLD (kept by :func:`pld.cached_step`)."""
         lattice = block.kind in mechanisms.KINDS and self._alone(block)
         key = (type(self), dataclasses.replace(block, count=1), self.neighbouring,
-               self.value_discretization_interval, self.log_mass_truncation_bound, lattice)
+               self.value_discretization_interval, self.log_mass_truncation_bound, lattice, block.count == 1)
         return pld_lib.cached_step(key, lambda: self._step_pld(block, lattice))
 
     def _step_pld(self, block: Block, lattice: bool) -> pld_lib.PrivacyLossDistribution:
