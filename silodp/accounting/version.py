@@ -31,9 +31,10 @@ ACCOUNTING_VERSION = 1
 #: Round 8 (2026-12-06) keeps ACCOUNTING_VERSION 1 on purpose: ``pld``'s exponential tilting at
 #: small deltas, float64 direct powers before extended precision, rdp skipped below its floor, and
 #: the distinct Poisson releases of a ledger on tail-strided dots move certificates by < 1e-6
-#: relative (the sweep's rows at delta 1e-12: up to 0.1% smaller) and only where both the old and the
-#: new certificate are sound (no bug fixed: a calibration the old layer stored stays valid), so no
-#: stamped table's printed digits move (``silodp report --check`` recomputes the cheap ones).
+#: relative except at delta 1e-12 (the sweep's rows there up to 0.1% smaller), and only where both
+#: the old and the new certificate are sound (no bug fixed: a calibration the old layer stored stays
+#: valid); the tables whose digits moved, ``accounting_mechanisms`` and ``accounting_sweep``, were
+#: regenerated, and ``silodp report --check`` recomputes the cheap ones.
 CERTIFICATE_VERSIONS = {"with-replacement": 2, "without-replacement": 2, "balls-in-bins": 2, "discrete-mechanisms": 2}
 
 
