@@ -33,7 +33,7 @@ import dataclasses
 import heapq
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,46 +65,13 @@ _MGF_SLACK = 1e-8
 
 
 def _log_mgf(pmf: Any, t: float, centre: float) -> float:
-    """An upper bound on log sum_j m_j e^{t l_j} (the finite masses): computed about ``centre``
-    (no overflow near the mean; einsum, not BLAS, whose threads spin on a busy machine), the terms
-    whose exponent t (l_j - centre) is below :data:`_MGF_FLOOR` bounded together by
-    e^_MGF_FLOOR times their masses' sum (no exponentials there: for t > 0 they are the points
-    below (_MGF_FLOOR / t + centre) / h, for t < 0 those above), inflated by :data:`_MGF_SLACK`;
-    +inf when a term overflows. The exponents are formed as (t h) j + t (offset h - centre) (no
-    array of losses: their few ulps of difference from the exact exponents, at most ~1e-13
-    relative on each term, are inside the slack)."""
-    n, h = len(pmf.masses), pmf.interval
-    scale, shift = t * h, t * (pmf.offset * h - centre)  # exponent of point j: scale j + shift
-    cut = (_MGF_FLOOR - shift) / scale  # the exponent is below the floor at j < cut (t > 0), j > cut (t < 0)
-    if t > 0:
-        lo, hi = min(n, max(0, math.floor(cut))), n
-    else:
-        lo, hi = 0, min(n, max(0, math.ceil(cut) + 1))
-    floor_mass = float(np.sum(pmf.masses[:lo])) + float(np.sum(pmf.masses[hi:]))
-    exponent = np.multiply(_steps(n)[lo:hi], scale, out=_scratch(hi - lo))  # no fresh pages per call
-    exponent += shift
-    with np.errstate(over="ignore"):
-        total = float(np.einsum("i,i->", pmf.masses[lo:hi], np.exp(exponent, out=exponent)))
-    total += math.exp(_MGF_FLOOR) * floor_mass
-    if not math.isfinite(total):
-        return math.inf
-    return t * centre + math.log(total * (1.0 + _MGF_SLACK))
+    """An upper bound on log sum_j m_j e^{t l_j} (the finite masses of ``pmf``), computed about
+    ``centre``: :func:`_log_mgfs` of one PMF."""
+    return _log_mgfs(_rows([pmf]), t, np.array([float(centre)]))
 
 
 #: Exponent below which :func:`_log_mgf` bounds a term by e^_MGF_FLOOR times its mass.
 _MGF_FLOOR = -40.0
-
-
-_SCRATCH: list[np.ndarray] = [np.empty(0)]
-
-
-def _scratch(n: int) -> np.ndarray:
-    """A float64 work array of n elements (a view of one buffer, grown as needed: the window's
-    passes over thousands of PMFs then fault in fresh pages once, not per call). Its contents are
-    the caller's until the next call."""
-    if len(_SCRATCH[0]) < n:
-        _SCRATCH[0] = np.empty(max(n, 2 * len(_SCRATCH[0])))
-    return _SCRATCH[0][:n]
 
 
 _STEPS_CACHE: list[np.ndarray] = [np.arange(0.0)]
@@ -119,64 +86,113 @@ def _steps(n: int) -> np.ndarray:
     return _STEPS_CACHE[0][:n]
 
 
-#: Grid points per block of the coarse copy on which :func:`_window` searches its t.
+#: Grid points per row of :func:`_rows` (the blocks of the coarse copy on which :func:`_window`
+#: searches its t, and the rows of :func:`_log_mgfs`).
 _SEARCH_BLOCK = 64
 #: Golden-section steps of that search over t in [1e-3, 30] / spread: 16 narrow it to 0.5% of t
 #: (the bound is flat near its optimum; any t gives a valid bound).
 _SEARCH_STEPS = 16
 
 
-def _coarse(pmfs: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Every PMF's masses summed in blocks of :data:`_SEARCH_BLOCK` points at the block's mean loss,
-    concatenated: (masses, losses, each block's PMF's mean, the first block of each PMF). Only to
-    locate t; the bound itself is computed on the exact masses. (Each PMF padded with zeros to
-    whole blocks: a block's mean loss is its first loss plus h times its masses' mean index.)"""
-    masses, losses, centres, starts = [], [], [], []
-    count = 0
-    within = _steps(_SEARCH_BLOCK)
-    for p in pmfs:
-        n = len(p.masses)
-        rows = -(-n // _SEARCH_BLOCK)
-        padded = _scratch(rows * _SEARCH_BLOCK)
-        padded[:n] = p.masses
-        padded[n:] = 0.0
-        blocks = padded.reshape(rows, _SEARCH_BLOCK)
-        mass = blocks.sum(axis=1)
-        moment = np.einsum("ij,j->i", blocks, within)
-        keep = np.flatnonzero(mass > 0)
-        mass = mass[keep]
-        loss = (p.offset + _SEARCH_BLOCK * keep + moment[keep] / mass) * p.interval
-        centre = float(np.einsum("i,i->", mass, loss) / np.sum(mass))
-        masses.append(mass)
-        losses.append(loss)
-        centres.append(np.full(len(mass), centre))
-        starts.append(count)
-        count += len(mass)
-    return np.concatenate(masses), np.concatenate(losses), np.concatenate(centres), np.array(starts)
+class _Rows(NamedTuple):
+    """Every PMF's masses, each padded with zeros to whole rows of :data:`_SEARCH_BLOCK` points,
+    stacked: ``matrix`` (rows x B), each row's first grid index (``first``, exact integers as
+    floats), the first row of each PMF (``starts``) and the grid interval."""
+
+    matrix: np.ndarray
+    first: np.ndarray
+    starts: np.ndarray
+    interval: float
 
 
-def _edge(pmfs: list[Any], coarse: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], sign: float,
+def _rows(pmfs: list[Any]) -> _Rows:
+    """:class:`_Rows` of ``pmfs`` (one grid)."""
+    b = _SEARCH_BLOCK
+    counts = [-(-len(p.masses) // b) for p in pmfs]
+    starts = np.zeros(len(pmfs), dtype=np.intp)
+    np.cumsum(counts[:-1], out=starts[1:])
+    padded = np.zeros(int(sum(counts)) * b)
+    first = np.empty(len(padded) // b)
+    for p, start, count in zip(pmfs, starts, counts):
+        padded[start * b:start * b + len(p.masses)] = p.masses
+        first[start:start + count] = _steps(count)
+        first[start:start + count] *= b
+        first[start:start + count] += p.offset
+    return _Rows(padded.reshape(-1, b), first, starts, pmfs[0].interval)
+
+
+def _log_mgfs(rows: _Rows, t: float, centres: np.ndarray) -> float:
+    """An upper bound on sum_i log sum_j m_ij e^{t l_ij} over the PMFs i of ``rows`` (their finite
+    masses), each computed about its ``centres[i]`` (no overflow near the mean; einsum, not BLAS,
+    whose threads spin on a busy machine), each PMF's sum inflated by :data:`_MGF_SLACK`; +inf when
+    a term overflows. With point j = B r + i of a row r starting at grid index f_r, the exponent is
+    t h f_r - t c + (t h) i, so a row's sum is one exponential times the dot of its masses with the
+    B column factors e^{t h i} (rows + B exponentials, not one per point); a row whose every
+    exponent is below :data:`_MGF_FLOOR` is bounded by e^_MGF_FLOOR times its masses' sum (the
+    padding's zeros add nothing). Each term is off by a few ulps (two exponentials, a product, and
+    the exponents' own rounding, ~1e-13 relative at most) and each PMF's sum by its additions'
+    round-off, inside the slack ((n + 8) u < 1e-8)."""
+    b, h = _SEARCH_BLOCK, rows.interval
+    shift = np.repeat(t * centres, np.diff(np.append(rows.starts, len(rows.first))))
+    exponent = rows.first * (t * h)
+    exponent -= shift  # each row's first exponent
+    largest = exponent + (t * h * (b - 1) if t > 0 else 0.0)  # each row's largest exponent
+    with np.errstate(over="ignore", invalid="ignore"):
+        columns = np.exp(_steps(b) * (t * h))
+        value = np.exp(exponent, out=exponent)
+        value *= np.einsum("ij,j->i", rows.matrix, columns)
+        low = largest < _MGF_FLOOR
+        value[low] = math.exp(_MGF_FLOOR) * rows.matrix[low].sum(axis=1)
+        totals = np.add.reduceat(value, rows.starts)
+    if not np.all(np.isfinite(totals)):
+        return math.inf
+    return float(np.sum(t * centres + np.log(totals * (1.0 + _MGF_SLACK))))
+
+
+def _coarse(rows: _Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every PMF's masses summed in rows of :data:`_SEARCH_BLOCK` points (:func:`_rows`) at the
+    row's mean loss, the rows without mass dropped: (masses, losses, each row's PMF's mean, the first
+    kept row of each PMF). Only to locate t; the bound itself is computed on the exact masses. (A
+    row's mean loss is its first loss plus h times its masses' mean index.)"""
+    mass = rows.matrix.sum(axis=1)
+    moment = np.einsum("ij,j->i", rows.matrix, _steps(_SEARCH_BLOCK))
+    keep = mass > 0
+    kept = np.add.reduceat(keep, rows.starts)
+    mass = mass[keep]
+    loss = (rows.first[keep] + moment[keep] / mass) * rows.interval
+    starts = np.zeros(len(kept), dtype=np.intp)
+    np.cumsum(kept[:-1], out=starts[1:])
+    centre = np.array([float(np.einsum("i,i->", mass[a:a + k], loss[a:a + k]) / np.sum(mass[a:a + k]))
+                       for a, k in zip(starts, kept)])
+    return mass, loss, np.repeat(centre, kept), starts
+
+
+def _edge(rows: _Rows, coarse: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], sign: float,
           log_tail: float) -> float:
-    """A point e with mass{sign S >= e} <= e^log_tail for S the sum of the losses of ``pmfs``: the
-    Chernoff bound (K(t) - log_tail) / t, K(t) = sum_i log sum_j m_ij e^{t sign l_ij} (Markov's
-    inequality, valid for the sub-probability measures of the finite masses) at the t minimising it
-    on :func:`_coarse`'s copy (golden section on log t; any t > 0 is valid), computed on the exact
-    masses (:func:`_log_mgf`); +inf when it overflows."""
+    """A point e with mass{sign S >= e} <= e^log_tail for S the sum of the losses of the PMFs of
+    ``rows``: the Chernoff bound (K(t) - log_tail) / t, K(t) = sum_i log sum_j m_ij e^{t sign l_ij}
+    (Markov's inequality, valid for the sub-probability measures of the finite masses) at the t
+    minimising it on :func:`_coarse`'s copy (golden section on log t; any t > 0 is valid), computed
+    on the exact masses (:func:`_log_mgfs`); +inf when it overflows."""
     from silodp.accounting import pld
 
     mass, loss, centre, starts = coarse
     loss, centre = sign * loss, sign * centre
-    spread = max(float(np.sqrt(np.einsum("i,i->", mass, (loss - centre) ** 2))), pmfs[0].interval)
+    spread = max(float(np.sqrt(np.einsum("i,i->", mass, (loss - centre) ** 2))), rows.interval)
+    offsets, centres = loss - centre, float(np.sum(centre[starts]))
+    work = np.empty(len(mass))
 
     def bound(t: float) -> float:
         with np.errstate(over="ignore"):
-            sums = np.add.reduceat(mass * np.exp(np.maximum(t * (loss - centre), -300.0)), starts)
-        return float((t * np.sum(centre[starts]) + np.sum(np.log(sums)) - log_tail) / t)
+            np.multiply(offsets, t, out=work)
+            np.maximum(work, -300.0, out=work)
+            sums = np.add.reduceat(np.multiply(mass, np.exp(work, out=work), out=work), starts)
+        return float((t * centres + np.sum(np.log(sums)) - log_tail) / t)
 
     # around sqrt(-2 log_tail) / sigma, the optimum for a Gaussian sum: 8 / sigma at 1e-14
     t = pld._argmin_over_t(bound, spread, 1e-3, 30.0, _SEARCH_STEPS)
     means = sign * centre[starts]  # the PMFs' own means (unsigned)
-    return (sum(_log_mgf(p, sign * t, float(m)) for p, m in zip(pmfs, means)) - log_tail) / t
+    return (_log_mgfs(rows, sign * t, means) - log_tail) / t
 
 
 def _window(pmfs: list[Any], log_tail: float) -> tuple[int, int, float]:
@@ -187,8 +203,9 @@ def _window(pmfs: list[Any], log_tail: float) -> tuple[int, int, float]:
     h = pmfs[0].interval
     first = sum(p.offset for p in pmfs)
     last = first + sum(len(p.masses) - 1 for p in pmfs)
-    coarse = _coarse(pmfs)
-    upper, lower = _edge(pmfs, coarse, 1.0, log_tail), -_edge(pmfs, coarse, -1.0, log_tail)
+    rows = _rows(pmfs)
+    coarse = _coarse(rows)
+    upper, lower = _edge(rows, coarse, 1.0, log_tail), -_edge(rows, coarse, -1.0, log_tail)
     if not (math.isfinite(upper) and math.isfinite(lower)):
         return 1, 0, 0.0
     lo, hi = max(first, math.floor(lower / h) - 1), min(last, math.ceil(upper / h) + 1)
