@@ -213,6 +213,18 @@ def _window(pmfs: list[Any], log_tail: float) -> tuple[int, int, float]:
     return lo, hi, charge
 
 
+#: Whether ``np.fft.rfft`` takes ``out=`` (numpy >= 2.0).
+_RFFT_OUT = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
+
+
+def _rfft_into(x: np.ndarray, size: int, out: np.ndarray) -> np.ndarray:
+    """``np.fft.rfft(x, size)`` written into ``out`` (size // 2 + 1 complex values)."""
+    if _RFFT_OUT:
+        return np.fft.rfft(x, size, out=out)
+    out[:] = np.fft.rfft(x, size)
+    return out
+
+
 def compose_product(pmfs: list[Any], log_mass_truncation_bound: float) -> Any:
     """The composition of the :class:`~silodp.accounting.pld.LossPmf` ``pmfs`` (one grid) as the
     inverse rFFT of the product of their rFFTs on one circular grid of M points covering
@@ -244,20 +256,23 @@ def compose_product(pmfs: list[Any], log_mass_truncation_bound: float) -> Any:
         return None
     size = pld._next_fast_length(hi - lo + 1)
     u = max(pld._unit(p.masses) for p in pmfs)
-    product = None
+    # the product accumulates in place and each transform lands in one work array (``out=``: no
+    # fresh spectrum-sized pages per release; the same products as a fresh array each)
+    product, work = np.empty(size // 2 + 1, dtype=complex), np.empty(size // 2 + 1, dtype=complex)
     log_spectrum, log_inputs, log_finite = 0.0, 0.0, 0.0
-    for p in pmfs:
+    for i, p in enumerate(pmfs):
         x = p.masses
         if len(x) > size:  # folded onto the circle (a circular convolution folds its inputs)
             rows = -(-len(x) // size)
             x = np.concatenate([x, np.zeros(rows * size - len(x), dtype=x.dtype)]).reshape(rows, size).sum(axis=0)
             log_inputs += math.log1p((rows - 1) * u * 1.01 * float(np.sum(x)))  # the sums' round-off, l1
-        fx = np.fft.rfft(x, size)
-        product = fx if product is None else np.multiply(product, fx, out=fx)
+        if i == 0:
+            _rfft_into(x, size, product)
+        else:
+            np.multiply(product, _rfft_into(x, size, work), out=product)
         log_spectrum += math.log1p(pld._fft_error(size, math.sqrt(size) * pld._l2(x), u))
         log_inputs += math.log1p(p.roundoff)
         log_finite += math.log1p(-p.infinity_mass)
-    assert product is not None  # pmfs is not empty
     k = len(pmfs)
     gamma2 = 2.0 * u / (1.0 - 2.0 * u)
     g = math.expm1((k - 1) * math.log1p(math.sqrt(2.0) * gamma2))
