@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from silodp.accounting import events as ev, pld as pld_lib, pld_pairs
-from silodp.accounting.blocks import Block, Mechanism, UnsupportedEventError
+from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError
 
 #: The mechanisms of this module.
 KINDS = frozenset({Mechanism.LAPLACE, Mechanism.DISCRETE_LAPLACE, Mechanism.RANDOMIZED_RESPONSE,
@@ -67,6 +67,30 @@ def _max_loss(block: Block, relation: ev.NeighboringRelation) -> float:
         return (d * d + 2.0 * k * d) / (2.0 * sigma * sigma)
     p, k = block.params
     return math.log1p(k * (1.0 - p) / p)
+
+
+#: :func:`laplace_pure_epsilon` answers when the pure bound is within this share of the true epsilon.
+PURE_GAP = 1e-6
+
+
+def laplace_pure_epsilon(block: Block, relation: ev.NeighboringRelation, delta: float) -> float | None:
+    """``count`` eps0 for ``count`` Laplace steps of pure loss bound eps0 = sensitivity / b (each step is
+    eps0-DP, Dwork & Roth 2014, Thm 3.6; pure DP composes additively, their Thm 3.16), where that is
+    within :data:`PURE_GAP` of the true epsilon at ``delta``; else None (compute the PLD).
+
+    Tightness: one step's loss is eps0 exactly with probability 1/2 (x on the far side of both
+    means; the curve's atom: delta(eps) = 1 - e^{(eps - eps0)/2} near eps0), so T steps' loss is T eps0
+    with probability >= 2^-T and delta(eps) >= 2^-T (1 - e^{eps - T eps0}): every (eps, delta)
+    certificate has eps >= T eps0 + ln(1 - 2^T delta). The answer is sound (an upper bound) always;
+    it is returned only when it exceeds that lower bound by at most ``PURE_GAP`` T eps0."""
+    if block.kind != Mechanism.LAPLACE or getattr(block, "sampling", None) not in (None, Sampling.NONE):
+        return None
+    steps = block.count
+    if steps * math.log(2.0) + math.log(delta) >= 0.0:
+        return None
+    total = steps * _max_loss(block, relation)
+    gap = -math.log1p(-math.exp(steps * math.log(2.0) + math.log(delta)))
+    return total if gap <= PURE_GAP * total else None
 
 
 def _dgauss_support(block: Block, relation: ev.NeighboringRelation, log_tail: float) -> tuple[float, int, int]:

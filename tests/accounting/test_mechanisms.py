@@ -115,3 +115,57 @@ def test_discrete_laplace_alone_on_its_lattice_is_not_looser_than_the_grid():
     assert alone <= grid
     ref = _dpa(dpe.DiscreteLaplaceDpEvent(0.3, 2), ev.ADD_OR_REMOVE_ONE, steps, 1e-6)
     assert ref * (1 - 1e-3) <= alone <= ref * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("p,k,steps", [(0.5, 4, 20), (0.9, 2, 30), (0.3, 3, 7)])
+def test_randomized_response_by_direct_convolutions_is_nearly_exact(p, k, steps):
+    """A few atoms self-composed by direct convolutions (no FFT): the composed masses within their
+    charged round-off of the exact trinomial masses (mpmath, 40 digits), and epsilon within 1e-8
+    relative above the exact one, never below."""
+    from math import comb
+
+    import mpmath
+
+    from silodp.accounting.accountants.pld import PldAccountant
+
+    acc = get_accountant("pld", ev.REPLACE_ONE).compose(ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(p, k), steps))
+    assert isinstance(acc, PldAccountant)
+    one = acc._step(acc._blocks[0]).remove
+    composed = one._convolve_power(steps, acc.log_mass_truncation_bound)
+    mpmath.mp.dps = 40
+    a, b, c = mpmath.mpf(1) - p + mpmath.mpf(p) / k, mpmath.mpf(p) / k, (k - 2) * mpmath.mpf(p) / k  # +1, -1, 0
+    exact = {}
+    for i in range(steps + 1):
+        for j in range(steps + 1 - i):
+            exact[i - j] = exact.get(i - j, 0) + comb(steps, i) * comb(steps - i, j) * a ** i * b ** j * c ** (steps - i - j)
+    # the step's atoms sit at lattice indices -unit, 0, +unit; the truncated tails (mass < e^bound each,
+    # the lower one moved onto the first kept point) are left out of the comparison
+    unit = -one.offset
+    inside = [s for s in range(-steps, steps + 1) if 0 < s * unit - composed.offset < len(composed.masses)]
+    assert len(inside) > steps
+    err = sum(abs(composed.masses[s * unit - composed.offset] - exact.get(s, 0)) for s in inside)
+    assert err <= composed.roundoff and composed.roundoff < 1e-12
+    truth = _exact_rr_epsilon(p, k, steps, 1e-6)
+    mine = epsilon(ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(p, k), steps), 1e-6, "pld", ev.REPLACE_ONE)
+    assert truth - 1e-12 <= mine <= truth * (1 + 1e-8)
+
+
+def test_laplace_pure_bound_where_it_is_tight():
+    """Few Laplace steps at a tiny delta: the pure bound T / b (basic composition), within 1e-6 of
+    the closed-form lower bound T / b + ln(1 - 2^T delta) and never above the pld's own composition
+    by more than that; not taken where 2^T delta is not small."""
+    from math import log1p
+
+    from silodp.accounting import mechanisms
+
+    for b, steps, delta, relation in [(1.0, 5, 1e-9, ev.ADD_OR_REMOVE_ONE), (3.0, 8, 1e-12, ev.REPLACE_ONE)]:
+        event = ev.SelfComposedDpEvent(ev.LaplaceDpEvent(b), steps)
+        mine = epsilon(event, delta, "pld", relation)
+        shift = 2.0 if relation == ev.REPLACE_ONE else 1.0
+        assert mine == steps * shift / b
+        assert steps * shift / b + log1p(-(2.0 ** steps) * delta) >= mine * (1 - 1e-6)
+        acc = get_accountant("pld", relation).compose(event)
+        grid = acc._certifiable_pld(delta).get_epsilon_for_delta(delta)  # the pld, no shortcut
+        assert mine <= grid * (1 + 1e-6)
+    acc = get_accountant("pld", ev.ADD_OR_REMOVE_ONE).compose(ev.SelfComposedDpEvent(ev.LaplaceDpEvent(2.0), 50))
+    assert mechanisms.laplace_pure_epsilon(acc._blocks[0], ev.ADD_OR_REMOVE_ONE, 1e-6) is None
