@@ -290,6 +290,39 @@ def test_log_mgf_bounds_the_exact_moment_generating_function(sign):
         assert exact <= got <= exact + 2e-8
 
 
+@pytest.mark.parametrize("t", [-40.0, -3.0, 0.7, 25.0])
+def test_log_mgfs_of_many_pmfs_bound_each_exact_moment_generating_function(t):
+    """_log_mgfs over PMFs of several lengths (partial last rows padded with zeros) and offsets is
+    at least the sum of their exact log-MGFs (mpmath) and within each PMF's 1e-8 slack of it."""
+    import mpmath as mp
+
+    from silodp.accounting.pld_tree import _log_mgfs, _rows
+
+    rng = np.random.default_rng(11)
+    pmfs = []
+    for n, offset in ((1, 5), (63, -40), (64, 0), (65, 300), (700, -900), (1000, -20)):
+        m = rng.random(n) ** 4
+        pmfs.append(pld_lib.LossPmf(1e-3, offset, m / m.sum() * 0.999, 0.001))
+    centres = np.array([float(np.sum(p.masses * p.losses)) for p in pmfs])
+    exact = sum(float(mp.log(mp.fsum(mp.mpf(float(x)) * mp.exp(t * mp.mpf(float(l)))
+                                     for x, l in zip(p.masses, p.losses)))) for p in pmfs)
+    got = _log_mgfs(_rows(pmfs), t, centres)
+    assert exact <= got <= exact + len(pmfs) * 2e-8
+
+
+@pytest.mark.parametrize("has_out", [True, False])
+def test_rfft_into_writes_numpy_rfft(monkeypatch, has_out):
+    """The product's transform into a work array equals a fresh np.fft.rfft bit for bit, with
+    numpy's ``out=`` and without it (numpy < 2)."""
+    from silodp.accounting import pld_tree
+
+    monkeypatch.setattr(pld_tree, "_RFFT_OUT", has_out and pld_tree._RFFT_OUT)
+    x = np.random.default_rng(3).random(1000)
+    work = np.full(1201, np.nan, dtype=complex)
+    got = pld_tree._rfft_into(x, 2400, work)
+    assert got is work and np.array_equal(work, np.fft.rfft(x, 2400))
+
+
 def test_product_folds_a_cut_lower_tail_upwards():
     """Forty PMFs with a thin lower tail far below their bulk: the window cuts the composition's
     lower tail, which the circle folds to larger losses (uncharged: pessimistic), so at every
