@@ -157,7 +157,7 @@ def _coarse(rows: _Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     mass = rows.matrix.sum(axis=1)
     moment = np.einsum("ij,j->i", rows.matrix, _steps(_SEARCH_BLOCK))
     keep = mass > 0
-    kept = np.add.reduceat(keep, rows.starts)
+    kept = np.add.reduceat(keep.astype(np.intp), rows.starts)  # kept rows per PMF
     mass = mass[keep]
     loss = (rows.first[keep] + moment[keep] / mass) * rows.interval
     starts = np.zeros(len(kept), dtype=np.intp)
