@@ -70,7 +70,7 @@ def _log_mgf(pmf: Any, t: float, centre: float) -> float:
     return _log_mgfs(_rows([pmf]), t, np.array([float(centre)]))
 
 
-#: Exponent below which :func:`_log_mgf` bounds a term by e^_MGF_FLOOR times its mass.
+#: Exponent below which :func:`_log_mgfs` bounds a row of terms by e^_MGF_FLOOR times its masses.
 _MGF_FLOOR = -40.0
 
 
