@@ -95,17 +95,20 @@ class _Codec:
     def discrete_gaussian(self, shape: torch.Size, sigma: float) -> torch.Tensor:
         return discrete_gaussian(shape, sigma, self.generator)
 
-    def randomize(self, y: torch.Tensor, p: acc.DistributedParams) -> torch.Tensor:
+    @staticmethod
+    def _binomial(p: acc.DistributedParams) -> tuple[float, shuffle.BinomialParams]:
+        """The binomial mechanism's P_vec range (the rotated clip ball's) and protocol parameters."""
         from silodp.accounting.pvec import rotated_bound
 
-        bp = shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
-        return shuffle.randomize(y, rotated_bound(p.clip, p.dimension), bp, self.generator)
+        return rotated_bound(p.clip, p.dimension), shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
+
+    def randomize(self, y: torch.Tensor, p: acc.DistributedParams) -> torch.Tensor:
+        bound, bp = self._binomial(p)
+        return shuffle.randomize(y, bound, bp, self.generator)
 
     def analyze(self, sums: torch.Tensor, summed: int, p: acc.DistributedParams) -> torch.Tensor:
-        from silodp.accounting.pvec import rotated_bound
-
-        bp = shuffle.BinomialParams(p.levels, int(p.noise), 0.5, rotate=True)
-        return shuffle.analyze(sums, summed, rotated_bound(p.clip, p.dimension), bp)
+        bound, bp = self._binomial(p)
+        return shuffle.analyze(sums, summed, bound, bp)
 
     def unscale(self, sums: torch.Tensor, p: acc.DistributedParams) -> torch.Tensor:
         return sums.to(torch.float64) * p.scale
