@@ -427,32 +427,41 @@ def poisson_loss_pmfs(q: float, z: float, interval: float, log_mass_truncation_b
         below0, below1 = t0 <= 0.0, t1 <= 0.0
         small0 = ndtr(np.negative(np.abs(t0, out=t0), out=t0), out=t0)  # Phi(-|T0|) (t0 not needed past here)
         small1 = ndtr(np.negative(np.abs(t1, out=t1), out=t1), out=t1)
-        big0, big1 = 1.0 - small0, 1.0 - small1
-        phi0, phi1 = np.where(below0, small0, big0), np.where(below1, small1, big1)  # Phi(T)
+        phi0, tail0 = _normal_pair(small0, below0)  # Phi(T0), Phi(-T0)
+        phi1, tail1 = _normal_pair(small1, below1)
         d_remove = q * phi1
         d_remove -= gap * phi0
         low = gap <= 0.0
         d_remove[low] = -np.expm1(eps[low])
         mirror = slice(int(np.searchsorted(points, -last_a)), top + 1)  # the add side's dots, mirrored
-        eps_a = -eps[mirror][::-1]
+        # the add side in the remove side's (increasing) order, reversed once at the end
+        eps_a = np.negative(eps[mirror])
         big_e = np.exp(eps_a)
         qb = 1.0 - big_e * (1.0 - q)
-        positive = qb > 0.0
+        outside = np.flatnonzero(qb <= 0.0)
         big_eq = big_e * q
         # the add curve less its linear part 1 - e^eps: e^eps q Phi(T1) - qb Phi(T0), small where the
         # curve is near 1 - e^eps (P_add(L <= eps) small) and then computed to its own precision
-        rest = big_eq * phi1[mirror][::-1]
-        rest -= qb * phi0[mirror][::-1]
-        outside = np.flatnonzero(~positive)
+        rest = big_eq * phi1[mirror]
+        rest -= qb * phi0[mirror]
         rest[outside] = np.expm1(eps_a[outside])
-        tail0 = np.where(below0[mirror], big0[mirror], small0[mirror])[::-1]  # Phi(-T0)
-        tail1 = np.where(below1[mirror], big1[mirror], small1[mirror])[::-1]
-        d_add = qb * tail0
-        d_add -= big_eq * tail1
-        d_add = np.where(positive, d_add, 0.0)
+        d_add = qb * tail0[mirror]
+        d_add -= big_eq * tail1[mirror]
+        d_add[outside] = 0.0
     if inserted:
         d_remove = np.concatenate((d_remove[:top], d_remove[top + 1:]))
-    return _dot_pmf(dots, h, d_remove), _add_side(-points[mirror][::-1], h, rest, d_add)
+    return _dot_pmf(dots, h, d_remove), _add_side(-points[mirror][::-1], h, rest[::-1], d_add[::-1])
+
+
+def _normal_pair(small: np.ndarray, below: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Phi(T), Phi(-T)) from ``small`` = Phi(-|T|) and ``below`` = (T <= 0): the small tail where it
+    is, 1 minus it for the large one (``np.where`` of the two; two slices where ``below`` is a
+    suffix, as for the non-increasing T of :func:`poisson_loss_pmfs`: the same values)."""
+    big = 1.0 - small
+    cut = len(below) - int(np.count_nonzero(below))
+    if below[cut:].all():
+        return np.concatenate((big[:cut], small[cut:])), np.concatenate((small[:cut], big[cut:]))
+    return np.where(below, small, big), np.where(below, big, small)
 
 
 def _dot_drops(dots: np.ndarray, h: float, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -144,12 +144,12 @@ def test_product_with_a_cut_window_stays_above_the_exact_curve():
         assert out.delta(eps) >= full.delta(eps) - 1e-13
 
 
-def test_grouped_product_certifies_what_one_product_does(monkeypatch):
-    """A ledger composed in two levels (compose_grouped: groups' products, then their product; forced
-    at 16 releases by lowering GROUPED_MIN): its epsilon equals the single product's within 1e-6
-    relative (the two differ only by charged round-off and wrapped tails), is never below
-    dp-accounting's optimistic PLD (a lower bound on the exact value), and is within 0.1% of
-    dp-accounting's pessimistic one."""
+def test_streamed_runs_certify_what_one_product_does(monkeypatch):
+    """A ledger composed in two levels (compose_blocks from GROUPED_MIN distinct releases, forced
+    at 16 by lowering it: four runs of four built and composed by one product each, then the
+    product of the runs, PRODUCT_MIN lowered to 4 for it): its epsilon equals the single product's within 1e-6 relative (the two
+    differ only by charged round-off and wrapped tails), is never below dp-accounting's optimistic
+    PLD (a lower bound on the exact value), and is within 0.1% of dp-accounting's pessimistic one."""
     import silodp.accounting.pld_tree as tree_mod
 
     zs = [0.8 + 0.7 * i / 16 for i in range(16)]
@@ -160,9 +160,10 @@ def test_grouped_product_certifies_what_one_product_does(monkeypatch):
     assert calls == [16, 16]
     calls.clear()
     monkeypatch.setattr(tree_mod, "GROUPED_MIN", 16)
+    monkeypatch.setattr(tree_mod, "PRODUCT_MIN", 4)  # the four runs' PLDs by a product too
     pld_lib._STEPS.clear()
     two_level = get_accountant("pld", ADD_OR_REMOVE_ONE).compose(_ledger(zs)).get_epsilon(DELTA)
-    assert calls == [4, 4, 4, 4, 4] * 2  # four groups of four, then their product, per direction
+    assert calls == [4] * 10  # four runs of four, then their product, both directions each
     assert two_level == pytest.approx(single, rel=1e-6)
     assert two_level >= _dpa_optimistic_epsilon(zs)
     reference = _dpa_epsilon(zs)
