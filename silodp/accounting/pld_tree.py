@@ -46,10 +46,10 @@ def grouped(blocks: Iterable[Any]) -> list[Any]:
     """``blocks`` with identical ones (equal but for ``count``) merged into one of the summed count,
     in order of first appearance."""
     counts: dict[Any, int] = {}
-    for block in blocks:
-        key = dataclasses.replace(block, count=1)
+    for block in blocks:  # (a block of count 1 is its own key: no copy)
+        key = block if block.count == 1 else dataclasses.replace(block, count=1)
         counts[key] = counts.get(key, 0) + int(block.count)
-    return [dataclasses.replace(key, count=count) for key, count in counts.items()]
+    return [key if count == 1 else dataclasses.replace(key, count=count) for key, count in counts.items()]
 
 
 def _support(pld: Any) -> int:
@@ -269,7 +269,11 @@ def compose_product(pmfs: list[Any], log_mass_truncation_bound: float,
         x = p.masses
         if len(x) > size:  # folded onto the circle (a circular convolution folds its inputs)
             rows = -(-len(x) // size)
-            x = np.concatenate([x, np.zeros(rows * size - len(x), dtype=x.dtype)]).reshape(rows, size).sum(axis=0)
+            folded = x[:size].copy()  # the rows added in order, as a zero-padded reshape's sum over axis 0
+            for r in range(1, rows):
+                piece = x[r * size:(r + 1) * size]
+                folded[:len(piece)] += piece
+            x = folded
             log_inputs += math.log1p((rows - 1) * u * 1.01 * float(np.sum(x)))  # the sums' round-off, l1
         if i == 0:
             _rfft_into(x, size, product)
@@ -369,8 +373,10 @@ def compose_blocks(blocks: Iterable[Any], block_pld: Callable[[Any], Any]) -> An
     on its own circle (as a group of :func:`compose_grouped`; a run whose product declines by
     :func:`compose_tree`) and dropped before the next is built, then the runs' PLDs by
     :func:`compose_tree`: the same certificate as :func:`compose_grouped` (runs in the ledger's
-    order instead of sorted by support: a run's circle is at most the whole sum's), with one run's
-    PLDs in memory instead of all k (1000 releases: ~8 MB instead of ~250 MB of fresh pages)."""
+    order instead of sorted by support: a run of unlike releases only needs a longer circle), with
+    one run's PLDs in memory instead of all k (1000 releases: ~8 MB instead of ~250 MB of fresh
+    pages). When the first run's product declines (not float64: the accountant's extended-precision
+    pass), every PLD is built and merged by :func:`compose_tree` as for fewer blocks."""
     distinct = grouped(blocks)
     k = len(distinct)
     if k < max(GROUPED_MIN, PRODUCT_MIN):
@@ -381,5 +387,7 @@ def compose_blocks(blocks: Iterable[Any], block_pld: Callable[[Any], Any]) -> An
     for r in range(runs):
         plds = [block_pld(b) for b in distinct[r * k // runs:(r + 1) * k // runs]]
         part = _product(plds, lambda pmfs, bound: compose_product(pmfs, bound, tail))
+        if part is None and r == 0:
+            return compose_tree(plds + [block_pld(b) for b in distinct[k // runs:]])
         parts.append(compose_tree(plds) if part is None else part)
     return compose_tree(parts)
