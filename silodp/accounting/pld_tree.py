@@ -387,14 +387,14 @@ def compose_blocks(blocks: Iterable[Any], block_pld: Callable[[Any], Any]) -> An
     :func:`compose_tree`: the same certificate as :func:`compose_grouped` (runs in the ledger's
     order instead of sorted by support: a run of unlike releases only needs a longer circle), with
     one run's PLDs in memory instead of all k (1000 releases: ~8 MB instead of ~250 MB of fresh
-    pages). Runs are cut from the blocks sorted by :func:`_support_order`, so that like releases
-    share a circle. When the first run is not float64 (the accountant's extended-precision pass),
+    pages). Runs are cut from the blocks sorted by :func:`_support_order`, longest first, so that
+    like releases share a circle and later (shorter) runs reuse the memory of earlier ones. When the first run is not float64 (the accountant's extended-precision pass),
     every PLD is built and merged by :func:`compose_tree` as for fewer blocks."""
     distinct = grouped(blocks)
     k = len(distinct)
     if k < max(GROUPED_MIN, PRODUCT_MIN):
         return compose_tree([block_pld(b) for b in distinct])
-    distinct.sort(key=_support_order)
+    distinct.sort(key=_support_order, reverse=True)  # the longest first: later runs reuse their pages
     runs = math.isqrt(k)
     tail = LOG_WINDOW_TAIL - math.log(runs)
     parts = []
