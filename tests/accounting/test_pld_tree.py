@@ -199,6 +199,28 @@ def test_streamed_runs_are_cut_from_blocks_sorted_by_support(monkeypatch):
     assert reference * (1 - 1e-3) <= streamed <= reference * 1.001
 
 
+def test_streamed_ledger_in_extended_precision_is_merged_by_the_tree_as_before(monkeypatch):
+    """compose_blocks past GROUPED_MIN (lowered to 16) with extended-precision PLDs (the
+    accountant's second pass): no product is tried; every PLD is merged by the pairwise tree, as
+    compose_tree merges them (the same epsilon within 1e-12 relative)."""
+    import silodp.accounting.pld_tree as tree_mod
+
+    if not pld_lib.HAS_EXTENDED:
+        pytest.skip("no extended precision on this platform")
+    blocks = [Block(Mechanism.GAUSSIAN, 1, 0.9 + 0.05 * i, Sampling.POISSON, 0.02) for i in range(16)]
+
+    def block_pld(b):
+        return pld_pairs.from_gaussian_mechanism(b.noise_multiplier, b.q).astype(pld_lib.EXTENDED)
+
+    calls = []
+    monkeypatch.setattr(tree_mod, "compose_product", lambda *a: calls.append(1))
+    monkeypatch.setattr(tree_mod, "GROUPED_MIN", 16)
+    streamed = tree_mod.compose_blocks(blocks, block_pld)
+    assert not calls and streamed.remove.masses.dtype == pld_lib.EXTENDED
+    reference = compose_tree([block_pld(b) for b in blocks])
+    assert streamed.get_epsilon_for_delta(DELTA) == pytest.approx(reference.get_epsilon_for_delta(DELTA), rel=1e-12)
+
+
 def test_grouped_product_with_cut_windows_stays_above_the_exact_curve(monkeypatch):
     """compose_grouped of forty wide PMFs (six groups whose windows cut their tails, then a product
     whose window cuts again): at every epsilon its delta is at least the exact convolution's
