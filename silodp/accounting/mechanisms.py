@@ -224,3 +224,71 @@ def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mas
         masses = np.array([1.0 - p + b, b, (k - 2) * b])
         one = _discrete(losses, masses, interval)
     return pld_lib.PrivacyLossDistribution(one.truncate(log_mass_truncation_bound), None, log_mass_truncation_bound)
+
+
+#: Longest composition of randomized response that :func:`randomized_response_epsilon` answers (its
+#: direct convolutions cost about (2T)^2 multiply-adds); a longer one takes the PLD's FFT.
+RR_DIRECT_STEPS = 512
+#: :func:`randomized_response_epsilon` answers only when every positive composed mass is at least
+#: this (far above float64's underflow: then no product it forms underflows, see the function).
+_RR_TINY = 2.0 ** -900
+
+
+def randomized_response_epsilon(block: Block, relation: ev.NeighboringRelation, delta: float) -> float | None:
+    """The epsilon at ``delta`` of ``block.count`` randomized-response steps (p, k) composed alone,
+    from the exact composed distribution of the privacy loss; None where this function does not
+    answer (another mechanism, more than :data:`RR_DIRECT_STEPS` steps, p = 1, masses near underflow):
+    the PLD then answers.
+
+    The loss is j g, j in [-T, T], g = log(A / B) with A = 1 - p + p / k, B = p / k, C = (k - 2) p / k
+    the masses of one step at +g, -g and 0 (module docstring); the composed masses P(j) are the T-th
+    convolution power of (B, C, A) (a trinomial). The other dataset's masses are P(j) e^{-jg} = P(-j)
+    (the mechanism is symmetric). For every m, f_m(eps) = sum_{j >= m} P(j) (1 - e^{eps - jg})
+    = S0(m) - e^eps S1(m), with S0(m) = sum_{j >= m} P(j) and S1(m) = sum_{j >= m} P(-j), omits only
+    nonnegative terms of the hockey stick delta(eps) = E[(1 - e^{eps - L})_+] and adds only
+    nonpositive ones, with equality at m the first j with jg > eps: delta(eps) = max_m f_m(eps) (the
+    curve of :mod:`silodp.accounting.pld`'s module docstring, Koskela, Jalko & Honkela 2020;
+    dp-accounting's PLD of randomized response is the same distribution, rounded up to its grid).
+    So delta(eps) <= delta exactly when eps >= log((S0(m) - delta) / S1(m)) for every m with
+    S0(m) > delta: epsilon is the largest of those
+    logarithms (0 if none), and neither g nor any loss value is ever computed.
+
+    Round-off (charged, never assumed away): A, B, C are within relative 3u of the true masses; the
+    masses are >= 0, so the convolution power (:func:`silodp.accounting.pld.convolution_power`,
+    direct convolutions) is within its relative bound of the power of the computed step, that
+    within (1 + 3u)^T of the true one, and each cumulative sum within relative
+    gamma_n = n u / (1 - n u) (Higham 2002, eq. 3.5, Lemma 3.4: sums of nonnegative terms).
+    Nothing underflows: every product formed is the mass of a path of at most T steps, each step's
+    mass >= B (A > B, and C >= B where k > 2), so >= B^T, which is at most the smallest final mass,
+    checked >= 2^-900. With S0, S1 within relative r, S0 <= S0~ / (1 - r) and S1 >= S1~ / (1 + r)
+    are used; the final subtraction, divisions and logarithm are covered by an upward margin of
+    16u (1 + eps)."""
+    if block.kind != Mechanism.RANDOMIZED_RESPONSE or ev.relation(relation) != ev.REPLACE_ONE:
+        return None
+    p, k = block.params
+    steps = block.count
+    if steps > RR_DIRECT_STEPS or not 0.0 < p < 1.0:
+        return None
+    u = pld_lib._U
+    b = p / k
+    one = np.array([b, (k - 2) * b, (1.0 - p) + b])  # losses -g, 0, +g
+    out, power_err = pld_lib.convolution_power(one, steps)
+    out_err = (1.0 + power_err) * (1.0 + 3.0 * u / (1.0 - 3.0 * u)) ** steps - 1.0  # the masses' own 3u
+    positive = out[out > 0.0]
+    expected = 2 * steps + 1 if one[1] > 0.0 else steps + 1  # k = 2: every other j only
+    if len(positive) != expected or float(positive.min()) < _RR_TINY:
+        return None
+    s0 = np.cumsum(out[::-1])[::-1]  # S0 at j = -T..T
+    s1 = np.cumsum(out)[::-1]  # S1(j) = sum_{i <= -j} P(i)
+    r = (1.0 + out_err) * (1.0 + _gamma(len(out), u)) - 1.0
+    num = s0 * ((1.0 + 2.0 * u) / (1.0 - r)) - delta
+    live = num > 0.0
+    if not np.any(live):
+        return 0.0
+    eps = float(np.max(np.log(num[live] * (1.0 + r) / s1[live])))
+    return max(0.0, eps + 16.0 * u * (1.0 + abs(eps)))
+
+
+def _gamma(n: int, u: float) -> float:
+    """gamma_n = n u / (1 - n u) (Higham 2002, Lemma 3.1)."""
+    return n * u / (1.0 - n * u)

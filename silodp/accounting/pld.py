@@ -243,6 +243,38 @@ def _exact_sum_minus_one(masses: np.ndarray) -> tuple[float, float]:
     return hi, math.fsum(values + [-1.0, -hi])
 
 
+def convolution_power(masses: np.ndarray, count: int) -> tuple[np.ndarray, float]:
+    """The ``count``-th convolution power of the nonnegative ``masses`` by direct convolutions
+    (binary powering), and r: every output is within relative r of its exact value.
+
+    Round-off: the masses are >= 0, so every output of ``np.convolve(a, b)`` is a sum of at most
+    k = min(len(a), len(b)) nonnegative products, within a relative gamma_k = k u / (1 - k u) of
+    its exact value in any summation order (Higham 2002, eq. 3.5 and Lemma 3.4 applied to
+    nonnegative terms); inputs already within relative r_a, r_b componentwise give an output
+    within (1 + r_a)(1 + r_b)(1 + gamma_k) - 1 (products that underflow aside: a caller whose
+    masses may come near 2^-1022 checks them)."""
+    u = _unit(masses)
+    base, base_err = masses, 0.0
+    out: np.ndarray | None = None
+    out_err, k = 0.0, count
+    while True:
+        if k & 1:
+            if out is None:
+                out, out_err = base, base_err
+            else:
+                n = min(len(out), len(base))
+                out = np.convolve(out, base)
+                out_err = (1.0 + out_err) * (1.0 + base_err) * (1.0 + n * u / (1.0 - n * u)) - 1.0
+        k >>= 1
+        if not k:
+            break
+        n = len(base)
+        base = np.convolve(base, base)
+        base_err = (1.0 + base_err) ** 2 * (1.0 + n * u / (1.0 - n * u)) - 1.0
+    assert out is not None
+    return out, out_err
+
+
 @dataclasses.dataclass(frozen=True)
 class LossPmf:
     """Masses ``masses[i]`` at privacy loss ``(offset + i) * interval``, plus ``infinity_mass`` at
@@ -508,35 +540,11 @@ class LossPmf:
             error[ks[better]] = bound[better]
 
     def _convolve_power(self, count: int, log_mass_truncation_bound: float) -> "LossPmf":
-        """``count``-fold composition of a PMF of few atoms by direct convolutions (binary powering;
-        no FFT, nothing truncated before the last step, nothing wraps).
-
-        Round-off: the masses are >= 0, so every output of ``np.convolve(a, b)`` is a sum of at most
-        k = min(len(a), len(b)) nonnegative products, within a relative gamma_k = k u / (1 - k u) of
-        its exact value in any summation order (Higham 2002, eq. 3.5 and Lemma 3.4 applied to
-        nonnegative terms); inputs already within relative r_a, r_b componentwise give an output
-        within (1 + r_a)(1 + r_b)(1 + gamma_k) - 1. The bound r on the final relative error times the
-        exact total (sum of masses)^count <= 1 is the fresh charge in l1; an input off by a in l1
-        contributes (1 + a)^T - 1 (as :meth:`self_compose`)."""
-        u = _unit(self.masses)
-        base, base_err = self.masses, 0.0
-        out: np.ndarray | None = None
-        out_err, k = 0.0, count
-        while True:
-            if k & 1:
-                if out is None:
-                    out, out_err = base, base_err
-                else:
-                    n = min(len(out), len(base))
-                    out = np.convolve(out, base)
-                    out_err = (1.0 + out_err) * (1.0 + base_err) * (1.0 + n * u / (1.0 - n * u)) - 1.0
-            k >>= 1
-            if not k:
-                break
-            n = len(base)
-            base = np.convolve(base, base)
-            base_err = (1.0 + base_err) ** 2 * (1.0 + n * u / (1.0 - n * u)) - 1.0
-        assert out is not None
+        """``count``-fold composition of a PMF of few atoms by direct convolutions
+        (:func:`convolution_power`; no FFT, nothing truncated before the last step, nothing wraps).
+        The bound r on the final relative error times the exact total (sum of masses)^count <= 1 is
+        the fresh charge in l1; an input off by a in l1 contributes (1 + a)^T - 1 (as :meth:`self_compose`)."""
+        out, out_err = convolution_power(self.masses, count)
         total = float(np.sum(self.masses)) * (1.0 + len(self.masses) * 2.0 * _U)  # rounded up
         fresh = out_err * 1.01 * total ** count
         inherited = math.expm1(count * math.log1p(self.roundoff))
