@@ -269,24 +269,60 @@ def randomized_response_epsilon(block: Block, relation: ev.NeighboringRelation, 
     steps = block.count
     if steps > RR_DIRECT_STEPS or not 0.0 < p < 1.0:
         return None
+    masses, err = _rr_masses(p, int(k), steps)
+    if masses is None:
+        return None
+    u = pld_lib._U
+    n = len(masses)
+    r = (1.0 + err) * (1.0 + _gamma(n, u)) - 1.0  # and the cumulative sums'
+    scale_up, scale_down = (1.0 + 2.0 * u) / (1.0 - r), 1.0 + r
+    above = [0.0] * n  # S0 at each point, from the top
+    total = 0.0
+    for i in range(n - 1, -1, -1):
+        total += masses[i]
+        above[i] = total
+    eps, mirrored = 0.0, 0.0  # mirrored: S1 at point i = the masses at points <= n - 1 - i
+    for i in range(n - 1, -1, -1):
+        mirrored += masses[n - 1 - i]
+        num = above[i] * scale_up - delta
+        if num > 0.0:
+            eps = max(eps, math.log(num * scale_down / mirrored))
+    return max(0.0, eps + 16.0 * u * (1.0 + abs(eps))) if eps > 0.0 else 0.0
+
+
+def _rr_masses(p: float, k: int, steps: int) -> tuple[list[float] | None, float]:
+    """The composed masses of :func:`randomized_response_epsilon` at its points j (k = 2: j = 2n - T,
+    n = 0..T, the binomial; else j = -T..T, the trinomial), each within the returned relative
+    error of the true mass; None where a positive mass is below :data:`_RR_TINY`.
+
+    k = 2 (no zero atom): P(n) = C(T, n) A^n B^(T - n) by P(0) = B^T (binary powering: at most 2T
+    roundings, and B's own u T times) and P(n + 1) = P(n) ((T - n) / (n + 1)) (A / B): per step three
+    roundings and the ratio's error (A within 3u, B within u, the division u: 5u), so every mass is
+    within gamma_(11T + 12). k > 2: the convolution power of (B, C, A)
+    (:func:`silodp.accounting.pld.convolution_power`), the step's masses within gamma_3 each."""
     u = pld_lib._U
     b = p / k
-    one = np.array([b, (k - 2) * b, (1.0 - p) + b])  # losses -g, 0, +g
+    a = (1.0 - p) + b
+    if k == 2:
+        low, base, e = 1.0, b, steps
+        while e:
+            if e & 1:
+                low *= base
+            base *= base
+            e >>= 1
+        if not low >= _RR_TINY:
+            return None, 0.0
+        ratio = a / b
+        masses = [low]
+        for n in range(steps):
+            low = low * ((steps - n) / (n + 1)) * ratio
+            masses.append(low)
+        return masses, _gamma(11 * steps + 12, u)
+    one = np.array([b, (k - 2) * b, a])  # losses -g, 0, +g
     out, power_err = pld_lib.convolution_power(one, steps)
-    out_err = (1.0 + power_err) * (1.0 + 3.0 * u / (1.0 - 3.0 * u)) ** steps - 1.0  # the masses' own 3u
-    positive = out[out > 0.0]
-    expected = 2 * steps + 1 if one[1] > 0.0 else steps + 1  # k = 2: every other j only
-    if len(positive) != expected or float(positive.min()) < _RR_TINY:
-        return None
-    s0 = np.cumsum(out[::-1])[::-1]  # S0 at j = -T..T
-    s1 = np.cumsum(out)[::-1]  # S1(j) = sum_{i <= -j} P(i)
-    r = (1.0 + out_err) * (1.0 + _gamma(len(out), u)) - 1.0
-    num = s0 * ((1.0 + 2.0 * u) / (1.0 - r)) - delta
-    live = num > 0.0
-    if not np.any(live):
-        return 0.0
-    eps = float(np.max(np.log(num[live] * (1.0 + r) / s1[live])))
-    return max(0.0, eps + 16.0 * u * (1.0 + abs(eps)))
+    if not float(out.min()) >= _RR_TINY:
+        return None, 0.0
+    return out.tolist(), (1.0 + power_err) * (1.0 + _gamma(3, u)) ** steps - 1.0
 
 
 def _gamma(n: int, u: float) -> float:

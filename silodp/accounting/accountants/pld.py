@@ -13,7 +13,7 @@ from silodp.accounting import events as ev, mechanisms, pld as pld_lib, pld_pair
 from silodp._validation import check_positive
 from silodp.accounting.accountants.base import _ALL_SAMPLING, TIGHT, Accountant, CalibrationSettings
 from silodp.accounting.accountants.registry import register_accountant
-from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
+from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten, memoized_leaf
 
 #: Measured over-estimate of a pessimistic PLD after T compositions: about PLD_BIAS * T * disc^2.
 PLD_BIAS = 2.5
@@ -151,14 +151,14 @@ class PldAccountant(Accountant):
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
     def _flatten(self, event: ev.DpEvent, count: int = 1) -> list[Any]:
-        """The blocks, and a :class:`MixtureBlock` for every labelled mixture (certified here only)."""
-        return flatten(event, count, leaf=self._leaf)
-
-    def _leaf(self, event: ev.DpEvent, count: int) -> list[Any]:
-        if type(event) is not ev.LabelledMixtureDpEvent:
+        """The blocks, and a :class:`MixtureBlock` for every labelled mixture (certified here only):
+        the generic walk's blocks (kept on the event, shared with every accountant) where it
+        accepts the event, which it does exactly when no labelled mixture is below (where it
+        accepts, ``_mixture_leaf``'s items are its blocks); else the walk with mixtures."""
+        try:
             return flatten(event, count)
-        parts = tuple((w, tuple(self._flatten(e))) for w, e in zip(event.weights, event.events))
-        return [MixtureBlock(count, parts)]
+        except UnsupportedEventError:
+            return flatten(event, count, leaf=_mixture_leaf)
 
     def _check_block(self, block: Any) -> None:
         if type(block) is not MixtureBlock:
@@ -427,6 +427,16 @@ class PldAccountant(Accountant):
 
     def _delta(self, epsilon: float) -> float:
         return float(min(1.0, self._pld().get_delta_for_epsilon(epsilon)))
+
+
+@memoized_leaf
+def _mixture_leaf(event: ev.DpEvent, count: int) -> list[Any]:
+    """The pld accountant's items of a leaf event: its blocks, or one :class:`MixtureBlock` for a
+    labelled mixture."""
+    if type(event) is not ev.LabelledMixtureDpEvent:
+        return flatten(event, count)
+    parts = tuple((w, tuple(flatten(e, leaf=_mixture_leaf))) for w, e in zip(event.weights, event.events))
+    return [MixtureBlock(count, parts)]
 
 
 @dataclasses.dataclass(frozen=True)
