@@ -333,6 +333,8 @@ def _composed_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation
                 composed[cls] = cls(neighbouring).compose(event)
             except (ValueError, TypeError, AttributeError, ArithmeticError):  # as ``unsupported_reason``
                 continue
+            if cls.candidacy == EXACT:  # alone (``_choose``): no other is asked
+                return [composed[cls]]
     if not composed:
         _candidate_names(event, neighbouring, pool)  # raises, naming every candidate's reason
     return [composed[c] for c in _choose(list(composed), event)]
