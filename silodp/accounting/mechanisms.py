@@ -34,7 +34,9 @@ that computed it; u the unit round-off) and each loss value (offset + i) g' is r
 so every computed loss is within (c + 1) u |j| g of the true one; as delta(eps) = E[(1 - e^{eps -
 L})_+] moves by at most e^{eps - l} <= 1 per unit of a loss l >= eps, that distance summed over the
 steps bounds the change of delta, and it is charged like round-off ((c + 1) u max |j| g per step in
-``roundoff``, composed as round-off is: at least T times over T steps).
+``roundoff``, composed as round-off is: at least T times over T steps). Randomized response
+composed alone needs no PLD at all: :func:`randomized_response_epsilon` answers from its exact
+composed masses (the pld accountant asks it first).
 """
 
 from __future__ import annotations
