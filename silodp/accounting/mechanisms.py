@@ -258,13 +258,16 @@ def randomized_response_epsilon(block: Block, relation: ev.NeighboringRelation, 
     Round-off (charged, never assumed away): A, B, C are within relative 3u of the true masses; the
     masses are >= 0, so the convolution power (:func:`silodp.accounting.pld.convolution_power`,
     direct convolutions) is within its relative bound of the power of the computed step, that
-    within (1 + 3u)^T of the true one, and each cumulative sum within relative
+    within (1 + 3u)^T of the true one (k = 2: the binomial's recurrence, :func:`_rr_masses`), and
+    each cumulative sum within relative
     gamma_n = n u / (1 - n u) (Higham 2002, eq. 3.5, Lemma 3.4: sums of nonnegative terms).
     Nothing underflows: every product formed is the mass of a path of at most T steps, each step's
     mass >= B (A > B, and C >= B where k > 2), so >= B^T, which is at most the smallest final mass,
     checked >= 2^-900. With S0, S1 within relative r, S0 <= S0~ / (1 - r) and S1 >= S1~ / (1 + r)
-    are used; the final subtraction, divisions and logarithm are covered by an upward margin of
-    16u (1 + eps)."""
+    are used, S0~ / (1 - r) computed as S0~ (1 + 8u) / (1 - r) (at least it after that factor's and
+    the product's four roundings, so no cancellation in S0 - delta can undo them: that subtraction
+    rounds relative to its result); the subtraction, the products, the division and the logarithm
+    then move log((S0 - delta) / S1) by a few u (1 + eps), covered by an upward margin of 16u (1 + eps)."""
     if block.kind != Mechanism.RANDOMIZED_RESPONSE or ev.relation(relation) != ev.REPLACE_ONE:
         return None
     p, k = block.params
@@ -277,7 +280,7 @@ def randomized_response_epsilon(block: Block, relation: ev.NeighboringRelation, 
     u = pld_lib._U
     n = len(masses)
     r = (1.0 + err) * (1.0 + _gamma(n, u)) - 1.0  # and the cumulative sums'
-    scale_up, scale_down = (1.0 + 2.0 * u) / (1.0 - r), 1.0 + r
+    scale_up, scale_down = (1.0 + 8.0 * u) / (1.0 - r), 1.0 + r
     above = [0.0] * n  # S0 at each point, from the top
     total = 0.0
     for i in range(n - 1, -1, -1):
