@@ -708,14 +708,18 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
     return LossPmf(h, first, v, inf, error + inherited).truncate(log_mass_truncation_bound)
 
 
-#: :func:`tail_floor` places the floor where the Chernoff bound on delta is this many times delta.
-TAIL_FLOOR_FACTOR = 1e3
+#: :func:`tail_floor` places the floor where the Chernoff bound on delta is this many times delta
+#: (at the epsilon of Laplace compositions, b 0.5-30, 10-2000 steps, delta 1e-5 and 1e-9, the bound
+#: was 1.0-11 times delta).
+TAIL_FLOOR_FACTOR = 30.0
 
 
 #: Tilts :func:`tail_self_compose` tries, in units of the Chernoff point's at the floor.
 TAIL_TILTS = (1.0, 2.0, 3.0)
 #: Blocks of the coarse copies on which :func:`tail_floor` and :func:`tail_self_compose` search.
 TAIL_BINS = 256
+#: Golden-section steps of those searches (any t gives a valid bound: 2e-4 of the log-range is plenty).
+_TAIL_STEPS = 28
 
 
 def _coarse(l: np.ndarray, m: np.ndarray, bins: int = CHERNOFF_BINS) -> tuple[np.ndarray, np.ndarray]:
@@ -746,10 +750,11 @@ def tail_floor(pmf: LossPmf, count: int, delta: float) -> float:
         return (count * _lse(log_m + t * l) + log_c - log_target) / t
 
     spread = max(float(l[-1] - l[0]), pmf.interval)
-    return point(_argmin_over_t(point, spread))
+    return point(_argmin_over_t(point, spread, steps=_TAIL_STEPS))
 
 
-def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float, floor: float) -> LossPmf | None:
+def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float, floor: float,
+                      steeper: bool = True) -> LossPmf | None:
     """``count``-fold composition of ``pmf`` (float64 masses) on a window of grid points from
     ``floor`` (rounded up to the grid) up, every mass below it moved up to it: delta(eps) is the
     composition's at every eps >= floor (up to the charges below) and larger below it; one FFT pair
@@ -771,7 +776,8 @@ def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float
     Both are additions (pessimistic in place; the mass moved to the floor is rounded up by them). t is
     the Chernoff point at the floor (it minimizes C = M^T e^{-t lo h}, the largest untilting factor)
     or a multiple of it (:data:`TAIL_TILTS`: a steeper tilt needs a shorter circle below the floor),
-    the shortest circle with C <= 1 (else the smallest C); these searches run on a coarse copy whose
+    the shortest circle with C <= 1 (else the smallest C); ``steeper`` False: the Chernoff point
+    only (the smallest charge, the longest circle); these searches run on a coarse copy whose
     MGF is above the true one (:func:`_coarse`), so the bounds they give stay valid. ``roundoff``:
     C times the tilted composition's l1 round-off bound, the tilt's and the untilt's roundings and
     the input's ``roundoff`` (as :func:`tilted_self_compose`)."""
@@ -794,7 +800,8 @@ def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float
         log_c = count * _lse(log_cm + t * cl) - t * floor_loss
         # hi: C times the tilted mass above it is at most e^bound: for every r > 0 it is at most
         # exp(count K(t + r) - t floor - r hi), K the log-MGF (of the coarse copy: above the exact one)
-        top = _argmin_over_t(lambda r: (count * _lse(log_cm + (t + r) * cl) - t * floor_loss - bound) / r, spread)
+        top = _argmin_over_t(lambda r: (count * _lse(log_cm + (t + r) * cl) - t * floor_loss - bound) / r, spread,
+                             steps=_TAIL_STEPS)
         hi = min(last, math.ceil((count * _lse(log_cm + (t + top) * cl) - t * floor_loss - bound) / top / h))
         # the circle reaches below the floor (those points are computed, then moved up to it) far
         # enough that what wraps from below is at most e^bound: t N h >= -bound for its N points
@@ -803,8 +810,8 @@ def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float
 
     # t: the Chernoff point at the floor (the smallest C) or a steeper tilt (a shorter circle
     # below the floor), the shortest circle whose C is at most 1 (or the smallest C)
-    best = _argmin_over_t(lambda x: count * _lse(log_cm + x * cl) - x * floor_loss, spread)
-    plans = [plan(best * k) for k in TAIL_TILTS]
+    best = _argmin_over_t(lambda x: count * _lse(log_cm + x * cl) - x * floor_loss, spread, steps=_TAIL_STEPS)
+    plans = [plan(best * k) for k in (TAIL_TILTS if steeper else (1.0,))]
     lowest = min(p[4] for p in plans)
     _, t, start, hi, _ = min(p for p in plans if p[4] <= max(0.0, lowest))
     if hi <= lo:

@@ -17,8 +17,9 @@ from silodp.accounting.accountants import epsilon
 from silodp.accounting.accountants.pld import PldAccountant
 
 AR = ev.ADD_OR_REMOVE_ONE
-#: (scale b, steps, delta): the benchmark's two rows and two held out
-CASES = [(2.0, 50, 1e-6), (10.0, 400, 1e-6), (20.0, 1000, 1e-9), (3.0, 200, 1e-5)]
+#: (scale b, steps, delta): the benchmark's two rows and three held out (the last one answered by
+#: the least-charge tilt: the shorter circle's charge is above 1e-3 delta there)
+CASES = [(2.0, 50, 1e-6), (10.0, 400, 1e-6), (20.0, 1000, 1e-9), (3.0, 200, 1e-5), (2.0, 50, 1e-9)]
 
 
 def _accountant(b: float, steps: int) -> PldAccountant:
@@ -58,6 +59,16 @@ def test_tail_curve_is_the_whole_compositions_above_the_floor(b, steps, delta):
         assert abs(tail.delta(e) - whole.delta(e)) <= slack + 1e-9 * whole.delta(e)
     for e in (0.0, 0.5 * floor):  # below the floor the tail PMF is pessimistic (mass moved up)
         assert tail.delta(e) >= whole.delta(e) - slack
+
+
+def test_least_charge_tilt_where_the_shorter_circle_charges_too_much():
+    acc = _accountant(2.0, 50)
+    one = acc._step(acc._blocks[0]).remove
+    floor = pld.tail_floor(one, 50, 1e-9)
+    short = pld.tail_self_compose(one, 50, pld.LOG_TAIL_MASS, floor)
+    least = pld.tail_self_compose(one, 50, pld.LOG_TAIL_MASS, floor, steeper=False)
+    assert short is not None and least is not None
+    assert least.roundoff <= PldAccountant.DIRECT_SHARE * 1e-9 < short.roundoff
 
 
 def test_floor_above_the_answer_falls_back_to_the_whole_composition(monkeypatch):

@@ -404,7 +404,8 @@ class PldAccountant(Accountant):
         """Epsilon at ``delta`` of a lone self-composed Laplace block from the composition's upper part
         only (:func:`pld.tail_self_compose`: a window from :func:`pld.tail_floor` up, the mass
         below moved up to the floor; exact at every eps above the floor, so the same epsilon as
-        the whole composition's up to the charges), or None: another event, a charge above
+        the whole composition's up to the charges; the least-charge tilt where the shorter circle's
+        charge is above ``DIRECT_SHARE * delta``), or None: another event, a charge still above
         ``DIRECT_SHARE * delta``, an infinite answer, or an epsilon within a grid point of the
         floor (the guess was too high: the whole composition answers)."""
         block = self._blocks[0]
@@ -414,6 +415,8 @@ class PldAccountant(Accountant):
         for part in self._step(block)._directions():
             floor = pld_lib.tail_floor(part, block.count, delta)
             tail = pld_lib.tail_self_compose(part, block.count, self.log_mass_truncation_bound, floor)
+            if tail is not None and tail.roundoff > self.DIRECT_SHARE * delta:  # the least charge instead
+                tail = pld_lib.tail_self_compose(part, block.count, self.log_mass_truncation_bound, floor, False)
             if tail is None or tail.roundoff > self.DIRECT_SHARE * delta:
                 return None
             e = tail.epsilon(delta)
