@@ -61,6 +61,21 @@ def test_tail_curve_is_the_whole_compositions_above_the_floor(b, steps, delta):
         assert tail.delta(e) >= whole.delta(e) - slack
 
 
+@pytest.mark.parametrize("b,steps,delta", [(4.0, 50, 1e-6), (1.0, 100, 1e-5), (50.0, 3000, 1e-8)])
+def test_replace_one_tail_against_dp_accounting_at_sensitivity_two(b, steps, delta):
+    """Under replace-one the l1 shift is 2C (dp-accounting's Laplace PLD at sensitivity 2)."""
+    logging.disable(logging.WARNING)
+    acc = PldAccountant(ev.REPLACE_ONE)
+    acc.compose(ev.SelfComposedDpEvent(ev.LaplaceDpEvent(b), steps))
+    tail = acc._tail_epsilon(delta)
+    assert tail is not None
+    one = dict(sensitivity=2.0, value_discretization_interval=1e-4)
+    upper = dpa_pld.from_laplace_mechanism(b, **one).self_compose(steps).get_epsilon_for_delta(delta)
+    lower = dpa_pld.from_laplace_mechanism(b, pessimistic_estimate=False, **one).self_compose(
+        steps).get_epsilon_for_delta(delta)
+    assert lower * (1 - 1e-9) <= tail <= upper * (1 + 1e-5)
+
+
 def test_least_charge_tilt_where_the_shorter_circle_charges_too_much():
     acc = _accountant(2.0, 50)
     one = acc._step(acc._blocks[0]).remove
