@@ -741,8 +741,10 @@ def tail_floor(pmf: LossPmf, count: int, delta: float) -> float:
     finite loss; mass at +inf aside): the eps where that bound equals ``TAIL_FLOOR_FACTOR`` delta,
     minimized over t on a coarse copy of the PMF (as :func:`_chernoff_bound`), lies below the
     epsilon at ``delta`` wherever the bound is within that factor of the true curve (its slack is
-    polynomial in count: about t sigma sqrt(2 pi count))."""
+    polynomial in count: about t sigma sqrt(2 pi count)); -inf where that factor times delta is >= 1."""
     keep = pmf.masses > 0
+    if TAIL_FLOOR_FACTOR * delta >= 1.0:
+        return -math.inf  # no tail to speak of: the whole composition
     l, m = _coarse(pmf.losses[keep], pmf.masses[keep], TAIL_BINS)
     log_m, log_target = np.log(m), math.log(TAIL_FLOOR_FACTOR * delta)
 
@@ -759,7 +761,8 @@ def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float
     """``count``-fold composition of ``pmf`` (float64 masses) on a window of grid points from
     ``floor`` (rounded up to the grid) up, every mass below it moved up to it: delta(eps) is the
     composition's at every eps >= floor (up to the charges below) and larger below it; one FFT pair
-    of the window's size instead of the whole distribution's. None where it does not apply.
+    of the window's size instead of the whole distribution's. None where it does not apply (the
+circle would span more than half the support, the tilt overflows, ...).
 
     Exponential tilting (as :func:`tilted_self_compose`): with m'_j = m_j e^{t l_j} / M (M = sum_j m_j
     e^{t l_j}, rounded up), the T-fold power of m' on a circle of N points holding start .. hi
@@ -788,8 +791,10 @@ def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float
     l, m = pmf.losses[keep], pmf.masses[keep]
     first, last = count * pmf.offset, count * (pmf.offset + len(pmf.masses) - 1)
     h, bound = pmf.interval, log_mass_truncation_bound
+    if len(l) < 2 or not math.isfinite(floor):
+        return None
     lo = max(first, math.ceil(floor / h))
-    if len(l) < 2 or not math.isfinite(floor) or lo >= last:
+    if lo >= last:
         return None
     spread = max(float(l[-1] - l[0]), h)
     cl, cm = _coarse(l, m, TAIL_BINS)
@@ -814,9 +819,9 @@ def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float
     best = _argmin_over_t(lambda x: count * _lse(log_cm + x * cl) - x * floor_loss, spread, steps=_TAIL_STEPS)
     plans = [plan(best * k) for k in (TAIL_TILTS if steeper else (1.0,))]
     lowest = min(p[4] for p in plans)
-    _, t, start, hi, _ = min(p for p in plans if p[4] <= max(0.0, lowest))
-    if hi <= lo:
-        return None
+    n_all, t, start, hi, _ = min(p for p in plans if p[4] <= max(0.0, lowest))
+    if hi <= lo or 2 * n_all > last - first + 1:
+        return None  # no window above the floor, or a circle too long to gain over the whole composition
     log_m = np.log(m)
     # rounded up by the sum's and the exponentials' errors: sum m' <= 1
     log_m_total = _lse(log_m + t * l) + _U * (8.0 * (t * float(np.max(np.abs(l))) + 1.0) + 2.0 * math.log2(len(l) + 1))

@@ -94,6 +94,17 @@ def test_floor_above_the_answer_falls_back_to_the_whole_composition(monkeypatch)
     assert epsilon(ev.SelfComposedDpEvent(ev.LaplaceDpEvent(2.0), 50), 1e-6, "pld", AR) == whole
 
 
+def test_no_tail_where_delta_is_large():
+    """At delta >= 1 / TAIL_FLOOR_FACTOR no floor is guessed (the bound would sit below the bulk):
+    the whole composition answers."""
+    acc = _accountant(2.0, 50)
+    one = acc._step(acc._blocks[0]).remove
+    assert pld.tail_floor(one, 50, 0.1) == -math.inf
+    assert pld.tail_self_compose(one, 50, pld.LOG_TAIL_MASS, -math.inf) is None
+    assert acc._tail_epsilon(0.1) is None
+    assert acc.get_epsilon(0.1) == acc._certifiable_pld(0.1).get_epsilon_for_delta(0.1)
+
+
 @pytest.mark.parametrize("count", [1, 2, 7, 99, 100, 400, 1023, 300_000])
 def test_binary_powering_within_the_charged_bound(count):
     rng = np.random.default_rng(count)
