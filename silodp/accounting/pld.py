@@ -599,9 +599,10 @@ class LossPmf:
         eta times the l1 norm of the inputs of that partial DFT, and the later stages (unit-modulus
         twiddles) add these over a partition of the input (the componentwise form of Higham 2002,
         Thm 24.2); coefficients where this matters are then recomputed by :meth:`_direct_powers`;
-        with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (exp(T log X'))
-        adds a relative 4u (T (|log |X'|| + 2 pi) + 2); :func:`_inverse_roundoff` carries the l2
-        sum of these to the output. An input already off by a in l1 contributes (1 + a)^T - 1."""
+        with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (binary powering,
+        :func:`_int_power`) adds at most a relative 4u (T (|log |X'|| + 2 pi) + 2) (exp(T log X')'s
+        bound, above binary powering's); :func:`_inverse_roundoff` carries the l2 sum of these to the
+        output. An input already off by a in l1 contributes (1 + a)^T - 1."""
         if count == 1:
             return self
         first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
