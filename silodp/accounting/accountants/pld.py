@@ -400,6 +400,31 @@ class PldAccountant(Accountant):
             return None
         return out
 
+    def _tail_epsilon(self, delta: float) -> float | None:
+        """Epsilon at ``delta`` of a lone self-composed Laplace block from the composition's upper part
+        only (:func:`pld.tail_self_compose`: a window from :func:`pld.tail_floor` up, the mass
+        below moved up to the floor; exact at every eps above the floor, so the same epsilon as
+        the whole composition's up to the charges; the least-charge tilt where the shorter circle's
+        charge is above ``DIRECT_SHARE * delta``), or None: another event, a charge still above
+        ``DIRECT_SHARE * delta``, an infinite answer, or an epsilon within a grid point of the
+        floor (the guess was too high: the whole composition answers)."""
+        block = self._blocks[0]
+        if block.kind != Mechanism.LAPLACE or block.count < 2:
+            return None
+        eps = []
+        for part in self._step(block)._directions():
+            floor = pld_lib.tail_floor(part, block.count, delta)
+            tail = pld_lib.tail_self_compose(part, block.count, self.log_mass_truncation_bound, floor)
+            if tail is not None and tail.roundoff > self.DIRECT_SHARE * delta:  # the least charge instead
+                tail = pld_lib.tail_self_compose(part, block.count, self.log_mass_truncation_bound, floor, False)
+            if tail is None or tail.roundoff > self.DIRECT_SHARE * delta:
+                return None
+            e = tail.epsilon(delta)
+            if not math.isfinite(e) or e <= (tail.offset + 1) * tail.interval:
+                return None
+            eps.append(e)
+        return max(eps)
+
     def _float64_charge_at_least(self) -> float:
         """About the least charge any float64 pass can have (only orders the passes): the inverse
         FFT's own error, at least 16u log2(n) times the composition's finite mass (>= 1/2 where
@@ -417,6 +442,9 @@ class PldAccountant(Accountant):
             pure = mechanisms.laplace_pure_epsilon(self._blocks[0], self.neighbouring, delta)
             if pure is not None:
                 return pure
+            tail = self._tail_epsilon(delta)
+            if tail is not None:
+                return tail
         eps = self._certifiable_pld(delta).get_epsilon_for_delta(delta)
         genuine = -math.expm1(sum(b.count * math.log1p(-b.delta) for b in self._blocks
                                   if b.kind == Mechanism.EPSILON_DELTA))
