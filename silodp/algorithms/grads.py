@@ -22,6 +22,7 @@ written-out backward pass (:func:`_mlp_pass`).
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 from torch.func import grad, vmap
@@ -270,7 +271,30 @@ def _output_grad(problem, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return g[..., 0]
 
 
-def _scalar_point(problem, w, x, y):
+_SCRATCH = threading.local()
+
+
+def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """A reusable ``[*shape]`` work tensor of ``like``'s dtype (uninitialised), one per ``tag`` and
+    thread, grown as needed: the scalar MLP's ``[n, k, H]`` intermediates (a chunk's hidden
+    activations and their mask, 2 MB at the paper's sizes) are written into it instead of fresh
+    allocations. A fresh tensor of that size comes from ``mmap`` (glibc returns it to the system when
+    freed), so every call paid a page fault per 4 KiB touched: about 1,000 faults, 40% of the
+    kernel's time at N 25 (``benchmarks/bench_simulator.py --breakdown``). The values are the same;
+    nothing returned by a kernel is a view of it. Off the CPU (a caching allocator) it is a fresh
+    tensor."""
+    if like.device.type != "cpu":
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    store = _SCRATCH.__dict__.setdefault("store", {})
+    numel = math.prod(shape)
+    buf = store.get((tag, like.dtype))
+    if buf is None or buf.numel() < numel:
+        buf = store[(tag, like.dtype)] = torch.empty(numel, dtype=like.dtype)
+    return buf[:numel].view(shape)
+
+
+@torch.no_grad()  # its products write into work tensors (out=), which autograd refuses; nothing here needs a graph
+def _scalar_point(problem, w, x, y, tag: str = "point"):
     """One point of :func:`_scalar_mlp_sum`: ``(h, m, g, w2, sq)``, the hidden activations
     ``h [n, k, H]``, their ReLU mask ``m`` (0 / 1), the loss's derivative ``g [n, k]`` at the output,
     the output weights ``w2 [1 or n, H]`` and the per-record squared gradient norm ``sq [n, k]``
@@ -282,16 +306,17 @@ def _scalar_point(problem, w, x, y):
     W1, b1 = model.params(w[:1] if shared else w, 0)
     W2, b2 = model.params(w[:1] if shared else w, 2)
     w2 = W2[:, 0]  # [1 or n, H]
+    h = _scratch(tag + ".h", (n, k, hidden), x)
     if shared:
-        h = torch.addmm(b1[0], x.reshape(n * k, d), W1[0].t()).view(n, k, hidden)
+        torch.addmm(b1[0], x.reshape(n * k, d), W1[0].t(), out=h.view(n * k, hidden))
         z = torch.addmv(b2[0], h.relu_().view(n * k, hidden), w2[0]).view(n, k, 1)
     else:
-        h = torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2)).relu_()
+        torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2), out=h).relu_()
         z = torch.baddbmm(b2.unsqueeze(1), h, W2.transpose(1, 2))
     g = _output_grad(problem, z, y)
     # [h > 0] as 0 / 1 in one pass: h is a ReLU output (>= 0), so its sign is the mask (twice as fast as
     # threshold_backward on an expanded grad); a NaN record's NaN makes its squared norm NaN (general path)
-    m = torch.sign(h)
+    m = torch.sign(h, out=_scratch(tag + ".m", h.shape, h))
     hid_sq = (m.view(n * k, hidden) @ w2[0].square()).view(n, k) if shared else \
         torch.bmm(m, w2.square().unsqueeze(-1))[..., 0]
     return h, m, g, w2, hid_sq
@@ -359,8 +384,8 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2``, each term formed from the difference
     itself (no cancellation of two large norms), and the clipped sum is one matrix product per
     silo, ``x^T (e delta)``, ``e`` the weight times the difference's clip factor."""
-    h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y)
-    h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y)
+    h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y, "point1")
+    h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y, "point0")
     xsq = _sqnorm(x) + 1.0
     sq1, sq0 = _scalar_sq(g1, xsq, hid1, h1), _scalar_sq(g0, xsq, hid0, h0)
     u, v = clip_factors(sq1, clip) * g1, clip_factors(sq0, clip) * g0
