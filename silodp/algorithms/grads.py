@@ -362,15 +362,16 @@ def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None, out=None) -> torch.Te
         out = torch.empty(n, model.dim, dtype=w.dtype, device=w.device)
     (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
     out[:, sw2], out[:, sb2] = gw2, gb2
-    gb1, gw1 = sm.sum(1), torch.bmm(x.transpose(1, 2), sm)  # [n, H], [n, d, H]
-    hidden = gw1.shape[2]
-    dst = out[:, sw1].view(n, hidden, -1)  # W1's [H, d] layout: the product lands in place, one pass
+    # [n, H, d]: W1's own layout, so the scaling below reads and writes contiguous rows (the
+    # transposed product [n, d, H] made it a strided gather, 4x slower; the same product's speed)
+    gb1, gw1 = sm.sum(1), torch.bmm(sm.transpose(1, 2), x)
+    dst = out[:, sw1].view(gw1.shape)  # the product lands in place, one pass
     if w2 is not None:
         torch.mul(gb1, w2, out=out[:, sb1])
-        torch.mul(gw1.transpose(1, 2), w2.unsqueeze(-1), out=dst)
+        torch.mul(gw1, w2.unsqueeze(-1), out=dst)
     else:
         out[:, sb1] = gb1
-        dst.copy_(gw1.transpose(1, 2))
+        dst.copy_(gw1)
     return out
 
 
