@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 import warnings
@@ -73,6 +74,11 @@ def model_flops(d: int, hidden: int, records: int) -> float:
     """FLOPs of one forward and backward pass (weights and activations) of MLP d-hidden-1."""
     first, rest = d * hidden + hidden, hidden + 1
     return records * (2 * (first + rest) + 2 * (first + rest) + 2 * rest)
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min) at the end of the run, printed beside its numbers."""
+    return "load " + " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def data(silos: int, n: int, d: int, device: str):
@@ -259,12 +265,133 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
     return out
 
 
+#: FLOPs of a product from its profiled input shapes (``[[bias], [M, K], [K, N]]`` and the like)
+PRODUCTS = {
+    "aten::mm": lambda s: 2 * s[0][0] * s[0][1] * s[1][1],
+    "aten::addmm": lambda s: 2 * s[1][0] * s[1][1] * s[2][1],
+    "aten::bmm": lambda s: 2 * s[0][0] * s[0][1] * s[0][2] * s[1][2],
+    "aten::baddbmm": lambda s: 2 * s[1][0] * s[1][1] * s[1][2] * s[2][2],
+    "aten::mv": lambda s: 2 * s[0][0] * s[0][1],
+    "aten::addmv": lambda s: 2 * s[1][0] * s[1][1],
+    "aten::addmv_": lambda s: 2 * s[1][0] * s[1][1],
+}
+
+
+def kernel_ops(args, silos: int, device: str, reps: int = 10) -> dict:
+    """Where the ghost kernel's time goes at ``silos`` (the inputs of one steady MB-SGD round: the
+    gathered ``[N, K, d]`` minibatch in float32, the server's iterate, weights 1 / K): its CPU time
+    (median over ``reps`` calls, no profiler) and, under ``torch.profiler`` over ``reps`` calls, each
+    operator by shape (its self time in a kernel call, the median over the calls: the profiler
+    times wall clock, and a call this thread was descheduled in does not count): a product's FLOPs from
+    its shapes and its rate; any other operator's bytes read (its tensor inputs) and their rate."""
+    from torch.profiler import profile
+
+    from silodp.algorithms import grads
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(silos, args.batch, args.d, generator=gen).to(device)
+    y = (torch.rand(silos, args.batch, generator=gen) < 0.5).float().to(device)
+    problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0)
+    w = problem.model.init(gen, dtype=torch.float32).to(device)
+    weights = torch.full((silos, args.batch), 1.0 / args.batch, device=device)
+
+    def call():
+        grads.clipped_grad_sum(problem, w, x, y, weights, 1.0)
+
+    for _ in range(3):
+        call()
+    times, faults = [], minor_faults()
+    for _ in range(reps):
+        t = clock(device)
+        call()
+        times.append(clock(device) - t)
+    faults = (minor_faults() - faults) / reps
+    with profile(record_shapes=True) as prof:
+        for i in range(reps):
+            with torch.profiler.record_function(f"kernel call {i}"):
+                call()
+    events = prof.events()
+    spans = [e.time_range for e in events if e.name.startswith("kernel call ")]
+    per_call: dict = {}  # (operator, shapes) -> [self microseconds in each call], calls per kernel call
+    for e in events:
+        if e.name.startswith("kernel call ") or e.self_cpu_time_total <= 0:
+            continue
+        i = next((j for j, r in enumerate(spans) if r.start <= e.time_range.start <= r.end), None)
+        if i is None:
+            continue
+        shapes = tuple(tuple(sh) for sh in e.input_shapes if isinstance(sh, (list, tuple)) and len(sh) > 0)
+        slot = per_call.setdefault((e.name, shapes), [[0.0] * reps, 0])
+        slot[0][i] += e.self_cpu_time_total
+        slot[1] += 1
+    ops = []
+    for (name, shapes), (micros, count) in per_call.items():
+        sh = [list(s) for s in shapes]
+        flops = PRODUCTS[name](sh) if name in PRODUCTS else None
+        # the median over the calls: a call this thread lost the core in (wall clock) does not count
+        ops.append({"op": name.replace("aten::", ""), "shapes": sh, "calls": count / reps,
+                    "seconds": statistics.median(micros) / 1e6, "flops": flops,
+                    "bytes_read": 4 * sum(math.prod(s) for s in sh) if flops is None else None})
+    return {"silos": silos, "kernel_seconds": statistics.median(times), "page_faults": faults,
+            "ops": sorted(ops, key=lambda o: -o["seconds"])}
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (0 where ``resource`` is missing: not POSIX)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def breakdown_report(peak: float, args, parts: dict, kern: dict) -> list[str]:
+    """``--breakdown``: the N = 25 round's parts, the kernel's operators (products at their shapes
+    against the peak, the rest as bytes), and the peak shares the measured parts allow."""
+    n = kern["silos"]
+    flops = model_flops(args.d, args.hidden, n * args.batch)
+    ops = kern["ops"]
+    profiled = sum(o["seconds"] for o in ops)
+    lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} N={n} threads={torch.get_num_threads()} "
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run); model FLOPs per round "
+             f"{flops / 1e6:.1f} M ({1e3 * flops / (peak * 1e9):.2f} ms at the peak); {load()}", "",
+             "| operator | input shapes | calls | ms / kernel call | share | GFLOP/s | % of peak | MB read | GB/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    shown, rest = [o for o in ops if o["seconds"] >= 0.01 * profiled], [o for o in ops if o["seconds"] < 0.01 * profiled]
+    for o in shown:
+        t = o["seconds"]
+        rate = f"{o['flops'] / t / 1e9:.1f} | {100 * o['flops'] / t / 1e9 / peak:.0f}% | - | -" if o["flops"] else \
+            f"- | - | {o['bytes_read'] / 1e6:.2f} | {o['bytes_read'] / t / 1e9:.1f}"
+        lines.append(f"| {o['op']} | {' '.join('x'.join(map(str, sh)) for sh in o['shapes'])} | {o['calls']:g} | "
+                     f"{1e3 * t:.3f} | {100 * t / profiled:.0f}% | {rate} |")
+    lines.append(f"| {len(rest)} other operators (views, small vectors) | - | {sum(o['calls'] for o in rest):g} | "
+                 f"{1e3 * sum(o['seconds'] for o in rest):.3f} | {100 * sum(o['seconds'] for o in rest) / profiled:.0f}% "
+                 "| - | - | - | - |")
+    prods = [o for o in ops if o["flops"]]
+    t_mm, f_mm = sum(o["seconds"] for o in prods), sum(o["flops"] for o in prods)
+    t_ew = profiled - t_mm
+    outside = parts["round"] - parts["kernel"]
+    kernel = kern["kernel_seconds"]
+    share = lambda t: f"{100 * flops / t / 1e9 / peak:.0f}%"  # noqa: E731
+    lines += ["",
+              f"* kernel {1e3 * kernel:.2f} ms CPU (median of its calls, no profiler; {kern['page_faults']:.0f} minor "
+              f"page faults a call); under the profiler "
+              f"{1e3 * profiled:.2f} ms: products {1e3 * t_mm:.2f} ms ({f_mm / 1e6:.1f} MFLOP at {f_mm / t_mm / 1e9:.1f} "
+              f"GFLOP/s, {100 * f_mm / t_mm / 1e9 / peak:.0f}% of the peak), the other operators {1e3 * t_ew:.2f} ms",
+              f"* the round {1e3 * parts['round']:.2f} ms: kernel {1e3 * parts['kernel']:.2f} + outside it "
+              f"{1e3 * outside:.2f} (gather {1e3 * parts['gather']:.2f}, sampler {1e3 * parts['sampler']:.2f}, noise and "
+              f"release {1e3 * parts['noise and release']:.2f}, other {1e3 * parts['other']:.2f}): {share(parts['round'])} "
+              f"of the peak; 50% allows {1e3 * flops / (0.5 * peak * 1e9):.2f} ms",
+              f"* peak share if the kernel's other operators were free: {share(outside + t_mm)}; if, as well, "
+              f"everything outside the kernel were free (the products alone, at their measured rates): {share(t_mm)}"]
+    return lines
+
+
 def report(rows: list[dict], peak: float, args, parts: dict | None = None) -> list[str]:
     """The table, the targets' lines and the breakdown of one MB-SGD round at N = 25 (``parts``)."""
     base = "silodp mb-sgd (ghost)"
     names = list(dict.fromkeys(n for r in rows for n in r["seconds_per_round"]))
     lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} threads={torch.get_num_threads()} "
-             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run)", "",
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run); {load()}", "",
              f"| N | implementation | {'wall' if on_cuda(args.device) else 'CPU'} ms / round | ms / silo | vs silodp mb-sgd "
              "| per record-gradient vs mb-sgd | GFLOP/s | % of peak |",
              "|---|---|---|---|---|---|---|---|"]
@@ -341,6 +468,9 @@ def main(argv=None) -> None:
                     "times are then wall seconds after a synchronize")
     ap.add_argument("--opacus-on-cuda", action="store_true", help="also run the Opacus loops on cuda")
     ap.add_argument("--quick", action="store_true", help="N = 10, 25; 1 repetition")
+    ap.add_argument("--breakdown", action="store_true", help="only the N = 25 MB-SGD round's parts and its ghost "
+                    "kernel's operators under torch.profiler (products' GFLOP/s at their shapes against the peak, "
+                    "the other operators' bytes read), and the peak shares they allow")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -351,6 +481,9 @@ def main(argv=None) -> None:
     if on_cuda(args.device) and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: torch sees no CUDA device")
     peak = matmul_gflops(args.device)
+    if args.breakdown:
+        print("\n".join(breakdown_report(peak, args, breakdown(args, 25, args.device), kernel_ops(args, 25, args.device))))
+        return
     rows = [measure(args, n, args.device) for n in args.silos]
     parts = breakdown(args, 25, args.device) if 25 in args.silos else None
     print("\n".join(report(rows, peak, args, parts)))
