@@ -281,12 +281,13 @@ def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tens
     allocations. A fresh tensor of that size comes from ``mmap`` (glibc returns it to the system when
     freed), so every call paid a page fault per 4 KiB touched: about 1,000 faults, 40% of the
     kernel's time at N 25 (``benchmarks/bench_simulator.py --breakdown``). The values are the same;
-    nothing returned by a kernel is a view of it. Off the CPU (a caching allocator) it is a fresh
-    tensor."""
-    if like.device.type != "cpu":
+    nothing returned by a kernel is a view of it. Off the CPU (a caching allocator), and above
+    :data:`CHUNK_BYTES` (a single silo larger than a chunk: not kept for the thread's lifetime), it is
+    a fresh tensor."""
+    numel = math.prod(shape)
+    if like.device.type != "cpu" or numel * like.element_size() > CHUNK_BYTES:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     store = _SCRATCH.__dict__.setdefault("store", {})
-    numel = math.prod(shape)
     buf = store.get((tag, like.dtype))
     if buf is None or buf.numel() < numel:
         buf = store[(tag, like.dtype)] = torch.empty(numel, dtype=like.dtype)

@@ -345,3 +345,9 @@ def test_scalar_mlp_work_tensors_are_reused_and_never_returned(monkeypatch):
     assert torch.equal(clipped_grad_sum(problem, w, x, y, weights, 0.5), first)
     assert torch.equal(clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, 0.3), diff)
     assert torch.equal(clipped_grad_sum(problem, w, 2 * x, y, weights, 0.5), second)
+    monkeypatch.undo()
+    monkeypatch.setattr(grads, "CHUNK_BYTES", 4 * 7 * 9 * 8 - 1)  # one silo's [k, H] above a chunk: not kept
+    grads._SCRATCH.store.clear()
+    grads._scratch("point.h", (4, 7, 9), x)
+    assert grads._SCRATCH.store == {}
+    assert torch.allclose(clipped_grad_sum(problem, w, x, y, weights, 0.5), first, atol=1e-12, rtol=1e-9)
