@@ -236,8 +236,11 @@ def _assemble(problem, n: int, like: torch.Tensor, index, parts) -> torch.Tensor
 
 #: bytes of per-record intermediates one chunk of silos may hold (silos are processed in chunks
 #: so that a chunk's activations and output gradients stay in the last-level cache; any size
-#: gives the same sums: the per-silo cost no longer grows with N)
-CHUNK_BYTES = 16 << 20
+#: gives the same sums: the per-silo cost no longer grows with N). An estimate (twice the layers'
+#: widths a record): the scalar MLP keeps about 40% of it live (x, h and its mask), so 32 MiB is
+#: 28 silos of the benchmark's MLP in ~12 MB; with reused work tensors larger chunks are faster
+#: (fewer small operators), smaller ones slower (``bench_simulator.py --breakdown`` lists them)
+CHUNK_BYTES = 32 << 20
 
 
 def _chunks(problem, x: torch.Tensor):
