@@ -265,27 +265,29 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
     return out
 
 
-#: FLOPs of a product from its profiled input shapes (``[[bias], [M, K], [K, N]]`` and the like)
+#: FLOPs of a product from its tensor arguments' shapes (``addmm(bias, [M, K], [K, N])`` and the like)
 PRODUCTS = {
-    "aten::mm": lambda s: 2 * s[0][0] * s[0][1] * s[1][1],
-    "aten::addmm": lambda s: 2 * s[1][0] * s[1][1] * s[2][1],
-    "aten::bmm": lambda s: 2 * s[0][0] * s[0][1] * s[0][2] * s[1][2],
-    "aten::baddbmm": lambda s: 2 * s[1][0] * s[1][1] * s[1][2] * s[2][2],
-    "aten::mv": lambda s: 2 * s[0][0] * s[0][1],
-    "aten::addmv": lambda s: 2 * s[1][0] * s[1][1],
-    "aten::addmv_": lambda s: 2 * s[1][0] * s[1][1],
+    "addmm": lambda s: 2 * s[1][0] * s[1][1] * s[2][1],
+    "bmm": lambda s: 2 * s[0][0] * s[0][1] * s[0][2] * s[1][2],
+    "baddbmm": lambda s: 2 * s[1][0] * s[1][1] * s[1][2] * s[2][2],
+    "addmv": lambda s: 2 * s[1][0] * s[1][1],
+    "matmul": lambda s: 2 * math.prod(s[0]) * (s[1][-1] if len(s[1]) > 1 else 1),
 }
+#: the operators :func:`kernel_ops` times one by one (the products and the passes over [N K, h])
+TIMED = [(torch, "addmm"), (torch, "bmm"), (torch, "baddbmm"), (torch, "addmv"), (torch.Tensor, "__matmul__"),
+         (torch, "sign"), (torch.linalg, "vector_norm"), (torch.Tensor, "relu_"), (torch.Tensor, "mul_"),
+         (torch.Tensor, "sum"), (torch, "mul")]
 
 
-def kernel_ops(args, silos: int, device: str, reps: int = 10) -> dict:
-    """Where the ghost kernel's time goes at ``silos`` (the inputs of one steady MB-SGD round: the
-    gathered ``[N, K, d]`` minibatch in float32, the server's iterate, weights 1 / K): its CPU time
-    (median over ``reps`` calls, no profiler) and, under ``torch.profiler`` over ``reps`` calls, each
-    operator by shape (its self time in a kernel call, the median over the calls: the profiler
-    times wall clock, and a call this thread was descheduled in does not count): a product's FLOPs from
-    its shapes and its rate; any other operator's bytes read (its tensor inputs) and their rate."""
-    from torch.profiler import profile
-
+def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
+    """Where the ghost kernel's CPU time goes at ``silos`` (the inputs of one steady MB-SGD round:
+    the gathered ``[N, K, d]`` minibatch in float32, the server's iterate, weights 1 / K): the
+    kernel's CPU time and its minor page faults a call, and the CPU time of each call of the
+    operators in :data:`TIMED` by shape, each wrapped in the clock for the call (the median over
+    ``reps`` kernel calls; CPU time, so a call in which this thread lost the core counts only what it
+    ran): a product's FLOPs from its shapes and its rate, any other operator's bytes read (its tensor
+    arguments) and their rate; the rest of the kernel (views, clip factors, finiteness checks,
+    Python) is the kernel's time less theirs."""
     from silodp.algorithms import grads
 
     gen = torch.Generator().manual_seed(0)
@@ -306,32 +308,36 @@ def kernel_ops(args, silos: int, device: str, reps: int = 10) -> dict:
         call()
         times.append(clock(device) - t)
     faults = (minor_faults() - faults) / reps
-    with profile(record_shapes=True) as prof:
-        for i in range(reps):
-            with torch.profiler.record_function(f"kernel call {i}"):
-                call()
-    events = prof.events()
-    spans = [e.time_range for e in events if e.name.startswith("kernel call ")]
-    per_call: dict = {}  # (operator, shapes) -> [self microseconds in each call], calls per kernel call
-    for e in events:
-        if e.name.startswith("kernel call ") or e.self_cpu_time_total <= 0:
-            continue
-        i = next((j for j, r in enumerate(spans) if r.start <= e.time_range.start <= r.end), None)
-        if i is None:
-            continue
-        shapes = tuple(tuple(sh) for sh in e.input_shapes if isinstance(sh, (list, tuple)) and len(sh) > 0)
-        slot = per_call.setdefault((e.name, shapes), [[0.0] * reps, 0])
-        slot[0][i] += e.self_cpu_time_total
-        slot[1] += 1
+    spent: dict = {}  # (operator, shapes) -> [CPU seconds in each kernel call], calls
+
+    def timed(name, real):
+        def run(*a, **k):
+            t = clock(device)
+            out = real(*a, **k)
+            dt = clock(device) - t
+            key = (name, tuple(tuple(v.shape) for v in a if isinstance(v, torch.Tensor)))
+            slot = spent.setdefault(key, [[0.0] * reps, 0])
+            slot[0][rep] += dt
+            slot[1] += 1
+            return out
+        return run
+
+    real = {(owner, name): getattr(owner, name) for owner, name in TIMED}
+    try:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, timed("matmul" if name == "__matmul__" else name, fn))
+        for rep in range(reps):  # noqa: B007  (read by the wrappers: each call's slot)
+            call()
+    finally:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, fn)
     ops = []
-    for (name, shapes), (micros, count) in per_call.items():
-        sh = [list(s) for s in shapes]
+    for (name, shapes), (secs, count) in spent.items():
+        sh = [list(v) for v in shapes]
         flops = PRODUCTS[name](sh) if name in PRODUCTS else None
-        # the median over the calls: a call this thread lost the core in (wall clock) does not count
-        ops.append({"op": name.replace("aten::", ""), "shapes": sh, "calls": count / reps,
-                    "seconds": statistics.median(micros) / 1e6, "flops": flops,
-                    "bytes_read": 4 * sum(math.prod(s) for s in sh) if flops is None else None})
-    return {"silos": silos, "kernel_seconds": statistics.median(times), "page_faults": faults,
+        ops.append({"op": name, "shapes": sh, "calls": count / reps, "seconds": statistics.median(secs),
+                    "flops": flops, "bytes_read": 4 * sum(math.prod(v) for v in sh) if flops is None else None})
+    return {"silos": silos, "reps": reps, "kernel_seconds": statistics.median(times), "page_faults": faults,
             "ops": sorted(ops, key=lambda o: -o["seconds"])}
 
 
@@ -346,43 +352,39 @@ def minor_faults() -> int:
 
 def breakdown_report(peak: float, args, parts: dict, kern: dict) -> list[str]:
     """``--breakdown``: the N = 25 round's parts, the kernel's operators (products at their shapes
-    against the peak, the rest as bytes), and the peak shares the measured parts allow."""
+    against the peak, the passes as bytes), and the peak shares the measured parts allow."""
     n = kern["silos"]
     flops = model_flops(args.d, args.hidden, n * args.batch)
-    ops = kern["ops"]
-    profiled = sum(o["seconds"] for o in ops)
+    kernel, ops = kern["kernel_seconds"], kern["ops"]
+    shown = [o for o in ops if o["seconds"] >= 0.01 * kernel]
     lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} N={n} threads={torch.get_num_threads()} "
              f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run); model FLOPs per round "
              f"{flops / 1e6:.1f} M ({1e3 * flops / (peak * 1e9):.2f} ms at the peak); {load()}", "",
-             "| operator | input shapes | calls | ms / kernel call | share | GFLOP/s | % of peak | MB read | GB/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    shown, rest = [o for o in ops if o["seconds"] >= 0.01 * profiled], [o for o in ops if o["seconds"] < 0.01 * profiled]
+             "| operator | argument shapes | calls | CPU ms / kernel call | share of the kernel | GFLOP/s | % of peak "
+             "| MB read | GB/s |", "|---|---|---|---|---|---|---|---|---|"]
     for o in shown:
         t = o["seconds"]
         rate = f"{o['flops'] / t / 1e9:.1f} | {100 * o['flops'] / t / 1e9 / peak:.0f}% | - | -" if o["flops"] else \
             f"- | - | {o['bytes_read'] / 1e6:.2f} | {o['bytes_read'] / t / 1e9:.1f}"
         lines.append(f"| {o['op']} | {' '.join('x'.join(map(str, sh)) for sh in o['shapes'])} | {o['calls']:g} | "
-                     f"{1e3 * t:.3f} | {100 * t / profiled:.0f}% | {rate} |")
-    lines.append(f"| {len(rest)} other operators (views, small vectors) | - | {sum(o['calls'] for o in rest):g} | "
-                 f"{1e3 * sum(o['seconds'] for o in rest):.3f} | {100 * sum(o['seconds'] for o in rest) / profiled:.0f}% "
-                 "| - | - | - | - |")
+                     f"{1e3 * t:.3f} | {100 * t / kernel:.0f}% | {rate} |")
+    rest = kernel - sum(o["seconds"] for o in shown)
+    lines.append(f"| the rest (views, clip factors, finiteness checks, Python; smaller timed calls) | - | - | "
+                 f"{1e3 * rest:.3f} | {100 * rest / kernel:.0f}% | - | - | - | - |")
     prods = [o for o in ops if o["flops"]]
     t_mm, f_mm = sum(o["seconds"] for o in prods), sum(o["flops"] for o in prods)
-    t_ew = profiled - t_mm
     outside = parts["round"] - parts["kernel"]
-    kernel = kern["kernel_seconds"]
     share = lambda t: f"{100 * flops / t / 1e9 / peak:.0f}%"  # noqa: E731
     lines += ["",
-              f"* kernel {1e3 * kernel:.2f} ms CPU (median of its calls, no profiler; {kern['page_faults']:.0f} minor "
-              f"page faults a call); under the profiler "
-              f"{1e3 * profiled:.2f} ms: products {1e3 * t_mm:.2f} ms ({f_mm / 1e6:.1f} MFLOP at {f_mm / t_mm / 1e9:.1f} "
-              f"GFLOP/s, {100 * f_mm / t_mm / 1e9 / peak:.0f}% of the peak), the other operators {1e3 * t_ew:.2f} ms",
+              f"* kernel {1e3 * kernel:.2f} ms CPU (median of {kern['reps']} calls; {kern['page_faults']:.0f} minor "
+              f"page faults a call): products {1e3 * t_mm:.2f} ms ({f_mm / 1e6:.1f} MFLOP at {f_mm / t_mm / 1e9:.1f} "
+              f"GFLOP/s, {100 * f_mm / t_mm / 1e9 / peak:.0f}% of the peak), everything else {1e3 * (kernel - t_mm):.2f} ms",
               f"* the round {1e3 * parts['round']:.2f} ms: kernel {1e3 * parts['kernel']:.2f} + outside it "
               f"{1e3 * outside:.2f} (gather {1e3 * parts['gather']:.2f}, sampler {1e3 * parts['sampler']:.2f}, noise and "
               f"release {1e3 * parts['noise and release']:.2f}, other {1e3 * parts['other']:.2f}): {share(parts['round'])} "
               f"of the peak; 50% allows {1e3 * flops / (0.5 * peak * 1e9):.2f} ms",
-              f"* peak share if the kernel's other operators were free: {share(outside + t_mm)}; if, as well, "
-              f"everything outside the kernel were free (the products alone, at their measured rates): {share(t_mm)}"]
+              f"* peak share if the kernel's other work were free: {share(outside + t_mm)}; if, as well, everything "
+              f"outside the kernel were free (the products alone, at their measured rates): {share(t_mm)}"]
     return lines
 
 
