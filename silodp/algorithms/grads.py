@@ -293,7 +293,8 @@ def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tens
     store = _SCRATCH.__dict__.setdefault("store", {})
     buf = store.get((tag, like.dtype))
     if buf is None or buf.numel() < numel:
-        buf = store[(tag, like.dtype)] = torch.empty(numel, dtype=like.dtype)
+        with torch.inference_mode(False):  # a normal tensor: writable in and out of inference mode
+            buf = store[(tag, like.dtype)] = torch.empty(numel, dtype=like.dtype)
     return buf[:numel].view(shape)
 
 
