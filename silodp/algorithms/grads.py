@@ -280,11 +280,11 @@ _SCRATCH = threading.local()
 def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     """A reusable ``[*shape]`` work tensor of ``like``'s dtype (uninitialised), one per ``tag`` and
     thread, grown as needed: the scalar MLP's ``[n, k, H]`` intermediates (a chunk's hidden
-    activations and their mask, 2 MB at the paper's sizes) are written into it instead of fresh
+    activations and their mask, a few MB at the paper's sizes) are written into it instead of fresh
     allocations. A fresh tensor of that size comes from ``mmap`` (glibc returns it to the system when
-    freed), so every call paid a page fault per 4 KiB touched: about 1,000 faults, 40% of the
-    kernel's time at N 25 (``benchmarks/bench_simulator.py --breakdown``). The values are the same;
-    nothing returned by a kernel is a view of it. Off the CPU (a caching allocator), and above
+    freed), so every call paid a page fault per 4 KiB touched: about 1,000 a kernel call at N 25, a
+    quarter of its time or more (``benchmarks/bench_simulator.py --breakdown`` counts them: none
+    now). The values are the same; nothing returned by a kernel is a view of it. Off the CPU (a caching allocator), and above
     :data:`CHUNK_BYTES` (a single silo larger than a chunk: not kept for the thread's lifetime), it is
     a fresh tensor."""
     numel = math.prod(shape)
