@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import functools
 import math
+import operator
 import sys
 from collections.abc import Callable
 from typing import Any, cast
@@ -141,31 +142,71 @@ def _sampled(event: ev.PoissonSampledDpEvent | ev.SampledWithoutReplacementDpEve
     return [Block(Mechanism.GAUSSIAN, count, z, sampling, q=q, dataset_size=n, sample_size=m)]
 
 
-def flatten(event: ev.DpEvent, count: int = 1,
-            leaf: Callable[[ev.DpEvent, int], list[Any]] | None = None) -> list[Any]:
+Leaf = Callable[[ev.DpEvent, int], list[Any]]
+#: The ``leaf`` functions whose items :func:`flatten` may keep (:func:`memoized_leaf`).
+_MEMO_LEAVES: set[Leaf] = set()
+#: Most (count, leaf) entries :func:`flatten` keeps per event object.
+_MEMO_SIZE = 8
+
+
+def memoized_leaf(leaf: Leaf) -> Leaf:
+    """Decorator: ``leaf`` (a module-level function of the event and count alone) may have its
+    items kept by :func:`flatten`, as the default leaf's are."""
+    _MEMO_LEAVES.add(leaf)
+    return leaf
+
+
+def flatten(event: ev.DpEvent, count: int = 1, leaf: Leaf | None = None) -> list[Any]:
     """The blocks of ``event`` repeated ``count`` times (adaptive composition).
 
     dp-accounting's own events are accepted and read as the silodp events of the same name.
     ``leaf(event, count)``: the items of every event that is not a composition (NoOp, non-private,
     self-, parallel or sequential composition), for an accountant of other primitives (the
     ``pvec`` ones); default: the blocks of the primitive mechanisms below.
+
+    Kept: the items of a silodp event (frozen) are kept on the event object (default and
+    :func:`memoized_leaf` leaves), each entry only after every event below was validated
+    (:func:`~silodp.accounting.events.revalidate`), and reused only while all of them still carry
+    the very stamps of those checks (:func:`~silodp.accounting.events.checked_signature`): an event
+    with a field set since, anywhere below, is walked and checked again, so the walk stays exactly
+    as strict; the candidate search and every accountant asked about one event walk it once.
     """
     if ev.is_dp_accounting_event(event):
         try:
             event = ev.from_dp_accounting(event)
         except ValueError as exc:
             raise UnsupportedEventError(f"unsupported event: {event} ({exc})") from None
+    keep = isinstance(event, ev.DpEvent) and (leaf is None or leaf in _MEMO_LEAVES)
+    if keep:
+        memo = event.__dict__.get(ev.BLOCKS_MEMO)
+        found = None if memo is None else memo.get((count, leaf))
+        if found is not None:
+            signature = ev.checked_signature(event)
+            if signature is not None and len(signature) == len(found[0]) and all(map(operator.is_, signature, found[0])):
+                return list(found[1])
+    items = _walk(event, count, leaf)
+    if keep:
+        memo = event.__dict__.setdefault(ev.BLOCKS_MEMO, {})
+        signature = ev.checked_signature(event)  # every event below was just checked: not None
+        if signature is not None and (len(memo) < _MEMO_SIZE or (count, leaf) in memo):
+            memo[(count, leaf)] = (signature, tuple(items))
+    return items
+
+
+def _walk(event: ev.DpEvent, count: int, leaf: Leaf | None) -> list[Any]:
+    """:func:`flatten`'s walk: validate ``event`` and every event below it (silodp events: their own
+    checks refuse anything else) and read their items."""
     ev.revalidate(event)
     if type(event) is ev.NoOpDpEvent:
         return []
     if type(event) is ev.NonPrivateDpEvent:
         return [Block(Mechanism.NON_PRIVATE, count)]
     if type(event) is ev.SelfComposedDpEvent:
-        return flatten(event.event, count * event.count, leaf)
+        return _walk(event.event, count * event.count, leaf)
     if type(event) is ev.ComposedDpEvent:
-        return [b for e in event.events for b in flatten(e, count, leaf)]
+        return [b for e in event.events for b in _walk(e, count, leaf)]
     if type(event) is ev.ParallelComposedDpEvent:
-        return flatten(event.event, count, leaf)
+        return _walk(event.event, count, leaf)
     if leaf is not None:
         return leaf(event, count)
     if type(event) is ev.GaussianDpEvent:

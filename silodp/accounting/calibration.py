@@ -285,18 +285,59 @@ def _cached_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation,
     return tuple(_candidate_names(event, neighbouring, pool))
 
 
+def _kinds(event: ev.DpEvent) -> set[Any] | None:
+    """The mechanisms of ``event``'s blocks, from one walk (None where the generic walk refuses it:
+    each accountant's own walk then says why)."""
+    try:
+        return {getattr(b, "kind", None) for b in flatten(event)}
+    except (ValueError, TypeError, AttributeError, ArithmeticError):
+        return None
+
+
+def _may_support(cls: type[Accountant], kinds: set[Any] | None) -> bool:
+    """False when ``cls``'s allow-list (``CERTIFIES``) lacks one of ``kinds``: it would refuse the event."""
+    return kinds is None or kinds <= cls.CERTIFIES.keys()
+
+
 def _candidate_names(event: ev.DpEvent, neighbouring: ev.NeighboringRelation,
                      pool: tuple[type[Accountant], ...]) -> list[str]:
-    names = [cls for cls in pool if cls(neighbouring).supports(event)]
+    kinds = _kinds(event)
+    names = [cls for cls in pool if _may_support(cls, kinds) and cls(neighbouring).supports(event)]
     if not names:
         reasons = "; ".join(f"{c.name}: {c(neighbouring).unsupported_reason(event)}" for c in pool)
         raise ValueError(f"event: no accountant certifies it ({reasons})")
+    return [c.name for c in _choose(names, event)]
+
+
+def _choose(names: list[type[Accountant]], event: ev.DpEvent) -> list[type[Accountant]]:
+    """The candidates among the classes ``names`` that support ``event`` (pool order):
+    :func:`candidate_accountants`' rule."""
     exact = [c for c in names if c.candidacy == EXACT]
     if exact:
-        return [exact[0].name]
+        return [exact[0]]
     tight = [c for c in names if c.candidacy == TIGHT] or names[:1]
     extra = [c for c in names if c.candidacy == FALLBACK and c not in tight and c.competes(event)]
-    return [c.name for c in tight + extra]
+    return tight + extra
+
+
+def _composed_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation) -> list[Accountant]:
+    """The :func:`candidate_accountants` of ``event``, each with its default settings and ``event``
+    composed: asking a class whether it supports the event is composing it (``supports`` is the dry
+    run of ``compose``, the same walk and checks), so each is walked and checked once."""
+    kinds = _kinds(event)
+    composed: dict[type[Accountant], Accountant] = {}
+    pool = tuple(_candidates())
+    for cls in pool:
+        if _may_support(cls, kinds):
+            try:
+                composed[cls] = cls(neighbouring).compose(event)
+            except (ValueError, TypeError, AttributeError, ArithmeticError):  # as ``unsupported_reason``
+                continue
+            if cls.candidacy == EXACT:  # alone (``_choose``): no other is asked
+                return [composed[cls]]
+    if not composed:
+        _candidate_names(event, neighbouring, pool)  # raises, naming every candidate's reason
+    return [composed[c] for c in _choose(list(composed), event)]
 
 
 def settings_for(name: str, settings: dict[str, Any] | None) -> dict[str, Any]:
@@ -306,6 +347,8 @@ def settings_for(name: str, settings: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _check_settings(settings: dict[str, Any] | None) -> None:
+    if not settings:
+        return
     known = {k for cls in ACCOUNTANTS.values() for k in getattr(cls, "SETTINGS", ())}
     unknown = sorted(set(settings or {}) - known)
     if unknown:
@@ -326,8 +369,13 @@ def tightest_epsilon(event: ev.DpEvent, delta: float, neighbouring: ev.Neighbori
     _check_settings(pld_settings)
     results: list[tuple[float, str]] = []
     error: UncertifiableDeltaError | None = None
-    for name in candidate_accountants(event, neighbouring):
-        accountant = get_accountant(name, neighbouring, **settings_for(name, pld_settings)).compose(event)
+    if pld_settings:
+        accountants = [get_accountant(name, neighbouring, **settings_for(name, pld_settings)).compose(event)
+                       for name in candidate_accountants(event, neighbouring)]
+    else:
+        accountants = _composed_candidates(event, neighbouring)
+    for accountant in accountants:
+        name = accountant.name
         if results and accountant.epsilon_floor(dl) > min(results)[0]:
             continue
         try:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import operator
 from numbers import Integral, Real
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Sequence, TypeVar, dataclass_transform
@@ -80,8 +81,20 @@ _T = TypeVar("_T")
 
 @dataclass_transform(frozen_default=True)
 def _event(cls: type[_T]) -> type[_T]:
-    """A frozen dataclass (spelled so that type checkers see its fields)."""
-    return dataclasses.dataclass(frozen=True)(cls)
+    """A frozen dataclass (spelled so that type checkers see its fields) whose checks, run when it
+    is made (``__post_init__``), leave the stamp that :func:`revalidate` reads: an event is checked
+    when made and again only once a field has been set since."""
+    out = dataclasses.dataclass(frozen=True)(cls)
+    check = out.__dict__.get("__post_init__")
+    if check is not None:
+        def checked(self: Any) -> None:
+            check(self)
+            if type(self).__post_init__ is checked:  # the whole check ran (not a subclass's super() call)
+                self.__dict__[_CHECKED] = _values(self)
+
+        checked.__doc__, checked.__qualname__ = check.__doc__, check.__qualname__
+        out.__post_init__ = checked  # type: ignore[attr-defined]
+    return out
 
 
 def _field(event: object, name: str) -> str:
@@ -113,19 +126,76 @@ def _child(event: object, name: str = "event") -> None:
         raise ValueError(f"{_field(event, name)}: must be a silodp DpEvent, got {type(value).__name__}")
 
 
+#: The private ``__dict__`` entry (never a field) holding the field values an event had when it was
+#: last validated, the very objects (:func:`revalidate`, :func:`checked_signature`).
+_CHECKED = "_silodp_checked"
+#: The private ``__dict__`` entry of :func:`silodp.accounting.blocks.flatten`'s blocks of an event.
+BLOCKS_MEMO = "_silodp_blocks"
+
+
 @_event
 class DpEvent:
     """Base class of every event."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields (the validation stamp and the memo of blocks are caches: not pickled or copied)."""
+        return {k: v for k, v in self.__dict__.items() if k not in (_CHECKED, BLOCKS_MEMO)}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _values(event: DpEvent) -> tuple[Any, ...]:
+    names = _FIELD_NAMES.get(type(event))
+    if names is None:
+        names = _FIELD_NAMES[type(event)] = tuple(f.name for f in dataclasses.fields(event))
+    state = event.__dict__
+    return tuple(state[name] for name in names)
+
+
+def _stamp_holds(event: DpEvent) -> bool:
+    stamp = event.__dict__.get(_CHECKED)
+    if stamp is None:
+        return False
+    values = _values(event)
+    return len(stamp) == len(values) and all(map(operator.is_, stamp, values))
 
 
 def revalidate(event: object) -> None:
     """Re-run ``event``'s own field checks (not its children's). Events are frozen, but
     ``object.__setattr__`` can still change a field after construction; accountants call this
     for every event they compose (:func:`silodp.accounting.blocks.flatten`), so a mutated event is
-    refused (ValueError naming the field), never certified."""
+    refused (ValueError naming the field), never certified.
+
+    The checks are skipped where every field still holds the very object it held after the last
+    check that passed (the checks are pure functions of the fields, and leave them as they found
+    them once normalized), so this is exactly as strict as checking again; any field set since,
+    even to an equal value, is checked."""
+    if not isinstance(event, DpEvent) or _stamp_holds(event):
+        return
     check = getattr(type(event), "__post_init__", None)
-    if isinstance(event, DpEvent) and check is not None:
+    if check is not None:
         check(event)
+    event.__dict__[_CHECKED] = _values(event)
+
+
+def checked_signature(event: DpEvent) -> tuple[Any, ...] | None:
+    """The stamps :func:`revalidate` left on ``event`` and every event below it (each a fresh
+    object per check that passed), or None where any of them has had a field set since its check.
+    Whatever was derived from an event after those checks (:func:`silodp.accounting.blocks.flatten`'s
+    memo) still holds while its signature is the same objects: nothing below was set or re-checked."""
+    if not _stamp_holds(event):
+        return None
+    stamp = event.__dict__[_CHECKED]
+    out = [stamp]
+    for value in stamp:
+        for child in (value if type(value) is tuple else (value,)):
+            if isinstance(child, DpEvent):
+                below = checked_signature(child)
+                if below is None:
+                    return None
+                out.extend(below)
+    return tuple(out)
 
 
 @_event

@@ -34,7 +34,9 @@ that computed it; u the unit round-off) and each loss value (offset + i) g' is r
 so every computed loss is within (c + 1) u |j| g of the true one; as delta(eps) = E[(1 - e^{eps -
 L})_+] moves by at most e^{eps - l} <= 1 per unit of a loss l >= eps, that distance summed over the
 steps bounds the change of delta, and it is charged like round-off ((c + 1) u max |j| g per step in
-``roundoff``, composed as round-off is: at least T times over T steps).
+``roundoff``, composed as round-off is: at least T times over T steps). Randomized response
+composed alone needs no PLD at all: :func:`randomized_response_epsilon` answers from its exact
+composed masses (the pld accountant asks it first).
 """
 
 from __future__ import annotations
@@ -224,3 +226,110 @@ def pld(block: Block, relation: ev.NeighboringRelation, interval: float, log_mas
         masses = np.array([1.0 - p + b, b, (k - 2) * b])
         one = _discrete(losses, masses, interval)
     return pld_lib.PrivacyLossDistribution(one.truncate(log_mass_truncation_bound), None, log_mass_truncation_bound)
+
+
+#: Longest composition of randomized response that :func:`randomized_response_epsilon` answers (its
+#: direct convolutions cost about (2T)^2 multiply-adds); a longer one takes the PLD's FFT.
+RR_DIRECT_STEPS = 512
+#: :func:`randomized_response_epsilon` answers only when every positive composed mass is at least
+#: this (far above float64's underflow: then no product it forms underflows, see the function).
+_RR_TINY = 2.0 ** -900
+
+
+def randomized_response_epsilon(block: Block, relation: ev.NeighboringRelation, delta: float) -> float | None:
+    """The epsilon at ``delta`` of ``block.count`` randomized-response steps (p, k) composed alone,
+    from the exact composed distribution of the privacy loss; None where this function does not
+    answer (another mechanism, more than :data:`RR_DIRECT_STEPS` steps, p = 1, masses near underflow):
+    the PLD then answers.
+
+    The loss is j g, j in [-T, T], g = log(A / B) with A = 1 - p + p / k, B = p / k, C = (k - 2) p / k
+    the masses of one step at +g, -g and 0 (module docstring); the composed masses P(j) are the T-th
+    convolution power of (B, C, A) (a trinomial). The other dataset's masses are P(j) e^{-jg} = P(-j)
+    (the mechanism is symmetric). For every m, f_m(eps) = sum_{j >= m} P(j) (1 - e^{eps - jg})
+    = S0(m) - e^eps S1(m), with S0(m) = sum_{j >= m} P(j) and S1(m) = sum_{j >= m} P(-j), omits only
+    nonnegative terms of the hockey stick delta(eps) = E[(1 - e^{eps - L})_+] and adds only
+    nonpositive ones, with equality at m the first j with jg > eps: delta(eps) = max_m f_m(eps) (the
+    curve of :mod:`silodp.accounting.pld`'s module docstring, Koskela, Jalko & Honkela 2020;
+    dp-accounting's PLD of randomized response is the same distribution, rounded up to its grid).
+    So delta(eps) <= delta exactly when eps >= log((S0(m) - delta) / S1(m)) for every m with
+    S0(m) > delta: epsilon is the largest of those
+    logarithms (0 if none), and neither g nor any loss value is ever computed.
+
+    Round-off (charged, never assumed away): A, B, C are within relative 3u of the true masses; the
+    masses are >= 0, so the convolution power (:func:`silodp.accounting.pld.convolution_power`,
+    direct convolutions) is within its relative bound of the power of the computed step, that
+    within (1 + 3u)^T of the true one (k = 2: the binomial's recurrence, :func:`_rr_masses`), and
+    each cumulative sum within relative
+    gamma_n = n u / (1 - n u) (Higham 2002, eq. 3.5, Lemma 3.4: sums of nonnegative terms).
+    Nothing underflows: every product formed is the mass of a path of at most T steps, each step's
+    mass >= B (A > B, and C >= B where k > 2), so >= B^T, which is at most the smallest final mass,
+    checked >= 2^-900. With S0, S1 within relative r, S0 <= S0~ / (1 - r) and S1 >= S1~ / (1 + r)
+    are used, S0~ / (1 - r) computed as S0~ (1 + 8u) / (1 - r) (at least it after that factor's and
+    the product's four roundings, so no cancellation in S0 - delta can undo them: that subtraction
+    rounds relative to its result); the subtraction, the products, the division and the logarithm
+    then move log((S0 - delta) / S1) by a few u (1 + eps), covered by an upward margin of 16u (1 + eps)."""
+    if block.kind != Mechanism.RANDOMIZED_RESPONSE or ev.relation(relation) != ev.REPLACE_ONE:
+        return None
+    p, k = block.params
+    steps = block.count
+    if steps > RR_DIRECT_STEPS or not 0.0 < p < 1.0:
+        return None
+    masses, err = _rr_masses(p, int(k), steps)
+    if masses is None:
+        return None
+    u = pld_lib._U
+    n = len(masses)
+    r = (1.0 + err) * (1.0 + _gamma(n, u)) - 1.0  # and the cumulative sums'
+    scale_up, scale_down = (1.0 + 8.0 * u) / (1.0 - r), 1.0 + r
+    above = [0.0] * n  # S0 at each point, from the top
+    total = 0.0
+    for i in range(n - 1, -1, -1):
+        total += masses[i]
+        above[i] = total
+    eps, mirrored = 0.0, 0.0  # mirrored: S1 at point i = the masses at points <= n - 1 - i
+    for i in range(n - 1, -1, -1):
+        mirrored += masses[n - 1 - i]
+        num = above[i] * scale_up - delta
+        if num > 0.0:
+            eps = max(eps, math.log(num * scale_down / mirrored))
+    return max(0.0, eps + 16.0 * u * (1.0 + abs(eps))) if eps > 0.0 else 0.0
+
+
+def _rr_masses(p: float, k: int, steps: int) -> tuple[list[float] | None, float]:
+    """The composed masses of :func:`randomized_response_epsilon` at its points j (k = 2: j = 2n - T,
+    n = 0..T, the binomial; else j = -T..T, the trinomial), each within the returned relative
+    error of the true mass; None where a positive mass is below :data:`_RR_TINY`.
+
+    k = 2 (no zero atom): P(n) = C(T, n) A^n B^(T - n) by P(0) = B^T (binary powering: at most 2T
+    roundings, and B's own u T times) and P(n + 1) = P(n) ((T - n) / (n + 1)) (A / B): per step three
+    roundings and the ratio's error (A within 3u, B within u, the division u: 5u), so every mass is
+    within gamma_(11T + 12). k > 2: the convolution power of (B, C, A)
+    (:func:`silodp.accounting.pld.convolution_power`), the step's masses within gamma_3 each."""
+    u = pld_lib._U
+    b = p / k
+    a = (1.0 - p) + b
+    if k == 2:
+        low, base, e = 1.0, b, steps
+        while e:
+            if e & 1:
+                low *= base
+            base *= base
+            e >>= 1
+        if not low >= _RR_TINY:
+            return None, 0.0
+        ratio = a / b
+        masses = [low]
+        for n in range(steps):
+            low = low * ((steps - n) / (n + 1)) * ratio
+            masses.append(low)
+        return masses, _gamma(11 * steps + 12, u)
+    one = np.array([b, (k - 2) * b, a])  # losses -g, 0, +g
+    out, power_err = pld_lib.convolution_power(one, steps)
+    if not float(out.min()) >= _RR_TINY:
+        return None, 0.0
+    return out.tolist(), (1.0 + power_err) * (1.0 + _gamma(3, u)) ** steps - 1.0
+
+
+def _gamma(n: int, u: float) -> float:
+    """gamma_n = n u / (1 - n u) (Higham 2002, Lemma 3.1)."""
+    return n * u / (1.0 - n * u)

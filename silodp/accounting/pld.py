@@ -159,8 +159,8 @@ def _next_fast_length(n: int) -> int:
 def _lse(x: np.ndarray) -> float:
     """log sum exp(x) (scipy's ``logsumexp`` without its per-call overhead; any t of a Chernoff
     bound is valid, so a few ulps here only move the window)."""
-    top = float(np.max(x))
-    return top + math.log(float(np.sum(np.exp(x - top))))
+    top = float(x.max())  # the array methods: no wrapper overhead (the searches call this thousands of times)
+    return top + math.log(float(np.exp(x - top).sum()))
 
 
 def _argmin_over_t(fn: Callable[[float], float], spread: float, lo: float = 1e-6, hi: float = 1e4,
@@ -243,6 +243,38 @@ def _exact_sum_minus_one(masses: np.ndarray) -> tuple[float, float]:
     return hi, math.fsum(values + [-1.0, -hi])
 
 
+def convolution_power(masses: np.ndarray, count: int) -> tuple[np.ndarray, float]:
+    """The ``count``-th convolution power of the nonnegative ``masses`` by direct convolutions
+    (binary powering), and r: every output is within relative r of its exact value.
+
+    Round-off: the masses are >= 0, so every output of ``np.convolve(a, b)`` is a sum of at most
+    k = min(len(a), len(b)) nonnegative products, within a relative gamma_k = k u / (1 - k u) of
+    its exact value in any summation order (Higham 2002, eq. 3.5 and Lemma 3.4 applied to
+    nonnegative terms); inputs already within relative r_a, r_b componentwise give an output
+    within (1 + r_a)(1 + r_b)(1 + gamma_k) - 1 (products that underflow aside: a caller whose
+    masses may come near 2^-1022 checks them)."""
+    u = _unit(masses)
+    base, base_err = masses, 0.0
+    out: np.ndarray | None = None
+    out_err, k = 0.0, count
+    while True:
+        if k & 1:
+            if out is None:
+                out, out_err = base, base_err
+            else:
+                n = min(len(out), len(base))
+                out = np.convolve(out, base)
+                out_err = (1.0 + out_err) * (1.0 + base_err) * (1.0 + n * u / (1.0 - n * u)) - 1.0
+        k >>= 1
+        if not k:
+            break
+        n = len(base)
+        base = np.convolve(base, base)
+        base_err = (1.0 + base_err) ** 2 * (1.0 + n * u / (1.0 - n * u)) - 1.0
+    assert out is not None
+    return out, out_err
+
+
 @dataclasses.dataclass(frozen=True)
 class LossPmf:
     """Masses ``masses[i]`` at privacy loss ``(offset + i) * interval``, plus ``infinity_mass`` at
@@ -289,9 +321,10 @@ class LossPmf:
         if not epsilon < self.losses[-1]:  # beyond every finite loss (e.g. 1e308): the infinite mass
             return float(min(1.0, self.charged_infinity))
         lo = max(0, math.floor(epsilon / self.interval) - self.offset)
+        # the losses increase: those above epsilon are a suffix (a slice, not a masked copy)
+        lo += int(np.searchsorted(self.losses[lo:], epsilon, side="right"))
         l, m = self.losses[lo:], self.masses[lo:]
-        keep = l > epsilon
-        return float(min(1.0, self.charged_infinity + np.sum(m[keep] * -np.expm1(epsilon - l[keep]))))
+        return float(min(1.0, self.charged_infinity + np.sum(m * -np.expm1(epsilon - l))))
 
     def deltas(self, epsilons: np.ndarray) -> np.ndarray:
         """:meth:`delta` at every value of ``epsilons`` at once: at the grid points by the recursion
@@ -508,35 +541,11 @@ class LossPmf:
             error[ks[better]] = bound[better]
 
     def _convolve_power(self, count: int, log_mass_truncation_bound: float) -> "LossPmf":
-        """``count``-fold composition of a PMF of few atoms by direct convolutions (binary powering;
-        no FFT, nothing truncated before the last step, nothing wraps).
-
-        Round-off: the masses are >= 0, so every output of ``np.convolve(a, b)`` is a sum of at most
-        k = min(len(a), len(b)) nonnegative products, within a relative gamma_k = k u / (1 - k u) of
-        its exact value in any summation order (Higham 2002, eq. 3.5 and Lemma 3.4 applied to
-        nonnegative terms); inputs already within relative r_a, r_b componentwise give an output
-        within (1 + r_a)(1 + r_b)(1 + gamma_k) - 1. The bound r on the final relative error times the
-        exact total (sum of masses)^count <= 1 is the fresh charge in l1; an input off by a in l1
-        contributes (1 + a)^T - 1 (as :meth:`self_compose`)."""
-        u = _unit(self.masses)
-        base, base_err = self.masses, 0.0
-        out: np.ndarray | None = None
-        out_err, k = 0.0, count
-        while True:
-            if k & 1:
-                if out is None:
-                    out, out_err = base, base_err
-                else:
-                    n = min(len(out), len(base))
-                    out = np.convolve(out, base)
-                    out_err = (1.0 + out_err) * (1.0 + base_err) * (1.0 + n * u / (1.0 - n * u)) - 1.0
-            k >>= 1
-            if not k:
-                break
-            n = len(base)
-            base = np.convolve(base, base)
-            base_err = (1.0 + base_err) ** 2 * (1.0 + n * u / (1.0 - n * u)) - 1.0
-        assert out is not None
+        """``count``-fold composition of a PMF of few atoms by direct convolutions
+        (:func:`convolution_power`; no FFT, nothing truncated before the last step, nothing wraps).
+        The bound r on the final relative error times the exact total (sum of masses)^count <= 1 is
+        the fresh charge in l1; an input off by a in l1 contributes (1 + a)^T - 1 (as :meth:`self_compose`)."""
+        out, out_err = convolution_power(self.masses, count)
         total = float(np.sum(self.masses)) * (1.0 + len(self.masses) * 2.0 * _U)  # rounded up
         fresh = out_err * 1.01 * total ** count
         inherited = math.expm1(count * math.log1p(self.roundoff))
@@ -544,32 +553,12 @@ class LossPmf:
         return LossPmf(self.interval, count * self.offset, np.maximum(out, 0.0), inf,
                        inherited + fresh).truncate(log_mass_truncation_bound)
 
-    def self_compose(self, count: int, log_mass_truncation_bound: float, direct_work: int = 0) -> "LossPmf":
-        """``count``-fold composition in one FFT: the masses, wrapped onto a circle of the size of
-        the Chernoff window of the sum, raised to the power ``count`` in the Fourier domain. Mass
-        outside the window (at most e^bound per side) wraps into it and is also charged to +inf.
-
-        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2),
-        or (masses >= 0) e = _fft_error(sum of masses): each stage's rounding at an entry is at most
-        eta times the l1 norm of the inputs of that partial DFT, and the later stages (unit-modulus
-        twiddles) add these over a partition of the input (the componentwise form of Higham 2002,
-        Thm 24.2); coefficients where this matters are then recomputed by :meth:`_direct_powers`;
-        with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (exp(T log X'))
-        adds a relative 4u (T (|log |X'|| + 2 pi) + 2); :func:`_inverse_roundoff` carries the l2
-        sum of these to the output. An input already off by a in l1 contributes (1 + a)^T - 1."""
-        if count == 1:
-            return self
-        first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
-        if len(self.masses) <= DIRECT_ATOMS and last - first < DIRECT_SUPPORT:
-            return self._convolve_power(count, log_mass_truncation_bound)
-        if last - first < SMALL_SUPPORT:  # the whole support: no window to search, nothing wraps
-            lo, hi = first, last
-        else:
-            windows, key = self._window_cache(), (count, log_mass_truncation_bound)
-            if key not in windows:
-                windows[key] = self._chernoff_window(count, log_mass_truncation_bound)
-            lower, upper = windows[key]
-            lo, hi = max(first, lower), min(last, upper)
+    def _circular_power(self, count: int, lo: int, hi: int, direct_work: int = 0) -> tuple[np.ndarray, float]:
+        """The ``count``-fold power of the masses on a circle of at least hi - lo + 1 points (an
+        FFT pair), read off at grid points ``lo`` .. ``hi``, and the l1 bound on its round-off
+        (:meth:`self_compose`'s, the input's own included). Mass of the exact composition outside
+        [lo, hi] wraps onto the circle (at positions shifted by multiples of its size): the
+        caller bounds it."""
         n = hi - lo + 1
         if n > MAX_POINTS:
             raise ValueError(f"value_discretization_interval: {count} compositions span {n:.3g} grid points "
@@ -598,18 +587,47 @@ class LossPmf:
         for start in range(0, len(live), _CHUNK):  # in pieces: no spectrum-sized temporaries
             piece = live[start:start + _CHUNK]
             coefficient_error[piece] = _power_error(spectrum[piece], count, e, u)
-            powered[piece] = spectrum[piece] ** count
+            powered[piece] = _int_power(spectrum[piece], count)
         if direct_work > 0:
             self._direct_powers(powered, coefficient_error, size, count, direct_work, spectrum)
         power = np.fft.irfft(powered, size)
         fresh = _inverse_roundoff(power, size, _spectral_norm(coefficient_error, size))
-        inherited = math.expm1(count * math.log1p(self.roundoff))
         begin = lo % size  # the window lo .. hi read off the circle: at most two slices
         arc = power[begin:begin + n]
         masses = np.maximum(arc if len(arc) == n else np.concatenate([arc, power[:n - len(arc)]]), 0.0)
+        return masses, math.expm1(count * math.log1p(self.roundoff)) + fresh
+
+    def self_compose(self, count: int, log_mass_truncation_bound: float, direct_work: int = 0) -> "LossPmf":
+        """``count``-fold composition in one FFT: the masses, wrapped onto a circle of the size of
+        the Chernoff window of the sum, raised to the power ``count`` in the Fourier domain. Mass
+        outside the window (at most e^bound per side) wraps into it and is also charged to +inf.
+
+        Round-off: the forward FFT's coefficients are each off by at most e = _fft_error(|X|_2),
+        or (masses >= 0) e = _fft_error(sum of masses): each stage's rounding at an entry is at most
+        eta times the l1 norm of the inputs of that partial DFT, and the later stages (unit-modulus
+        twiddles) add these over a partition of the input (the componentwise form of Higham 2002,
+        Thm 24.2); coefficients where this matters are then recomputed by :meth:`_direct_powers`;
+        with |X_k| <= 1, |X'^T - X^T| <= T e (|X'| + e)^(T-1), and the power itself (binary powering,
+        :func:`_int_power`) adds at most a relative 4u (T (|log |X'|| + 2 pi) + 2) (exp(T log X')'s
+        bound, above binary powering's); :func:`_inverse_roundoff` carries the l2 sum of these to the
+        output. An input already off by a in l1 contributes (1 + a)^T - 1."""
+        if count == 1:
+            return self
+        first, last = count * self.offset, count * (self.offset + len(self.masses) - 1)  # the support
+        if len(self.masses) <= DIRECT_ATOMS and last - first < DIRECT_SUPPORT:
+            return self._convolve_power(count, log_mass_truncation_bound)
+        if last - first < SMALL_SUPPORT:  # the whole support: no window to search, nothing wraps
+            lo, hi = first, last
+        else:
+            windows, key = self._window_cache(), (count, log_mass_truncation_bound)
+            if key not in windows:
+                windows[key] = self._chernoff_window(count, log_mass_truncation_bound)
+            lower, upper = windows[key]
+            lo, hi = max(first, lower), min(last, upper)
+        masses, roundoff = self._circular_power(count, lo, hi, direct_work)
         tails = 2.0 * math.exp(log_mass_truncation_bound) if (lo, hi) != (first, last) else 0.0
         inf = min(1.0, -math.expm1(count * math.log1p(-self.infinity_mass)) + tails)
-        return LossPmf(self.interval, lo, masses, inf, inherited + fresh).truncate(log_mass_truncation_bound)
+        return LossPmf(self.interval, lo, masses, inf, roundoff).truncate(log_mass_truncation_bound)
 
 
 def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float,
@@ -700,6 +718,150 @@ def tilted_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: flo
     return LossPmf(h, first, v, inf, error + inherited).truncate(log_mass_truncation_bound)
 
 
+#: :func:`tail_floor` places the floor where the Chernoff bound on delta is this many times delta
+#: (at the epsilon of Laplace compositions, b 0.5-30, 10-2000 steps, delta 1e-5 and 1e-9, the bound
+#: was 1.0-11 times delta).
+TAIL_FLOOR_FACTOR = 30.0
+
+
+#: Tilts :func:`tail_self_compose` tries, in units of the Chernoff point's at the floor.
+TAIL_TILTS = (1.0, 2.0, 3.0)
+#: Blocks of the coarse copies on which :func:`tail_floor` and :func:`tail_self_compose` search.
+TAIL_BINS = 256
+#: Golden-section steps of those searches (any t gives a valid bound: 7e-5 of the log-range is plenty).
+_TAIL_STEPS = 20
+
+
+def _coarse(l: np.ndarray, m: np.ndarray, bins: int = CHERNOFF_BINS) -> tuple[np.ndarray, np.ndarray]:
+    """At most 2 ``bins`` points: the masses of ``bins`` consecutive blocks each moved to the
+    block's largest loss (a copy whose MGF is at least the true one at every t > 0)."""
+    if len(l) <= 2 * bins:
+        return l, m
+    starts = np.linspace(0, len(l), bins + 1).astype(np.int64)[:-1]
+    return l[np.append(starts[1:], len(l)) - 1], np.add.reduceat(m, starts)
+
+
+def tail_floor(pmf: LossPmf, count: int, delta: float) -> float:
+    """A loss below which the ``count``-fold composition of ``pmf`` is not needed at ``delta``
+    (a guess: :func:`tail_self_compose`'s caller checks that the epsilon found lies above it).
+
+    (1 - e^{eps - s})_+ <= c(t) e^{t (s - eps)} with c(t) = t^t / (1 + t)^{1 + t} (its maximum over
+    s >= eps), so delta(eps) <= c(t) M(t)^count e^{-t eps} for every t > 0 (M the MGF of one step's
+    finite loss; mass at +inf aside): the eps where that bound equals ``TAIL_FLOOR_FACTOR`` delta,
+    minimized over t on a coarse copy of the PMF (as :func:`_chernoff_bound`), lies below the
+    epsilon at ``delta`` wherever the bound is within that factor of the true curve (its slack is
+    polynomial in count: about t sigma sqrt(2 pi count)); -inf where that factor times delta is >= 1."""
+    keep = pmf.masses > 0
+    if TAIL_FLOOR_FACTOR * delta >= 1.0:
+        return -math.inf  # no tail to speak of: the whole composition
+    l, m = _coarse(pmf.losses[keep], pmf.masses[keep], TAIL_BINS)
+    log_m, log_target = np.log(m), math.log(TAIL_FLOOR_FACTOR * delta)
+
+    def point(t: float) -> float:
+        log_c = t * math.log(t) - (1.0 + t) * math.log1p(t)
+        return (count * _lse(log_m + t * l) + log_c - log_target) / t
+
+    spread = max(float(l[-1] - l[0]), pmf.interval)
+    return point(_argmin_over_t(point, spread, steps=_TAIL_STEPS))
+
+
+def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float, floor: float,
+                      steeper: bool = True) -> LossPmf | None:
+    """``count``-fold composition of ``pmf`` (float64 masses) on a window of grid points from
+    ``floor`` (rounded up to the grid) up, every mass below it moved up to it: delta(eps) is the
+    composition's at every eps >= floor (up to the charges below) and larger below it; one FFT pair
+    of the window's size instead of the whole distribution's. None where it does not apply (the
+circle would span more than half the support, the tilt overflows, ...).
+
+    Exponential tilting (as :func:`tilted_self_compose`): with m'_j = m_j e^{t l_j} / M (M = sum_j m_j
+    e^{t l_j}, rounded up), the T-fold power of m' on a circle of N points holding start .. hi
+    (start <= lo, the floor's grid index; grid step h) is w_p = sum_k (m^{*T})_{p + kN} e^{t (p + kN) h}
+    / M^T, and at every kept point p >= lo, v_p = w_p M^T e^{-t p h} = sum_k (m^{*T})_{p + kN}
+    e^{t k N h}: the exact mass (k = 0) plus
+
+    * mass from below the circle (k < 0), at most e^{-t N h} <= e^{-t (hi + 1 - start) h} in all (the
+      total mass is <= 1): the circle reaches below the floor (points computed, then moved up to it)
+      until that is at most e^bound (``log_mass_truncation_bound``);
+    * mass from above it (k > 0), sum_{s > hi} (m^{*T})_s e^{t (s - p) h} <= exp(T K(t + r) - t lo h -
+      r hi h) for every r > 0 (K the log-MGF of one step; Chernoff), which hi makes at most e^bound
+      (or hi is the top of the support); the mass above hi (at most as much) is charged to +inf.
+
+    Both are additions (pessimistic in place; the mass moved to the floor is rounded up by them). t is
+    the Chernoff point at the floor (it minimizes C = M^T e^{-t lo h}, the largest untilting factor)
+    or a multiple of it (:data:`TAIL_TILTS`: a steeper tilt needs a shorter circle below the floor),
+    the shortest circle with C <= 1 (else the smallest C); ``steeper`` False: the Chernoff point
+    only (the smallest charge, the longest circle); these searches run on a coarse copy whose
+    MGF is above the true one (:func:`_coarse`), so the bounds they give stay valid. ``roundoff``:
+    C times the tilted composition's l1 round-off bound, the tilt's and the untilt's roundings and
+    the input's ``roundoff`` (as :func:`tilted_self_compose`)."""
+    if pmf.masses.dtype != np.float64 or count < 2:
+        return None
+    keep = pmf.masses > 0
+    l, m = pmf.losses[keep], pmf.masses[keep]
+    first, last = count * pmf.offset, count * (pmf.offset + len(pmf.masses) - 1)
+    h, bound = pmf.interval, log_mass_truncation_bound
+    if len(l) < 2 or not math.isfinite(floor):
+        return None
+    lo = max(first, math.ceil(floor / h))
+    if lo >= last:
+        return None
+    spread = max(float(l[-1] - l[0]), h)
+    cl, cm = _coarse(l, m, TAIL_BINS)
+    log_cm, floor_loss = np.log(cm), lo * h
+
+    def plan(t: float) -> tuple[int, float, int, int, float]:
+        """(points, t, start, hi, ln C) of the circle at tilt t; ln C from the coarse copy (above
+        the exact one: its masses sit at their blocks' largest losses)."""
+        log_c = count * _lse(log_cm + t * cl) - t * floor_loss
+        # hi: C times the tilted mass above it is at most e^bound: for every r > 0 it is at most
+        # exp(count K(t + r) - t floor - r hi), K the log-MGF (of the coarse copy: above the exact one)
+        top = _argmin_over_t(lambda r: (count * _lse(log_cm + (t + r) * cl) - t * floor_loss - bound) / r, spread,
+                             steps=_TAIL_STEPS)
+        hi = min(last, math.ceil((count * _lse(log_cm + (t + top) * cl) - t * floor_loss - bound) / top / h))
+        # the circle reaches below the floor (those points are computed, then moved up to it) far
+        # enough that what wraps from below is at most e^bound: t N h >= -bound for its N points
+        start = max(first, min(lo, hi + 1 - math.ceil(-bound / (t * h))))
+        return hi - start + 1, t, start, hi, log_c
+
+    # t: the Chernoff point at the floor (the smallest C) or a steeper tilt (a shorter circle
+    # below the floor), the shortest circle whose C is at most 1 (or the smallest C)
+    best = _argmin_over_t(lambda x: count * _lse(log_cm + x * cl) - x * floor_loss, spread, steps=_TAIL_STEPS)
+    plans = [plan(best * k) for k in (TAIL_TILTS if steeper else (1.0,))]
+    lowest = min(p[4] for p in plans)
+    n_all, t, start, hi, _ = min(p for p in plans if p[4] <= max(0.0, lowest))
+    if hi <= lo or 2 * n_all > last - first + 1:
+        return None  # no window above the floor, or a circle too long to gain over the whole composition
+    log_m = np.log(m)
+    # rounded up by the sum's and the exponentials' errors: sum m' <= 1
+    log_m_total = _lse(log_m + t * l) + _U * (8.0 * (t * float(np.max(np.abs(l))) + 1.0) + 2.0 * math.log2(len(l) + 1))
+    log_c = count * log_m_total - t * floor_loss
+    with np.errstate(over="ignore", invalid="ignore"):
+        tilted = pmf.masses * np.exp(t * pmf.losses - log_m_total)
+    if not (np.all(np.isfinite(tilted)) and log_c < 700.0):
+        return None
+    n = hi - lo + 1
+    on_circle, tilted_roundoff = LossPmf(h, pmf.offset, tilted, 0.0, 0.0)._circular_power(count, start, hi)
+    masses = on_circle[lo - start:]
+    s = lo + np.arange(n)
+    v = masses * np.exp(count * log_m_total - t * (s * h))
+    if not (np.all(np.isfinite(v)) and math.isfinite(tilted_roundoff)):
+        return None
+    c = math.exp(log_c) * (1.0 + 8.0 * _U)
+    tau = math.exp(bound)
+    rho = 3.0 * _U * (float(np.max(np.abs(t * pmf.losses))) + abs(log_m_total)) + 6.0 * _U
+    relative = math.expm1(count * math.log1p(rho))
+    untilt_err = 3.0 * _U * (abs(count * log_m_total) + float(np.max(np.abs(t * s * h))) + 2.0)
+    above_mass = float(np.sum(v)) * (1.0 + n * _U)
+    fft = c * tilted_roundoff
+    wrapped = tau + math.exp(-t * (hi + 1 - start) * h)  # from above, from below: additions
+    error = fft + relative * (above_mass + fft) + untilt_err * above_mass
+    inherited = math.expm1(count * math.log1p(pmf.roundoff))
+    finite = math.exp(count * math.log1p(-pmf.infinity_mass))
+    inf = min(1.0, -math.expm1(count * math.log1p(-pmf.infinity_mass)) + (tau if hi < last else 0.0))
+    v[0] += max(0.0, finite - float(np.sum(v))) + error + wrapped + 4.0 * _U * (finite + above_mass)
+    return LossPmf(h, lo, v, inf, error + inherited).truncate(bound)
+
+
 def _small_spectrum(small_vec: np.ndarray, terms: int) -> tuple[np.ndarray, float]:
     """S_k = sum_j m_j (e^{-i theta_jk} - 1) of the ``terms`` nonnegative masses on the circle
     ``small_vec``, as rfft(small_vec) - sum(small_vec), and a bound on each coefficient's error: the
@@ -711,6 +873,26 @@ def _small_spectrum(small_vec: np.ndarray, terms: int) -> tuple[np.ndarray, floa
     m_small = float(total) * (1.0 + 2.0 * _U)  # rounded up: it only scales the bound
     err = _fft_error(size, m_small * (1.0 + size * u), u) + (math.log2(max(terms, 2)) + 4.0) * u * m_small
     return np.fft.rfft(small_vec) - total, err
+
+
+def _int_power(z: np.ndarray, count: int) -> np.ndarray:
+    """z ** ``count`` by binary powering (squarings and products: at most 2 log2(count) complex
+    multiplications of arrays, where numpy's ``**`` calls the C library's cpow, exp(count log z), for
+    exponents of 100 and more, about 10x slower). The computed power is the exact one times a product
+    of at most count - 1 factors (1 + d_i), |d_i| <= sqrt(2) gamma_2 ~ 2.83u (a complex product's
+    relative error, Higham 2002, Lemma 3.5), a relative error below the 4u (count (|log |z|| + 2 pi) +
+    2) that :func:`_power_error` charges."""
+    out: np.ndarray | None = None
+    base = z
+    while True:
+        if count & 1:
+            out = base if out is None else out * base
+        count >>= 1
+        if not count:
+            break
+        base = base * base
+    assert out is not None
+    return out
 
 
 def _power_error(spectrum: np.ndarray, count: int, e: float, u: float) -> np.ndarray:

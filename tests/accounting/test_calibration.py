@@ -85,3 +85,28 @@ def test_tightest_epsilon_skips_rdp_only_where_it_cannot_win(monkeypatch, relati
     assert tightest_epsilon(event, delta, rel) == fast
     rdp_eps = get_accountant("rdp", rel).compose(event).get_epsilon(delta)
     assert computed or fast[0] < rdp_eps
+
+
+def test_tightest_epsilon_composes_each_candidate_once_as_candidate_accountants_chooses():
+    """The candidates tightest_epsilon composes (asked once each: composing is supports' walk) are
+    candidate_accountants' choice on every kind of event, and the refusal names every reason."""
+    from silodp.accounting import events as ev
+    from silodp.accounting.calibration import _composed_candidates, candidate_accountants, tightest_epsilon
+
+    g = ev.GaussianDpEvent(2.0)
+    events = [(ev.SelfComposedDpEvent(g, 3), ev.ADD_OR_REMOVE_ONE),
+              (ev.PoissonSampledDpEvent(0.1, g), ev.ADD_OR_REMOVE_ONE),
+              (ev.SampledWithReplacementDpEvent(100, 10, g), ev.REPLACE_ONE),
+              (ev.EpsilonDeltaDpEvent(1.0, 1e-7), ev.ADD_OR_REMOVE_ONE),
+              (ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(0.5, 4), 20), ev.REPLACE_ONE),
+              (ev.DiscreteLaplaceDpEvent(0.3, 2), ev.ADD_OR_REMOVE_ONE),
+              (ev.ZCDpEvent(0.1), ev.ADD_OR_REMOVE_ONE),
+              (ev.LabelledMixtureDpEvent([0.5, 0.5], [g, ev.NoOpDpEvent()]), ev.ADD_OR_REMOVE_ONE),
+              (ev.ComposedDpEvent([g, ev.LaplaceDpEvent(3.0)]), ev.ADD_OR_REMOVE_ONE)]
+    for event, relation in events:
+        names = [a.name for a in _composed_candidates(event, relation)]
+        assert names == candidate_accountants(event, relation), event
+        assert all(len(a) == len(get_accountant(a.name, relation).compose(event)) for a in _composed_candidates(event, relation))
+    refused = ev.RandomizedResponseDpEvent(0.5, 4)  # replace-one only
+    with pytest.raises(ValueError, match="no accountant certifies it.*pld: randomized response"):
+        tightest_epsilon(refused, 1e-6, ev.ADD_OR_REMOVE_ONE)

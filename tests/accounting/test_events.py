@@ -214,3 +214,38 @@ def test_star_imports_export_only_the_public_api():
     namespace = {"delta": 1e-5, "epsilon": 1.0}
     exec("from silodp.accounting import *", namespace)
     assert namespace["delta"] == 1e-5 and namespace["epsilon"] == 1.0
+
+
+def test_blocks_are_kept_per_event_until_a_field_is_set():
+    """flatten keeps an event's blocks on the event (the candidate search and every accountant walk
+    it once) and walks it again whenever any event below has had a field set since its check, even
+    to an equal value of another type or after a re-check of the child alone: exactly as strict."""
+    import math
+    import pickle
+
+    from silodp.accounting.blocks import flatten
+    from silodp.accounting.calibration import tightest_epsilon
+
+    inner = ev.GaussianDpEvent(1.0)
+    event = ev.SelfComposedDpEvent(inner, 3)
+    first = flatten(event)
+    assert flatten(event)[0] is first[0] and first[0].count == 3  # kept
+    object.__setattr__(inner, "noise_multiplier", 2.0)  # a valid change below: walked again
+    assert flatten(event)[0].noise_multiplier == 2.0
+    object.__setattr__(inner, "noise_multiplier", 3.0)
+    assert flatten(inner)[0].noise_multiplier == 3.0  # the child re-checked on its own first
+    assert flatten(event)[0].noise_multiplier == 3.0  # the parent's kept blocks are stale: not used
+    object.__setattr__(event, "count", 3.0)  # equal to the kept 3, but not an integer: refused
+    with pytest.raises(ValueError, match="SelfComposedDpEvent.count"):
+        flatten(event)
+    object.__setattr__(event, "count", 3)
+    assert tightest_epsilon(event, 1e-5)[0] > 0
+    object.__setattr__(inner, "noise_multiplier", math.nan)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        tightest_epsilon(event, 1e-5)
+    for accountant in ("pld", "rdp", "gdp"):
+        assert not get_accountant(accountant).supports(event)
+    kept = ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(0.5, 4), 2)
+    flatten(kept)
+    copy = pickle.loads(pickle.dumps(kept))  # the stamp and the kept blocks are caches: not pickled
+    assert copy == kept and set(vars(copy)) == {"event", "count"} and flatten(copy) == flatten(kept)

@@ -169,3 +169,65 @@ def test_laplace_pure_bound_where_it_is_tight():
         assert mine <= grid * (1 + 1e-6)
     acc = get_accountant("pld", ev.ADD_OR_REMOVE_ONE).compose(ev.SelfComposedDpEvent(ev.LaplaceDpEvent(2.0), 50))
     assert mechanisms.laplace_pure_epsilon(acc._blocks[0], ev.ADD_OR_REMOVE_ONE, 1e-6) is None
+
+
+def _rr_curve(p: float, k: int, steps: int):
+    """The exact hockey-stick curve delta(eps) of ``steps`` randomized-response steps (mpmath, 40
+    digits, over every trinomial count of steps at +g, -g and 0)."""
+    from math import comb
+
+    import mpmath
+
+    mpmath.mp.dps = 40
+    a, b = 1 - mpmath.mpf(p) + mpmath.mpf(p) / k, mpmath.mpf(p) / k
+    c, g = (k - 2) * b, mpmath.log(a / b)
+    masses: dict[int, object] = {}
+    for i in range(steps + 1):
+        for j in range(steps + 1 - i):
+            masses[i - j] = masses.get(i - j, 0) + comb(steps, i) * comb(steps - i, j) * a ** i * b ** j * c ** (steps - i - j)
+    return lambda eps: sum(m * (1 - mpmath.exp(mpmath.mpf(eps) - j * g)) for j, m in masses.items() if j * g > eps)
+
+
+@pytest.mark.parametrize("p,k,steps,delta", [(0.5, 4, 20, 1e-6), (0.9, 2, 30, 1e-6), (0.3, 3, 7, 1e-6),
+                                             (0.05, 2, 40, 1e-5), (0.99, 5, 60, 1e-9), (0.2, 2, 1, 1e-3),
+                                             (0.5, 2, 3, 0.5)])
+def test_randomized_response_direct_epsilon_is_exact(p, k, steps, delta):
+    """A composition of randomized response alone is answered from its exact composed distribution
+    (:func:`mechanisms.randomized_response_epsilon`, what the pld accountant returns): the exact curve
+    (40 digits) at that epsilon is <= delta (sound) and above delta 1e-9 relative lower (tight);
+    between dp-accounting's optimistic and pessimistic PLDs of the same composition."""
+    from dp_accounting.pld import privacy_loss_distribution as dpa_pld
+
+    from silodp.accounting import mechanisms
+    from silodp.accounting.blocks import flatten
+
+    event = ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(p, k), steps)
+    mine = mechanisms.randomized_response_epsilon(flatten(event)[0], ev.REPLACE_ONE, delta)
+    assert mine is not None and mine == epsilon(event, delta, "pld", ev.REPLACE_ONE)
+    curve = _rr_curve(p, k, steps)
+    assert curve(mine) <= delta and mine > 0
+    assert curve(mine * (1 - 1e-9)) > delta
+    low, high = (dpa_pld.from_randomized_response(p, k, value_discretization_interval=1e-4, pessimistic_estimate=pess)
+                 .self_compose(steps).get_epsilon_for_delta(delta) for pess in (False, True))
+    assert low - 1e-12 <= mine <= high + 1e-12
+
+
+def test_randomized_response_direct_epsilon_edges():
+    """No privacy loss left at a large delta: 0 (the exact curve at 0 is below delta); beyond
+    RR_DIRECT_STEPS steps, or masses near underflow, the PLD answers (None here), and at the limit
+    the two agree to 1e-6 relative with the direct answer never the larger."""
+    from silodp.accounting import mechanisms
+    from silodp.accounting.blocks import flatten
+
+    one = flatten(ev.RandomizedResponseDpEvent(0.99, 2))[0]
+    assert mechanisms.randomized_response_epsilon(one, ev.REPLACE_ONE, 0.5) == 0.0 and _rr_curve(0.99, 2, 1)(0.0) <= 0.5
+    assert mechanisms.randomized_response_epsilon(one, ev.ADD_OR_REMOVE_ONE, 0.5) is None
+    steps = mechanisms.RR_DIRECT_STEPS
+    for count, answers in ((steps, True), (steps + 1, False)):
+        block = flatten(ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(0.9, 3), count))[0]
+        assert (mechanisms.randomized_response_epsilon(block, ev.REPLACE_ONE, 1e-6) is not None) == answers
+    acc = get_accountant("pld", ev.REPLACE_ONE).compose(ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(0.9, 3), steps))
+    direct, by_pld = acc.get_epsilon(1e-6), acc._certifiable_pld(1e-6).get_epsilon_for_delta(1e-6)
+    assert by_pld * (1 - 1e-6) <= direct <= by_pld
+    tiny = flatten(ev.SelfComposedDpEvent(ev.RandomizedResponseDpEvent(0.7, 10), steps))[0]  # B^T < 2^-900
+    assert mechanisms.randomized_response_epsilon(tiny, ev.REPLACE_ONE, 1e-12) is None

@@ -26,6 +26,8 @@ DEFAULT_RELATION = ev.ADD_OR_REMOVE_ONE
 def neighbouring_arg(neighbouring: Any = None, neighboring_relation: Any = None) -> ev.NeighboringRelation:
     """The relation given under silodp's name (``neighbouring``) or dp-accounting's
     (``neighboring_relation``); :data:`DEFAULT_RELATION` when neither is given."""
+    if neighboring_relation is None and type(neighbouring) is ev.NeighboringRelation:
+        return neighbouring
     given = [ev.relation(v) for v in (neighbouring, neighboring_relation) if v is not None]
     if len(set(given)) > 1:
         raise ValueError(f"neighboring_relation: {given[1].name} contradicts neighbouring={given[0].name}")
@@ -68,7 +70,8 @@ class Accountant(abc.ABC):
     """
 
     name: ClassVar[str] = ""
-    #: the mechanisms this accountant certifies, and for Gaussian steps the samplings (allow-list)
+    #: the mechanisms this accountant certifies, and for Gaussian steps the samplings (allow-list: a
+    #: block of a kind absent here is refused, and the candidate search does not ask about it)
     CERTIFIES: ClassVar[dict[Mechanism, frozenset[Sampling]]] = {}
     #: the keyword settings a caller may give it (the CLI's ``--value-discretization-interval``...)
     SETTINGS: ClassVar[tuple[str, ...]] = ()

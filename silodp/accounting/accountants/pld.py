@@ -13,7 +13,7 @@ from silodp.accounting import events as ev, mechanisms, pld as pld_lib, pld_pair
 from silodp._validation import check_positive
 from silodp.accounting.accountants.base import _ALL_SAMPLING, TIGHT, Accountant, CalibrationSettings
 from silodp.accounting.accountants.registry import register_accountant
-from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten
+from silodp.accounting.blocks import Block, Mechanism, Sampling, UnsupportedEventError, flatten, memoized_leaf
 
 #: Measured over-estimate of a pessimistic PLD after T compositions: about PLD_BIAS * T * disc^2.
 PLD_BIAS = 2.5
@@ -151,14 +151,14 @@ class PldAccountant(Accountant):
         self.log_mass_truncation_bound = float(log_mass_truncation_bound)
 
     def _flatten(self, event: ev.DpEvent, count: int = 1) -> list[Any]:
-        """The blocks, and a :class:`MixtureBlock` for every labelled mixture (certified here only)."""
-        return flatten(event, count, leaf=self._leaf)
-
-    def _leaf(self, event: ev.DpEvent, count: int) -> list[Any]:
-        if type(event) is not ev.LabelledMixtureDpEvent:
+        """The blocks, and a :class:`MixtureBlock` for every labelled mixture (certified here only):
+        the generic walk's blocks (kept on the event, shared with every accountant) where it
+        accepts the event, which it does exactly when no labelled mixture is below (where it
+        accepts, ``_mixture_leaf``'s items are its blocks); else the walk with mixtures."""
+        try:
             return flatten(event, count)
-        parts = tuple((w, tuple(self._flatten(e))) for w, e in zip(event.weights, event.events))
-        return [MixtureBlock(count, parts)]
+        except UnsupportedEventError:
+            return flatten(event, count, leaf=_mixture_leaf)
 
     def _check_block(self, block: Any) -> None:
         if type(block) is not MixtureBlock:
@@ -400,6 +400,31 @@ class PldAccountant(Accountant):
             return None
         return out
 
+    def _tail_epsilon(self, delta: float) -> float | None:
+        """Epsilon at ``delta`` of a lone self-composed Laplace block from the composition's upper part
+        only (:func:`pld.tail_self_compose`: a window from :func:`pld.tail_floor` up, the mass
+        below moved up to the floor; exact at every eps above the floor, so the same epsilon as
+        the whole composition's up to the charges; the least-charge tilt where the shorter circle's
+        charge is above ``DIRECT_SHARE * delta``), or None: another event, a charge still above
+        ``DIRECT_SHARE * delta``, an infinite answer, or an epsilon within a grid point of the
+        floor (the guess was too high: the whole composition answers)."""
+        block = self._blocks[0]
+        if block.kind != Mechanism.LAPLACE or block.count < 2:
+            return None
+        eps = []
+        for part in self._step(block)._directions():
+            floor = pld_lib.tail_floor(part, block.count, delta)
+            tail = pld_lib.tail_self_compose(part, block.count, self.log_mass_truncation_bound, floor)
+            if tail is not None and tail.roundoff > self.DIRECT_SHARE * delta:  # the least charge instead
+                tail = pld_lib.tail_self_compose(part, block.count, self.log_mass_truncation_bound, floor, False)
+            if tail is None or tail.roundoff > self.DIRECT_SHARE * delta:
+                return None
+            e = tail.epsilon(delta)
+            if not math.isfinite(e) or e <= (tail.offset + 1) * tail.interval:
+                return None
+            eps.append(e)
+        return max(eps)
+
     def _float64_charge_at_least(self) -> float:
         """About the least charge any float64 pass can have (only orders the passes): the inverse
         FFT's own error, at least 16u log2(n) times the composition's finite mass (>= 1/2 where
@@ -409,10 +434,17 @@ class PldAccountant(Accountant):
         return 8.0 * pld_lib._U * math.log2(max(points, 2))
 
     def _epsilon(self, delta: float) -> float:
+        if len(self._blocks) == 1 and isinstance(self._blocks[0], Block):  # a lone randomized response: exact
+            exact = mechanisms.randomized_response_epsilon(self._blocks[0], self.neighbouring, delta)
+            if exact is not None:
+                return exact
         if len(self._blocks) == 1 and isinstance(self._blocks[0], Block):  # a lone Laplace block: its pure bound
             pure = mechanisms.laplace_pure_epsilon(self._blocks[0], self.neighbouring, delta)
             if pure is not None:
                 return pure
+            tail = self._tail_epsilon(delta)
+            if tail is not None:
+                return tail
         eps = self._certifiable_pld(delta).get_epsilon_for_delta(delta)
         genuine = -math.expm1(sum(b.count * math.log1p(-b.delta) for b in self._blocks
                                   if b.kind == Mechanism.EPSILON_DELTA))
@@ -424,6 +456,16 @@ class PldAccountant(Accountant):
 
     def _delta(self, epsilon: float) -> float:
         return float(min(1.0, self._pld().get_delta_for_epsilon(epsilon)))
+
+
+@memoized_leaf
+def _mixture_leaf(event: ev.DpEvent, count: int) -> list[Any]:
+    """The pld accountant's items of a leaf event: its blocks, or one :class:`MixtureBlock` for a
+    labelled mixture."""
+    if type(event) is not ev.LabelledMixtureDpEvent:
+        return flatten(event, count)
+    parts = tuple((w, tuple(flatten(e, leaf=_mixture_leaf))) for w, e in zip(event.weights, event.events))
+    return [MixtureBlock(count, parts)]
 
 
 @dataclasses.dataclass(frozen=True)
