@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 import warnings
@@ -73,6 +74,11 @@ def model_flops(d: int, hidden: int, records: int) -> float:
     """FLOPs of one forward and backward pass (weights and activations) of MLP d-hidden-1."""
     first, rest = d * hidden + hidden, hidden + 1
     return records * (2 * (first + rest) + 2 * (first + rest) + 2 * rest)
+
+
+def load() -> str:
+    """The machine's load averages (1, 5, 15 min) at the end of the run, printed beside its numbers."""
+    return "load " + " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def data(silos: int, n: int, d: int, device: str):
@@ -259,12 +265,135 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
     return out
 
 
+#: FLOPs of a product from its tensor arguments' shapes (``addmm(bias, [M, K], [K, N])`` and the like)
+PRODUCTS = {
+    "addmm": lambda s: 2 * s[1][0] * s[1][1] * s[2][1],
+    "bmm": lambda s: 2 * s[0][0] * s[0][1] * s[0][2] * s[1][2],
+    "baddbmm": lambda s: 2 * s[1][0] * s[1][1] * s[1][2] * s[2][2],
+    "addmv": lambda s: 2 * s[1][0] * s[1][1],
+    "matmul": lambda s: 2 * math.prod(s[0]) * (s[1][-1] if len(s[1]) > 1 else 1),
+}
+#: the operators :func:`kernel_ops` times one by one (the products and the passes over [N K, h])
+TIMED = [(torch, "addmm"), (torch, "bmm"), (torch, "baddbmm"), (torch, "addmv"), (torch.Tensor, "__matmul__"),
+         (torch, "sign"), (torch.linalg, "vector_norm"), (torch.Tensor, "relu_"), (torch.Tensor, "mul_"),
+         (torch.Tensor, "sum"), (torch, "mul")]
+
+
+def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
+    """Where the ghost kernel's CPU time goes at ``silos`` (the inputs of one steady MB-SGD round:
+    the gathered ``[N, K, d]`` minibatch in float32, the server's iterate, weights 1 / K): the
+    kernel's CPU time and its minor page faults a call, and the CPU time of each call of the
+    operators in :data:`TIMED` by shape, each wrapped in the clock for the call (the median over
+    ``reps`` kernel calls; CPU time, so a call in which this thread lost the core counts only what it
+    ran): a product's FLOPs from its shapes and its rate, any other operator's bytes read (its tensor
+    arguments) and their rate; the rest of the kernel (views, clip factors, finiteness checks,
+    Python) is the kernel's time less theirs."""
+    from silodp.algorithms import grads
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(silos, args.batch, args.d, generator=gen).to(device)
+    y = (torch.rand(silos, args.batch, generator=gen) < 0.5).float().to(device)
+    problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0)
+    w = problem.model.init(gen, dtype=torch.float32).to(device)
+    weights = torch.full((silos, args.batch), 1.0 / args.batch, device=device)
+
+    def call():
+        grads.clipped_grad_sum(problem, w, x, y, weights, 1.0)
+
+    for _ in range(3):
+        call()
+    times, faults = [], minor_faults()
+    for _ in range(reps):
+        t = clock(device)
+        call()
+        times.append(clock(device) - t)
+    faults = (minor_faults() - faults) / reps
+    spent: dict = {}  # (operator, shapes) -> [CPU seconds in each kernel call], calls
+
+    def timed(name, real):
+        def run(*a, **k):
+            t = clock(device)
+            out = real(*a, **k)
+            dt = clock(device) - t
+            key = (name, tuple(tuple(v.shape) for v in a if isinstance(v, torch.Tensor)))
+            slot = spent.setdefault(key, [[0.0] * reps, 0])
+            slot[0][rep] += dt
+            slot[1] += 1
+            return out
+        return run
+
+    real = {(owner, name): getattr(owner, name) for owner, name in TIMED}
+    try:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, timed("matmul" if name == "__matmul__" else name, fn))
+        for rep in range(reps):  # noqa: B007  (read by the wrappers: each call's slot)
+            call()
+    finally:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, fn)
+    ops = []
+    for (name, shapes), (secs, count) in spent.items():
+        sh = [list(v) for v in shapes]
+        flops = PRODUCTS[name](sh) if name in PRODUCTS else None
+        ops.append({"op": name, "shapes": sh, "calls": count / reps, "seconds": statistics.median(secs),
+                    "flops": flops, "bytes_read": 4 * sum(math.prod(v) for v in sh) if flops is None else None})
+    return {"silos": silos, "reps": reps, "kernel_seconds": statistics.median(times), "page_faults": faults,
+            "ops": sorted(ops, key=lambda o: -o["seconds"])}
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (0 where ``resource`` is missing: not POSIX)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def breakdown_report(peak: float, args, parts: dict, kern: dict) -> list[str]:
+    """``--breakdown``: the N = 25 round's parts, the kernel's operators (products at their shapes
+    against the peak, the passes as bytes), and the peak shares the measured parts allow."""
+    n = kern["silos"]
+    flops = model_flops(args.d, args.hidden, n * args.batch)
+    kernel, ops = kern["kernel_seconds"], kern["ops"]
+    shown = [o for o in ops if o["seconds"] >= 0.01 * kernel]
+    lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} N={n} threads={torch.get_num_threads()} "
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run); model FLOPs per round "
+             f"{flops / 1e6:.1f} M ({1e3 * flops / (peak * 1e9):.2f} ms at the peak); {load()}", "",
+             "| operator | argument shapes | calls | CPU ms / kernel call | share of the kernel | GFLOP/s | % of peak "
+             "| MB read | GB/s |", "|---|---|---|---|---|---|---|---|---|"]
+    for o in shown:
+        t = o["seconds"]
+        rate = f"{o['flops'] / t / 1e9:.1f} | {100 * o['flops'] / t / 1e9 / peak:.0f}% | - | -" if o["flops"] else \
+            f"- | - | {o['bytes_read'] / 1e6:.2f} | {o['bytes_read'] / t / 1e9:.1f}"
+        lines.append(f"| {o['op']} | {' '.join('x'.join(map(str, sh)) for sh in o['shapes'])} | {o['calls']:g} | "
+                     f"{1e3 * t:.3f} | {100 * t / kernel:.0f}% | {rate} |")
+    rest = kernel - sum(o["seconds"] for o in shown)
+    lines.append(f"| the rest (views, clip factors, finiteness checks, Python; smaller timed calls) | - | - | "
+                 f"{1e3 * rest:.3f} | {100 * rest / kernel:.0f}% | - | - | - | - |")
+    prods = [o for o in ops if o["flops"]]
+    t_mm, f_mm = sum(o["seconds"] for o in prods), sum(o["flops"] for o in prods)
+    outside = parts["round"] - parts["kernel"]
+    share = lambda t: f"{100 * flops / t / 1e9 / peak:.0f}%"  # noqa: E731
+    lines += ["",
+              f"* kernel {1e3 * kernel:.2f} ms CPU (median of {kern['reps']} calls; {kern['page_faults']:.0f} minor "
+              f"page faults a call): products {1e3 * t_mm:.2f} ms ({f_mm / 1e6:.1f} MFLOP at {f_mm / t_mm / 1e9:.1f} "
+              f"GFLOP/s, {100 * f_mm / t_mm / 1e9 / peak:.0f}% of the peak), everything else {1e3 * (kernel - t_mm):.2f} ms",
+              f"* the round {1e3 * parts['round']:.2f} ms: kernel {1e3 * parts['kernel']:.2f} + outside it "
+              f"{1e3 * outside:.2f} (gather {1e3 * parts['gather']:.2f}, sampler {1e3 * parts['sampler']:.2f}, noise and "
+              f"release {1e3 * parts['noise and release']:.2f}, other {1e3 * parts['other']:.2f}): {share(parts['round'])} "
+              f"of the peak; 50% allows {1e3 * flops / (0.5 * peak * 1e9):.2f} ms",
+              f"* peak share if the kernel's other work were free: {share(outside + t_mm)}; if, as well, everything "
+              f"outside the kernel were free (the products alone, at their measured rates): {share(t_mm)}"]
+    return lines
+
+
 def report(rows: list[dict], peak: float, args, parts: dict | None = None) -> list[str]:
     """The table, the targets' lines and the breakdown of one MB-SGD round at N = 25 (``parts``)."""
     base = "silodp mb-sgd (ghost)"
     names = list(dict.fromkeys(n for r in rows for n in r["seconds_per_round"]))
     lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} threads={torch.get_num_threads()} "
-             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run)", "",
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, same run); {load()}", "",
              f"| N | implementation | {'wall' if on_cuda(args.device) else 'CPU'} ms / round | ms / silo | vs silodp mb-sgd "
              "| per record-gradient vs mb-sgd | GFLOP/s | % of peak |",
              "|---|---|---|---|---|---|---|---|"]
@@ -341,6 +470,9 @@ def main(argv=None) -> None:
                     "times are then wall seconds after a synchronize")
     ap.add_argument("--opacus-on-cuda", action="store_true", help="also run the Opacus loops on cuda")
     ap.add_argument("--quick", action="store_true", help="N = 10, 25; 1 repetition")
+    ap.add_argument("--breakdown", action="store_true", help="only the N = 25 MB-SGD round's parts and its ghost "
+                    "kernel's operators under torch.profiler (products' GFLOP/s at their shapes against the peak, "
+                    "the other operators' bytes read), and the peak shares they allow")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -351,6 +483,9 @@ def main(argv=None) -> None:
     if on_cuda(args.device) and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: torch sees no CUDA device")
     peak = matmul_gflops(args.device)
+    if args.breakdown:
+        print("\n".join(breakdown_report(peak, args, breakdown(args, 25, args.device), kernel_ops(args, 25, args.device))))
+        return
     rows = [measure(args, n, args.device) for n in args.silos]
     parts = breakdown(args, 25, args.device) if 25 in args.silos else None
     print("\n".join(report(rows, peak, args, parts)))

@@ -22,6 +22,7 @@ written-out backward pass (:func:`_mlp_pass`).
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 from torch.func import grad, vmap
@@ -235,8 +236,11 @@ def _assemble(problem, n: int, like: torch.Tensor, index, parts) -> torch.Tensor
 
 #: bytes of per-record intermediates one chunk of silos may hold (silos are processed in chunks
 #: so that a chunk's activations and output gradients stay in the last-level cache; any size
-#: gives the same sums: the per-silo cost no longer grows with N)
-CHUNK_BYTES = 16 << 20
+#: gives the same sums: the per-silo cost no longer grows with N). An estimate (twice the layers'
+#: widths a record): the scalar MLP keeps about 40% of it live (x, h and its mask), so 32 MiB is
+#: 28 silos of the benchmark's MLP in ~12 MB; with reused work tensors larger chunks are faster
+#: (fewer small operators), smaller ones slower (``bench_simulator.py --breakdown`` lists them)
+CHUNK_BYTES = 32 << 20
 
 
 def _chunks(problem, x: torch.Tensor):
@@ -270,7 +274,32 @@ def _output_grad(problem, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return g[..., 0]
 
 
-def _scalar_point(problem, w, x, y):
+_SCRATCH = threading.local()
+
+
+def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """A reusable ``[*shape]`` work tensor of ``like``'s dtype (uninitialised), one per ``tag`` and
+    thread, grown as needed: the scalar MLP's ``[n, k, H]`` intermediates (a chunk's hidden
+    activations and their mask, a few MB at the paper's sizes) are written into it instead of fresh
+    allocations. A fresh tensor of that size comes from ``mmap`` (glibc returns it to the system when
+    freed), so every call paid a page fault per 4 KiB touched: about 1,000 a kernel call at N 25, a
+    quarter of its time or more (``benchmarks/bench_simulator.py --breakdown`` counts them: none
+    now). The values are the same; nothing returned by a kernel is a view of it. Off the CPU (a caching allocator), and above
+    :data:`CHUNK_BYTES` (a single silo larger than a chunk: not kept for the thread's lifetime), it is
+    a fresh tensor."""
+    numel = math.prod(shape)
+    if like.device.type != "cpu" or numel * like.element_size() > CHUNK_BYTES:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    store = _SCRATCH.__dict__.setdefault("store", {})
+    buf = store.get((tag, like.dtype))
+    if buf is None or buf.numel() < numel:
+        with torch.inference_mode(False):  # a normal tensor: writable in and out of inference mode
+            buf = store[(tag, like.dtype)] = torch.empty(numel, dtype=like.dtype)
+    return buf[:numel].view(shape)
+
+
+@torch.no_grad()  # its products write into work tensors (out=), which autograd refuses; nothing here needs a graph
+def _scalar_point(problem, w, x, y, tag: str = "point"):
     """One point of :func:`_scalar_mlp_sum`: ``(h, m, g, w2, sq)``, the hidden activations
     ``h [n, k, H]``, their ReLU mask ``m`` (0 / 1), the loss's derivative ``g [n, k]`` at the output,
     the output weights ``w2 [1 or n, H]`` and the per-record squared gradient norm ``sq [n, k]``
@@ -282,16 +311,17 @@ def _scalar_point(problem, w, x, y):
     W1, b1 = model.params(w[:1] if shared else w, 0)
     W2, b2 = model.params(w[:1] if shared else w, 2)
     w2 = W2[:, 0]  # [1 or n, H]
+    h = _scratch(tag + ".h", (n, k, hidden), x)
     if shared:
-        h = torch.addmm(b1[0], x.reshape(n * k, d), W1[0].t()).view(n, k, hidden)
+        torch.addmm(b1[0], x.reshape(n * k, d), W1[0].t(), out=h.view(n * k, hidden))
         z = torch.addmv(b2[0], h.relu_().view(n * k, hidden), w2[0]).view(n, k, 1)
     else:
-        h = torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2)).relu_()
+        torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2), out=h).relu_()
         z = torch.baddbmm(b2.unsqueeze(1), h, W2.transpose(1, 2))
     g = _output_grad(problem, z, y)
     # [h > 0] as 0 / 1 in one pass: h is a ReLU output (>= 0), so its sign is the mask (twice as fast as
     # threshold_backward on an expanded grad); a NaN record's NaN makes its squared norm NaN (general path)
-    m = torch.sign(h)
+    m = torch.sign(h, out=_scratch(tag + ".m", h.shape, h))
     hid_sq = (m.view(n * k, hidden) @ w2[0].square()).view(n, k) if shared else \
         torch.bmm(m, w2.square().unsqueeze(-1))[..., 0]
     return h, m, g, w2, hid_sq
@@ -337,15 +367,16 @@ def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None, out=None) -> torch.Te
         out = torch.empty(n, model.dim, dtype=w.dtype, device=w.device)
     (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
     out[:, sw2], out[:, sb2] = gw2, gb2
-    gb1, gw1 = sm.sum(1), torch.bmm(x.transpose(1, 2), sm)  # [n, H], [n, d, H]
-    hidden = gw1.shape[2]
-    dst = out[:, sw1].view(n, hidden, -1)  # W1's [H, d] layout: the product lands in place, one pass
+    # [n, H, d]: W1's own layout, so the scaling below reads and writes contiguous rows (the
+    # transposed product [n, d, H] made it a strided gather, 4x slower; the same product's speed)
+    gb1, gw1 = sm.sum(1), torch.bmm(sm.transpose(1, 2), x)
+    dst = out[:, sw1].view(gw1.shape)  # the product lands in place, one pass
     if w2 is not None:
         torch.mul(gb1, w2, out=out[:, sb1])
-        torch.mul(gw1.transpose(1, 2), w2.unsqueeze(-1), out=dst)
+        torch.mul(gw1, w2.unsqueeze(-1), out=dst)
     else:
         out[:, sb1] = gb1
-        dst.copy_(gw1.transpose(1, 2))
+        dst.copy_(gw1)
     return out
 
 
@@ -359,8 +390,8 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2``, each term formed from the difference
     itself (no cancellation of two large norms), and the clipped sum is one matrix product per
     silo, ``x^T (e delta)``, ``e`` the weight times the difference's clip factor."""
-    h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y)
-    h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y)
+    h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y, "point1")
+    h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y, "point0")
     xsq = _sqnorm(x) + 1.0
     sq1, sq0 = _scalar_sq(g1, xsq, hid1, h1), _scalar_sq(g0, xsq, hid0, h0)
     u, v = clip_factors(sq1, clip) * g1, clip_factors(sq0, clip) * g0

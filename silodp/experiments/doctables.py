@@ -464,6 +464,7 @@ RECORDED = {t.name: t for t in (
     Recorded("audit_speed", "docs/audit.md", "python benchmarks/bench_audit.py", measured=True),
     Recorded("audit_shipped", "docs/audit.md", "silodp audit --shipped", measured=True),
     Recorded("simulator_speed", "docs/algorithms.md", "python benchmarks/bench_simulator.py", measured=True),
+    Recorded("simulator_kernel", "docs/algorithms.md", "python benchmarks/bench_simulator.py --breakdown", measured=True),
     Recorded("shuffle_moments_speed", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py --moments",
              measured=True),
     Recorded("shuffle_variance", "docs/shuffle.md", "PYTHONPATH=. python benchmarks/bench_shuffle.py"),

@@ -320,3 +320,38 @@ def test_a_shared_iterate_runs_one_matrix_product_per_layer(monkeypatch, model, 
     assert torch.allclose(clipped_grad_sum(problem, apart, x, y, weights, 0.5),
                           clipped_grad_sum(problem, apart, x, y, weights, 0.5, "materialize"), atol=1e-12, rtol=1e-9)
     assert any(c[0] == "baddbmm" for c in calls)
+
+
+def test_scalar_mlp_work_tensors_are_reused_and_never_returned(monkeypatch):
+    """The scalar MLP's hidden activations and mask are written into per-thread work tensors that
+    later calls reuse (no fresh page-faulting allocation per call): the same storage on a second
+    call, a returned sum that a later call does not change, work tensors first made in inference
+    mode usable outside it, and sums and differences bit for bit those of fresh allocations."""
+    from silodp.algorithms import grads
+
+    model = mlp(6, [9])
+    problem = Problem(model, "logistic", clip=0.5)
+    gen, x, y, _, weights = _case(model, (6,), 2, seed=7, n=4, k=7)
+    w = model.init(gen) + 0.2 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    grads._SCRATCH.__dict__.pop("store", None)
+    with torch.inference_mode():  # work tensors made in inference mode stay writable outside it
+        in_mode = clipped_grad_sum(problem, w, x, y, weights, 0.5)
+    first = clipped_grad_sum(problem, w, x, y, weights, 0.5)
+    assert torch.equal(first, in_mode)
+    kept = first.clone()
+    ptr = grads._scratch("point.h", (4, 7, 9), x).data_ptr()
+    diff = clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, 0.3)
+    second = clipped_grad_sum(problem, w, 2 * x, y, weights, 0.5)
+    assert grads._scratch("point.h", (4, 7, 9), x).data_ptr() == ptr
+    assert torch.equal(first, kept) and not torch.equal(first, second)
+    monkeypatch.setattr(grads, "_scratch", lambda tag, shape, like: torch.empty(shape, dtype=like.dtype))
+    assert torch.equal(clipped_grad_sum(problem, w, x, y, weights, 0.5), first)
+    assert torch.equal(clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, 0.3), diff)
+    assert torch.equal(clipped_grad_sum(problem, w, 2 * x, y, weights, 0.5), second)
+    monkeypatch.undo()
+    monkeypatch.setattr(grads, "CHUNK_BYTES", 4 * 7 * 9 * 8 - 1)  # one silo's [k, H] above a chunk: not kept
+    grads._SCRATCH.store.clear()
+    grads._scratch("point.h", (4, 7, 9), x)
+    assert grads._SCRATCH.store == {}
+    assert torch.allclose(clipped_grad_sum(problem, w, x, y, weights, 0.5), first, atol=1e-12, rtol=1e-9)
