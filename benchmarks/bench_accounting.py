@@ -19,6 +19,7 @@ seconds of each in the same process (targets: 1000 releases under 2 s, >= 3x dp-
 
 from __future__ import annotations
 
+import one_thread  # noqa: F401  (first: numpy's BLAS on one thread)
 import argparse
 import json
 import time

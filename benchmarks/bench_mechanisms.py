@@ -27,6 +27,7 @@ round-off, so where it is the smaller it may itself be below the true epsilon).
 
 from __future__ import annotations
 
+import one_thread  # noqa: F401  (first: numpy's BLAS on one thread)
 import argparse
 import logging
 import statistics
