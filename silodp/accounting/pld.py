@@ -728,6 +728,9 @@ TAIL_FLOOR_FACTOR = 30.0
 TAIL_TILTS = (1.0, 2.0, 3.0)
 #: Blocks of the coarse copies on which :func:`tail_floor` and :func:`tail_self_compose` search.
 TAIL_BINS = 256
+#: :func:`tail_bins`: the most a coarse copy may move the ``count``-fold sum's losses up (in loss
+#: units: its Chernoff searches then lose at most a factor e^{t TAIL_SHIFT} of tightness).
+TAIL_SHIFT = 0.25
 #: Golden-section steps of those searches (any t gives a valid bound: 7e-5 of the log-range is plenty).
 _TAIL_STEPS = 20
 
@@ -741,7 +744,17 @@ def _coarse(l: np.ndarray, m: np.ndarray, bins: int = CHERNOFF_BINS) -> tuple[np
     return l[np.append(starts[1:], len(l)) - 1], np.add.reduceat(m, starts)
 
 
-def tail_floor(pmf: LossPmf, count: int, delta: float) -> float:
+def tail_bins(pmf: LossPmf, count: int) -> int:
+    """Blocks of a coarse copy of ``pmf`` (:func:`_coarse`) fine enough for a ``count``-fold sum: each
+    block moves its masses up by at most its width, so the sum's by at most ``count`` widths; at
+    least :data:`TAIL_BINS`, and as many as keep that shift within :data:`TAIL_SHIFT` (each step of
+    a long Gaussian composition shifted by 1/256 of its support would move the floor and the circle
+    far above the epsilon)."""
+    spread = max(float(len(pmf.masses)) * pmf.interval, pmf.interval)
+    return max(TAIL_BINS, min(len(pmf.masses), math.ceil(count * spread / TAIL_SHIFT)))
+
+
+def tail_floor(pmf: LossPmf, count: int, delta: float, bins: int = TAIL_BINS) -> float:
     """A loss below which the ``count``-fold composition of ``pmf`` is not needed at ``delta``
     (a guess: :func:`tail_self_compose`'s caller checks that the epsilon found lies above it).
 
@@ -754,7 +767,7 @@ def tail_floor(pmf: LossPmf, count: int, delta: float) -> float:
     keep = pmf.masses > 0
     if TAIL_FLOOR_FACTOR * delta >= 1.0:
         return -math.inf  # no tail to speak of: the whole composition
-    l, m = _coarse(pmf.losses[keep], pmf.masses[keep], TAIL_BINS)
+    l, m = _coarse(pmf.losses[keep], pmf.masses[keep], bins)
     log_m, log_target = np.log(m), math.log(TAIL_FLOOR_FACTOR * delta)
 
     def point(t: float) -> float:
@@ -766,7 +779,7 @@ def tail_floor(pmf: LossPmf, count: int, delta: float) -> float:
 
 
 def tail_self_compose(pmf: LossPmf, count: int, log_mass_truncation_bound: float, floor: float,
-                      steeper: bool = True) -> LossPmf | None:
+                      steeper: bool = True, bins: int = TAIL_BINS) -> LossPmf | None:
     """``count``-fold composition of ``pmf`` (float64 masses) on a window of grid points from
     ``floor`` (rounded up to the grid) up, every mass below it moved up to it: delta(eps) is the
     composition's at every eps >= floor (up to the charges below) and larger below it; one FFT pair
@@ -806,7 +819,7 @@ circle would span more than half the support, the tilt overflows, ...).
     if lo >= last:
         return None
     spread = max(float(l[-1] - l[0]), h)
-    cl, cm = _coarse(l, m, TAIL_BINS)
+    cl, cm = _coarse(l, m, bins)
     log_cm, floor_loss = np.log(cm), lo * h
 
     def plan(t: float) -> tuple[int, float, int, int, float]:
