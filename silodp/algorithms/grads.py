@@ -288,7 +288,7 @@ def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tens
     :data:`CHUNK_BYTES` (a single silo larger than a chunk: not kept for the thread's lifetime), it is
     a fresh tensor."""
     numel = math.prod(shape)
-    if like.device.type != "cpu" or numel * like.element_size() > CHUNK_BYTES:
+    if not like.is_cpu or numel * like.element_size() > CHUNK_BYTES:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
     store = _SCRATCH.__dict__.setdefault("store", {})
     buf = store.get((tag, like.dtype))
