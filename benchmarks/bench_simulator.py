@@ -29,12 +29,15 @@ snapshot plus differences at two points, about 6x MB-SGD's work) at most twice M
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import statistics
 import time
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -208,6 +211,20 @@ def measure(args, silos: int, device: str) -> dict:
             "flops_per_round": model_flops(args.d, args.hidden, silos * args.batch)}
 
 
+@contextlib.contextmanager
+def wrapped(targets: list, wrap: Callable[[Any, str, Callable], Callable]) -> Iterator[None]:
+    """Each attribute ``name`` of ``owner`` in ``targets`` replaced by ``wrap(owner, name, real)``
+    while the block runs (a timing wrapper of the real function), and restored after it."""
+    real = {(owner, name): getattr(owner, name) for owner, name in targets}
+    try:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, wrap(owner, name, fn))
+        yield
+    finally:
+        for (owner, name), fn in real.items():
+            setattr(owner, name, fn)
+
+
 def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
     """Where one steady MB-SGD round's CPU time goes at ``silos`` (the peak target's N): the ghost
     kernel (``grads.clipped_grad_sum``), the minibatch gather, the sampler, the noise draw and
@@ -222,20 +239,20 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
     spent: dict = {}
     hooks = [(grads, "clipped_grad_sum", "kernel"), (federation.Federation, "gather", "gather"),
              (federation.BatchSampler, "next", "sampler"), (plan.GaussianChannel, "release", "noise and release")]
-    real = {label: getattr(owner, name) for owner, name, label in hooks}
+    labels = {(owner, name): label for owner, name, label in hooks}
 
-    def timed(label):
+    def timed(owner, name, real):
+        label = labels[(owner, name)]
+
         def call(*a, **k):
             t = clock(device)
-            out = real[label](*a, **k)
+            out = real(*a, **k)
             spent[label] = spent.get(label, 0.0) + clock(device) - t
             return out
         return call
 
     rounds, parts = [], {label: [] for *_, label in hooks}
-    try:
-        for owner, name, label in hooks:
-            setattr(owner, name, timed(label))
+    with wrapped(list(labels), timed):
         for _ in range(reps):
             spent.clear()
             stamps: list[float] = []
@@ -245,9 +262,6 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
             rounds.append((stamps[-1] - stamps[0]) / steady)
             for label in parts:  # the first round's calls were cleared at its callback
                 parts[label].append(spent.get(label, 0.0) / steady)
-    finally:
-        for owner, name, label in hooks:
-            setattr(owner, name, real[label])
     out = {label: statistics.median(v) for label, v in parts.items()}
     out["round"] = statistics.median(rounds)
     out["other"] = max(0.0, out["round"] - sum(out[label] for label in parts))
@@ -310,7 +324,9 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     faults = (minor_faults() - faults) / reps
     spent: dict = {}  # (operator, shapes) -> [CPU seconds in each kernel call], calls
 
-    def timed(name, real):
+    def timed(owner, attribute, real):
+        name = "matmul" if attribute == "__matmul__" else attribute
+
         def run(*a, **k):
             t = clock(device)
             out = real(*a, **k)
@@ -322,15 +338,9 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
             return out
         return run
 
-    real = {(owner, name): getattr(owner, name) for owner, name in TIMED}
-    try:
-        for (owner, name), fn in real.items():
-            setattr(owner, name, timed("matmul" if name == "__matmul__" else name, fn))
+    with wrapped(TIMED, timed):
         for rep in range(reps):  # noqa: B007  (read by the wrappers: each call's slot)
             call()
-    finally:
-        for (owner, name), fn in real.items():
-            setattr(owner, name, fn)
     ops = []
     for (name, shapes), (secs, count) in spent.items():
         sh = [list(v) for v in shapes]
@@ -471,8 +481,8 @@ def main(argv=None) -> None:
     ap.add_argument("--opacus-on-cuda", action="store_true", help="also run the Opacus loops on cuda")
     ap.add_argument("--quick", action="store_true", help="N = 10, 25; 1 repetition")
     ap.add_argument("--breakdown", action="store_true", help="only the N = 25 MB-SGD round's parts and its ghost "
-                    "kernel's operators under torch.profiler (products' GFLOP/s at their shapes against the peak, "
-                    "the other operators' bytes read), and the peak shares they allow")
+                    "kernel's operators, each call in the CPU clock (products' GFLOP/s at their shapes against the "
+                    "peak, the other operators' bytes read), and the peak shares they allow")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

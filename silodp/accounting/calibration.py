@@ -27,7 +27,7 @@ from silodp.accounting import events as ev
 from silodp._validation import check_delta, check_positive
 from silodp.accounting._numerics import monotone_root
 from silodp.accounting.accountants import ACCOUNTANTS, Accountant, get_accountant, neighbouring_arg, pld_discretization  # noqa: F401 (re-export)
-from silodp.accounting.accountants import EXACT, FALLBACK, TIGHT
+from silodp.accounting.accountants import EXACT, FALLBACK, REFUSALS, TIGHT
 from silodp.accounting.spec import AccountantSpec
 from silodp.accounting.pld import UncertifiableDeltaError
 from silodp.accounting.blocks import Mechanism, flatten
@@ -290,7 +290,7 @@ def _kinds(event: ev.DpEvent) -> set[Any] | None:
     each accountant's own walk then says why)."""
     try:
         return {getattr(b, "kind", None) for b in flatten(event)}
-    except (ValueError, TypeError, AttributeError, ArithmeticError):
+    except REFUSALS:
         return None
 
 
@@ -331,7 +331,7 @@ def _composed_candidates(event: ev.DpEvent, neighbouring: ev.NeighboringRelation
         if _may_support(cls, kinds):
             try:
                 composed[cls] = cls(neighbouring).compose(event)
-            except (ValueError, TypeError, AttributeError, ArithmeticError):  # as ``unsupported_reason``
+            except REFUSALS:  # as ``unsupported_reason``
                 continue
             if cls.candidacy == EXACT:  # alone (``_choose``): no other is asked
                 return [composed[cls]]
@@ -350,7 +350,7 @@ def _check_settings(settings: dict[str, Any] | None) -> None:
     if not settings:
         return
     known = {k for cls in ACCOUNTANTS.values() for k in getattr(cls, "SETTINGS", ())}
-    unknown = sorted(set(settings or {}) - known)
+    unknown = sorted(set(settings) - known)
     if unknown:
         raise ValueError(f"settings: {unknown} are no registered accountant's settings ({sorted(known)})")
 

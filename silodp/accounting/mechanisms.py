@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -279,7 +280,7 @@ def randomized_response_epsilon(block: Block, relation: ev.NeighboringRelation, 
         return None
     u = pld_lib._U
     n = len(masses)
-    r = (1.0 + err) * (1.0 + _gamma(n, u)) - 1.0  # and the cumulative sums'
+    r = (1.0 + err) * (1.0 + pld_lib.gamma(n, u)) - 1.0  # and the cumulative sums'
     scale_up, scale_down = (1.0 + 8.0 * u) / (1.0 - r), 1.0 + r
     above = [0.0] * n  # S0 at each point, from the top
     total = 0.0
@@ -309,12 +310,7 @@ def _rr_masses(p: float, k: int, steps: int) -> tuple[list[float] | None, float]
     b = p / k
     a = (1.0 - p) + b
     if k == 2:
-        low, base, e = 1.0, b, steps
-        while e:
-            if e & 1:
-                low *= base
-            base *= base
-            e >>= 1
+        low = pld_lib.binary_power(b, steps, operator.mul)
         if not low >= _RR_TINY:
             return None, 0.0
         ratio = a / b
@@ -322,14 +318,9 @@ def _rr_masses(p: float, k: int, steps: int) -> tuple[list[float] | None, float]
         for n in range(steps):
             low = low * ((steps - n) / (n + 1)) * ratio
             masses.append(low)
-        return masses, _gamma(11 * steps + 12, u)
+        return masses, pld_lib.gamma(11 * steps + 12, u)
     one = np.array([b, (k - 2) * b, a])  # losses -g, 0, +g
     out, power_err = pld_lib.convolution_power(one, steps)
     if not float(out.min()) >= _RR_TINY:
         return None, 0.0
-    return out.tolist(), (1.0 + power_err) * (1.0 + _gamma(3, u)) ** steps - 1.0
-
-
-def _gamma(n: int, u: float) -> float:
-    """gamma_n = n u / (1 - n u) (Higham 2002, Lemma 3.1)."""
-    return n * u / (1.0 - n * u)
+    return out.tolist(), (1.0 + power_err) * (1.0 + pld_lib.gamma(3, u)) ** steps - 1.0

@@ -43,6 +43,7 @@ import collections
 import dataclasses
 import functools
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -193,12 +194,8 @@ def _chernoff_bound(l: np.ndarray, m: np.ndarray, count: int, log_tau: float, sp
     the true one, so the search is cheap and lands near the true optimum); the value returned is the
     exact u at the t found (any t > 0 gives a valid Chernoff bound)."""
     log_m = np.log(m)
-    if len(l) > 2 * bins:
-        starts = np.linspace(0, len(l), bins + 1).astype(np.int64)[:-1]
-        coarse_l = l[np.append(starts[1:], len(l)) - 1]
-        coarse_log_m = np.log(np.add.reduceat(m, starts))
-    else:
-        coarse_l, coarse_log_m = l, log_m
+    coarse_l, coarse_m = _coarse(l, m, bins)
+    coarse_log_m = log_m if coarse_m is m else np.log(coarse_m)
     best_t = _argmin_over_t(lambda t: (count * _lse(coarse_log_m + t * coarse_l) - log_tau) / t, spread)
     return (count * _lse(log_m + best_t * l) - log_tau) / best_t
 
@@ -229,7 +226,7 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     ex = _fft_error(size, math.sqrt(size) * _l2(x), u)
     fy, ey = (fx, ex) if y is x else (np.fft.rfft(y, size), _fft_error(size, math.sqrt(size) * _l2(y), u))
     product = fx * fy
-    spectrum_error = ex + (1.0 + ex) * ey + math.sqrt(2.0) * (2.0 * u / (1.0 - 2.0 * u)) * _spectral_norm(product, size)
+    spectrum_error = ex + (1.0 + ex) * ey + math.sqrt(2.0) * gamma(2, u) * _spectral_norm(product, size)
     out = np.fft.irfft(product, size)[:n]
     return np.maximum(out, 0.0), _inverse_roundoff(out, size, spectrum_error)
 
@@ -243,6 +240,25 @@ def _exact_sum_minus_one(masses: np.ndarray) -> tuple[float, float]:
     return hi, math.fsum(values + [-1.0, -hi])
 
 
+def gamma(n: int, u: float) -> float:
+    """gamma_n = n u / (1 - n u): the relative error bound of n roundings (Higham 2002, Lemma 3.1)."""
+    return n * u / (1.0 - n * u)
+
+
+def binary_power(x: Any, count: int, multiply: Callable[[Any, Any], Any]) -> Any:
+    """``x`` to the power ``count`` >= 1 under ``multiply`` (associative) by binary powering: at most
+    2 log2(count) products, each of two earlier results (the squarings of ``x``, then the running
+    product times the next one needed), in that order."""
+    out = None
+    while True:
+        if count & 1:
+            out = x if out is None else multiply(out, x)
+        count >>= 1
+        if not count:
+            return out
+        x = multiply(x, x)
+
+
 def convolution_power(masses: np.ndarray, count: int) -> tuple[np.ndarray, float]:
     """The ``count``-th convolution power of the nonnegative ``masses`` by direct convolutions
     (binary powering), and r: every output is within relative r of its exact value.
@@ -254,24 +270,11 @@ def convolution_power(masses: np.ndarray, count: int) -> tuple[np.ndarray, float
     within (1 + r_a)(1 + r_b)(1 + gamma_k) - 1 (products that underflow aside: a caller whose
     masses may come near 2^-1022 checks them)."""
     u = _unit(masses)
-    base, base_err = masses, 0.0
-    out: np.ndarray | None = None
-    out_err, k = 0.0, count
-    while True:
-        if k & 1:
-            if out is None:
-                out, out_err = base, base_err
-            else:
-                n = min(len(out), len(base))
-                out = np.convolve(out, base)
-                out_err = (1.0 + out_err) * (1.0 + base_err) * (1.0 + n * u / (1.0 - n * u)) - 1.0
-        k >>= 1
-        if not k:
-            break
-        n = len(base)
-        base = np.convolve(base, base)
-        base_err = (1.0 + base_err) ** 2 * (1.0 + n * u / (1.0 - n * u)) - 1.0
-    assert out is not None
+
+    def convolve(a: tuple[np.ndarray, float], b: tuple[np.ndarray, float]) -> tuple[np.ndarray, float]:
+        return np.convolve(a[0], b[0]), (1.0 + a[1]) * (1.0 + b[1]) * (1.0 + gamma(min(len(a[0]), len(b[0])), u)) - 1.0
+
+    out, out_err = binary_power((masses, 0.0), count, convolve)
     return out, out_err
 
 
@@ -895,17 +898,7 @@ def _int_power(z: np.ndarray, count: int) -> np.ndarray:
     of at most count - 1 factors (1 + d_i), |d_i| <= sqrt(2) gamma_2 ~ 2.83u (a complex product's
     relative error, Higham 2002, Lemma 3.5), a relative error below the 4u (count (|log |z|| + 2 pi) +
     2) that :func:`_power_error` charges."""
-    out: np.ndarray | None = None
-    base = z
-    while True:
-        if count & 1:
-            out = base if out is None else out * base
-        count >>= 1
-        if not count:
-            break
-        base = base * base
-    assert out is not None
-    return out
+    return binary_power(z, count, operator.mul)
 
 
 def _power_error(spectrum: np.ndarray, count: int, e: float, u: float) -> np.ndarray:

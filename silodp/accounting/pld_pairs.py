@@ -318,8 +318,7 @@ def connect_the_dots(curve: Callable[[Any], Any], first: int, last: int, interva
     return LossPmf(interval, first, masses, tail)
 
 
-def connect_the_dots_at(curve: Callable[[Any], Any] | None, dots: np.ndarray, interval: float,
-                        values: np.ndarray | None = None) -> LossPmf:
+def connect_the_dots_at(curve: Callable[[Any], Any], dots: np.ndarray, interval: float) -> LossPmf:
     """:func:`connect_the_dots` with dots only at the increasing grid indices ``dots`` (the first
     and last the grid's ends; the points between them get no mass). Pessimistic for any choice of
     dots: the discrete curve equals ``curve`` at each dot and is linear in e^eps in between, above
@@ -327,12 +326,9 @@ def connect_the_dots_at(curve: Callable[[Any], Any] | None, dots: np.ndarray, in
     j - 1 to dot j, the mass at dot j is p_j = D_j / (1 - e^{-g_j}) - D_{j+1} / (e^{g_{j+1}} - 1)
     (:func:`connect_the_dots`'s p_i for g = h); past the last dot D = 0, +inf gets the last value
     and the first dot the rest. Evaluated in cache-sized pieces, as :func:`connect_the_dots`
-    (``values``: the curve at the dots, computed beforehand, instead of ``curve``)."""
+    (:func:`_dot_pmf`: the same from the curve's values at the dots, computed beforehand)."""
 
     def at_dots(lo: int, hi: int) -> np.ndarray:
-        if values is not None:
-            return values[lo:hi]
-        assert curve is not None
         return curve(dots[lo:hi] * interval)
 
     first, last, n = int(dots[0]), int(dots[-1]), len(dots)

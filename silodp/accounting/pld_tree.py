@@ -283,8 +283,7 @@ def compose_product(pmfs: list[Any], log_mass_truncation_bound: float,
         log_inputs += math.log1p(p.roundoff)
         log_finite += math.log1p(-p.infinity_mass)
     k = len(pmfs)
-    gamma2 = 2.0 * u / (1.0 - 2.0 * u)
-    g = math.expm1((k - 1) * math.log1p(math.sqrt(2.0) * gamma2))
+    g = math.expm1((k - 1) * math.log1p(math.sqrt(2.0) * pld.gamma(2, u)))
     spectrum_error = (math.expm1(log_spectrum) + g / (1.0 - g) * pld._spectral_norm(product, size)
                       + k * math.sqrt(size) * 2.0 ** -1060)
     out = np.fft.irfft(product, size)
@@ -318,17 +317,23 @@ def compose_grouped(pmfs: list[Any], log_mass_truncation_bound: float) -> Any:
     k = len(pmfs)
     if k < GROUPED_MIN:
         return compose_product(pmfs, log_mass_truncation_bound)
-    groups = math.isqrt(k)
     order = sorted(range(k), key=lambda i: len(pmfs[i].masses))
-    tail = LOG_WINDOW_TAIL - math.log(groups)
+    cuts, tail = _runs(k)
     parts = []
-    for g in range(groups):
-        part = [pmfs[i] for i in order[g * k // groups:(g + 1) * k // groups]]
+    for cut in cuts:
+        part = [pmfs[i] for i in order[cut]]
         out = compose_product(part, log_mass_truncation_bound, tail)
         if out is None:
             return None
         parts.append(out)
     return compose_product(parts, log_mass_truncation_bound)
+
+
+def _runs(k: int) -> tuple[list[slice], float]:
+    """The ~sqrt(k) consecutive runs that :func:`compose_grouped` and :func:`compose_blocks` cut k
+    PMFs into, and the log tail each run's window leaves out per side (e^LOG_WINDOW_TAIL / runs)."""
+    runs = math.isqrt(k)
+    return [slice(r * k // runs, (r + 1) * k // runs) for r in range(runs)], LOG_WINDOW_TAIL - math.log(runs)
 
 
 def _float64(plds: list[Any]) -> bool:
@@ -395,13 +400,12 @@ def compose_blocks(blocks: Iterable[Any], block_pld: Callable[[Any], Any]) -> An
     if k < max(GROUPED_MIN, PRODUCT_MIN):
         return compose_tree([block_pld(b) for b in distinct])
     distinct.sort(key=_support_order, reverse=True)  # the longest first: later runs reuse their pages
-    runs = math.isqrt(k)
-    tail = LOG_WINDOW_TAIL - math.log(runs)
+    cuts, tail = _runs(k)
     parts = []
-    for r in range(runs):
-        plds = [block_pld(b) for b in distinct[r * k // runs:(r + 1) * k // runs]]
-        if r == 0 and not _float64(plds):
-            return compose_tree(plds + [block_pld(b) for b in distinct[k // runs:]])
+    for cut in cuts:
+        plds = [block_pld(b) for b in distinct[cut]]
+        if cut.start == 0 and not _float64(plds):
+            return compose_tree(plds + [block_pld(b) for b in distinct[cut.stop:]])
         part = _product(plds, lambda pmfs, bound: compose_product(pmfs, bound, tail))
         parts.append(compose_tree(plds) if part is None else part)
     return compose_tree(parts)

@@ -57,7 +57,7 @@ class is decorated ``@register_accountant``.
 """
 
 from silodp.accounting.accountants.base import (  # noqa: F401 (re-exported)
-    _ALL_SAMPLING, DEFAULT_RELATION, EXACT, FALLBACK, TIGHT, Accountant, CalibrationSettings, as_silodp_event,
+    _ALL_SAMPLING, DEFAULT_RELATION, EXACT, FALLBACK, REFUSALS, TIGHT, Accountant, CalibrationSettings, as_silodp_event,
     neighbouring_arg)
 from silodp.accounting.accountants.registry import (
     ACCOUNTANTS, accountant_choices, delta, epsilon, get_accountant, register_accountant, unregister_accountant)

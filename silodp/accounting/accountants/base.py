@@ -59,6 +59,10 @@ def as_silodp_event(event: Any) -> ev.DpEvent:
 
 
 #: :attr:`Accountant.candidacy` values
+#: The exceptions by which walking or checking an event refuses it: :meth:`Accountant.unsupported_reason`
+#: (and the candidate search, which asks the same question) turns them into a reason, never raises them.
+REFUSALS = (ValueError, TypeError, AttributeError, ArithmeticError)
+
 EXACT, TIGHT, FALLBACK = "exact", "tight", "fallback"
 
 
@@ -133,7 +137,7 @@ class Accountant(abc.ABC):
         try:
             for block in self._flatten(event):
                 self._check_block(block)
-        except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+        except REFUSALS as exc:
             return str(exc) or type(exc).__name__
         return None
 

@@ -448,17 +448,15 @@ class PldAccountant(Accountant):
         return 8.0 * pld_lib._U * math.log2(max(points, 2))
 
     def _epsilon(self, delta: float) -> float:
-        if len(self._blocks) == 1 and isinstance(self._blocks[0], Block):  # a lone randomized response: exact
-            exact = mechanisms.randomized_response_epsilon(self._blocks[0], self.neighbouring, delta)
-            if exact is not None:
-                return exact
-        if len(self._blocks) == 1 and isinstance(self._blocks[0], Block):  # a lone Laplace block: its pure bound; or its tail
-            pure = mechanisms.laplace_pure_epsilon(self._blocks[0], self.neighbouring, delta)
-            if pure is not None:
-                return pure
-            tail = self._tail_epsilon(delta)
-            if tail is not None:
-                return tail
+        if len(self._blocks) == 1 and isinstance(self._blocks[0], Block):
+            # a lone block: randomized response exactly, Laplace by its pure bound, else its upper window
+            lone = mechanisms.randomized_response_epsilon(self._blocks[0], self.neighbouring, delta)
+            if lone is None:
+                lone = mechanisms.laplace_pure_epsilon(self._blocks[0], self.neighbouring, delta)
+            if lone is None:
+                lone = self._tail_epsilon(delta)
+            if lone is not None:
+                return lone
         eps = self._certifiable_pld(delta).get_epsilon_for_delta(delta)
         genuine = -math.expm1(sum(b.count * math.log1p(-b.delta) for b in self._blocks
                                   if b.kind == Mechanism.EPSILON_DELTA))
