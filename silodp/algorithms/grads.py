@@ -27,6 +27,7 @@ import threading
 import torch
 from torch.func import grad, vmap
 
+from . import fused as _fused
 from . import release as _release
 from .config import GRAD_METHODS
 from .models import Conv2d, Linear, Model, ReLU
@@ -299,25 +300,39 @@ def _scratch(tag: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tens
 
 
 @torch.no_grad()  # its products write into work tensors (out=), which autograd refuses; nothing here needs a graph
-def _scalar_point(problem, w, x, y, tag: str = "point"):
-    """One point of :func:`_scalar_mlp_sum`: ``(h, m, g, w2, sq)``, the hidden activations
-    ``h [n, k, H]``, their ReLU mask ``m`` (0 / 1), the loss's derivative ``g [n, k]`` at the output,
-    the output weights ``w2 [1 or n, H]`` and the per-record squared gradient norm ``sq [n, k]``
-    (``||x||^2`` from ``xsq``); one matrix product for every silo when they share one iterate."""
+def _scalar_forward(problem, w, x, tag: str):
+    """The scalar MLP's forward product at ``w``: ``(h, W2, b2, shared)``, the hidden pre-activations
+    ``h = x W1^T + b1 [n, k, H]`` in the work tensor ``tag`` (:func:`_scratch`), the output layer's
+    parameters ``W2 [1 or n, 1, H]``, ``b2 [1 or n, 1]`` and whether the silos share one iterate
+    (then one matrix product for every silo)."""
     model = problem.model
     n, k, d = x.shape
     hidden = model.layers[0].out_features
     shared = _shared(w)  # one iterate for every silo: one matrix product
     W1, b1 = model.params(w[:1] if shared else w, 0)
     W2, b2 = model.params(w[:1] if shared else w, 2)
-    w2 = W2[:, 0]  # [1 or n, H]
     h = _scratch(tag + ".h", (n, k, hidden), x)
     if shared:
         torch.addmm(b1[0], x.reshape(n * k, d), W1[0].t(), out=h.view(n * k, hidden))
+    else:
+        torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2), out=h)
+    return h, W2, b2, shared
+
+
+@torch.no_grad()
+def _scalar_point(problem, w, x, y, tag: str = "point"):
+    """One point of :func:`_scalar_mlp_sum`: ``(h, m, g, w2, sq)``, the hidden activations
+    ``h [n, k, H]``, their ReLU mask ``m`` (0 / 1), the loss's derivative ``g [n, k]`` at the output,
+    the output weights ``w2 [1 or n, H]`` and the per-record squared gradient norm ``sq [n, k]``
+    (``||x||^2`` from ``xsq``); one matrix product for every silo when they share one iterate."""
+    n, k, _ = x.shape
+    h, W2, b2, shared = _scalar_forward(problem, w, x, tag)
+    hidden = h.shape[-1]
+    w2 = W2[:, 0]  # [1 or n, H]
+    if shared:
         z = torch.addmv(b2[0], h.relu_().view(n * k, hidden), w2[0]).view(n, k, 1)
     else:
-        torch.baddbmm(b1.unsqueeze(1), x, W1.transpose(1, 2), out=h).relu_()
-        z = torch.baddbmm(b2.unsqueeze(1), h, W2.transpose(1, 2))
+        z = torch.baddbmm(b2.unsqueeze(1), h.relu_(), W2.transpose(1, 2))
     g = _output_grad(problem, z, y)
     # [h > 0] as 0 / 1 in one pass: h is a ReLU output (>= 0), so its sign is the mask (twice as fast as
     # threshold_backward on an expanded grad); a NaN record's NaN makes its squared norm NaN (general path)
@@ -345,7 +360,12 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
     is ``g^2 ((||x||^2 + 1) (m . w2^2) + ||h||^2 + 1)`` without forming the hidden gradients, and
     with ``s = weight * c * g`` (``c`` the clip factor folded into the scalar) the sums are
     ``grad W1 = w2 * (x^T (s m))``, ``grad b1 = w2 * sum s m``, ``grad w2 = sum s h``,
-    ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference)."""
+    ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference).
+    On the CPU with numba (the logistic loss, float32 / float64) everything after the forward
+    product is one fused pass per record (:func:`.fused.scalar_sum`: the same formula, the same
+    None), then one product ``(s m w2)^T x`` per silo."""
+    if _fused.applies(x, problem.loss, clip) and w.dtype == x.dtype:
+        return _scalar_mlp_sum_fused(problem, w, x, y, weights, clip, out)
     h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
     sq = _scalar_sq(g, _sqnorm(x) + 1.0, hid_sq, h)
     if not _release.all_finite(sq):
@@ -354,6 +374,31 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
     sm = m.mul_(s.unsqueeze(-1))  # s m, in place of the mask
     return _scalar_assemble(problem, w, x, torch.bmm(s.unsqueeze(1), h)[:, 0], s.sum(1, keepdim=True), sm, w2,
                             out=out)
+
+
+@torch.no_grad()
+def _scalar_mlp_sum_fused(problem, w, x, y, weights, clip, out=None) -> torch.Tensor | None:
+    """:func:`_scalar_mlp_sum` by :func:`.fused.scalar_sum` after the forward product."""
+    model = problem.model
+    n = x.shape[0]
+    h, W2, b2, _ = _scalar_forward(problem, w, x, "point")
+    if out is None or not out.is_contiguous():
+        out = torch.empty(n, model.dim, dtype=x.dtype)
+    (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
+    if not _fused.scalar_sum(h, x, y, W2[:, 0], b2, weights, clip, out, (sb1.start, sw2.start, sb2.start)):
+        return None
+    _hidden_weight_sum(x, h, out[:, sw1].view(n, h.shape[-1], x.shape[-1]))
+    return out
+
+
+def _hidden_weight_sum(x: torch.Tensor, sm: torch.Tensor, dst: torch.Tensor) -> None:
+    """``dst [n, H, d] = sm^T x`` per silo (``sm [n, k, H]``, ``x [n, k, d]``), as ``x^T sm [n, d, H]``
+    (``x`` the transposed operand) into a work tensor, then copied transposed into ``dst``: faster
+    than the ``[n, H, d]`` product itself at the paper's shapes (``bench_simulator.py --breakdown``)."""
+    n, k, d = x.shape
+    tmp = _scratch("point.xsm", (n, d, sm.shape[-1]), x)
+    torch.bmm(x.transpose(1, 2), sm, out=tmp)
+    dst.copy_(tmp.transpose(1, 2))
 
 
 def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None, out=None) -> torch.Tensor:

@@ -1,0 +1,170 @@
+"""The scalar MLP's fused CPU pass (silodp.algorithms.fused, numba): the same sums as the torch path
+(its reference and fallback) and the materializing reference, None exactly where the torch path
+returns None (a record it cannot norm finitely: the general path then masks or log-norms it), the
+torch path wherever the pass does not apply (numba missing, another loss, a GPU or non-contiguous
+tensor, a per-record clip), and numba never imported on the light paths."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from silodp.algorithms import Problem, fused, grads, mlp
+from silodp.algorithms.grads import clipped_grad_sum
+
+pytestmark = pytest.mark.skipif(fused.kernels() is None, reason="numba is not installed")
+
+#: float32 sums of a few records against the float64 reference: a few ulps of float32 per term
+TOL = {torch.float64: dict(atol=1e-12, rtol=1e-9), torch.float32: dict(atol=1e-6, rtol=1e-5)}
+
+
+def _case(dtype, seed=0, n=4, k=7, d=6, hidden=9):
+    gen = torch.Generator().manual_seed(seed)
+    model = mlp(d, [hidden])
+    x = torch.randn(n, k, d, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 2, (n, k), generator=gen).double()
+    w = model.init(gen) + 0.3 * torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    weights = torch.rand(n, k, generator=gen, dtype=torch.float64)
+    weights[0, :3] = 0.0  # padding rows
+    weights[1, 2] = -0.5  # any value
+    return model, x.to(dtype), y.to(dtype), w.to(dtype), weights.to(dtype), gen
+
+
+def _torch_path(monkeypatch):
+    """Make the pass unavailable, as without numba (restored at the test's end)."""
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
+    monkeypatch.setattr(fused, "_KERNELS", None)
+    assert fused.kernels() is None
+
+
+def _count_calls(monkeypatch) -> list:
+    calls: list = []
+    real = fused.scalar_sum
+    monkeypatch.setattr(fused, "scalar_sum", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("clip", [None, 0.05, 1.0, "per-silo"])
+@pytest.mark.parametrize("iterate", ["shared", "per-silo"])
+def test_fused_sum_equals_the_torch_path_and_the_reference(monkeypatch, dtype, clip, iterate):
+    model, x, y, w, weights, gen = _case(dtype)
+    if clip == "per-silo":
+        clip = torch.tensor([[0.01], [0.1], [1.0], [10.0]], dtype=dtype)
+    if iterate == "per-silo":
+        w = w + 0.1 * torch.randn(4, model.dim, generator=gen, dtype=torch.float64).to(dtype)
+    problem = Problem(model, "logistic", clip=1.0)  # the kernels take the clip as their argument
+    assert fused.applies(x, "logistic", clip)
+    calls = _count_calls(monkeypatch)
+    got = grads._scalar_mlp_sum(problem, grads._per_silo(w, x), x, y, weights, clip)
+    whole = clipped_grad_sum(problem, w, x, y, weights, clip)
+    assert len(calls) == 2 and got is not None
+    assert torch.equal(got, whole)
+    ref = clipped_grad_sum(problem, w.double(), x.double(), y.double(), weights.double(),
+                           clip if not isinstance(clip, torch.Tensor) else clip.double(), "materialize")
+    assert torch.allclose(got.double(), ref, **TOL[dtype])
+    _torch_path(monkeypatch)
+    slow = grads._scalar_mlp_sum(problem, grads._per_silo(w, x), x, y, weights, clip)
+    assert len(calls) == 2  # the torch path ran
+    assert torch.allclose(got, slow, **TOL[dtype])
+    if clip is not None and not isinstance(clip, torch.Tensor):  # each silo's sum within clip * sum |weights|
+        assert torch.all(got.double().norm(dim=1) <= clip * weights.double().abs().sum(1) * (1 + 1e-6))
+
+
+def _poison(kind: str, x: torch.Tensor, w: torch.Tensor) -> None:
+    """One record (silo 1, record 2) the kernels cannot norm finitely, or (``"-inf pre-activation"``)
+    one they can: a hidden unit's pre-activation overflows to -inf on finite features, which the
+    ReLU zeroes on both paths."""
+    big = torch.finfo(x.dtype).max
+    x[..., 0].clamp_(-1.0, 1.0)  # no other record's unit 0 overflows below
+    if kind == "nan":
+        x[1, 2, 0] = float("nan")
+    elif kind == "inf":
+        x[1, 2, 3] = float("inf")
+    elif kind == "-inf":
+        x[1, 2, 3] = -float("inf")
+    elif kind == "huge":  # finite features whose squared norm overflows
+        x[1, 2] = big ** 0.5 * 4
+    else:  # unit 0: W1[0, 0] = +-big / 2 and b1[0] = -big / 2, finite and <= 0 on |x_0| <= 1, +-inf at x_0 = 4
+        hidden, d = 9, x.shape[-1]
+        w[0], w[hidden * d] = (-big if kind.startswith("-") else big) / 2, -big / 2
+        if kind == "nan pre-activation":  # and W1[0, 1] = -big / 2: inf - inf at x_0 = x_1 = 4
+            x[..., :2].clamp_(-0.5, 0.5)  # x_0 - x_1 - 1 <= 0 on the other records
+            w[1] = -big / 2
+        x[1, 2] = 1.0
+        x[1, 2, 0] = 4.0
+        if kind == "nan pre-activation":
+            x[1, 2, 1] = 4.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["nan", "inf", "-inf", "huge", "+inf pre-activation", "-inf pre-activation",
+                                  "nan pre-activation"])
+@pytest.mark.parametrize("clip", [None, 0.5])
+def test_non_finite_records_give_none_where_the_torch_path_does(monkeypatch, dtype, kind, clip):
+    """A NaN / inf / huge (overflowing squared norm) feature or a +inf / NaN pre-activation: the fused pass
+    returns None, as the torch path, and the chunk's sum is the general path's (the record masked or
+    log-normed), equal to the reference; a -inf pre-activation (the ReLU's zero): both kernels run and
+    agree."""
+    model, x, y, w, weights, _ = _case(dtype, seed=3)
+    _poison(kind, x, w)
+    problem = Problem(model, "logistic", clip=clip)
+    ws = grads._per_silo(w, x)
+    got = grads._scalar_mlp_sum(problem, ws, x, y, weights, clip)
+    whole = clipped_grad_sum(problem, w, x, y, weights, clip)
+    _torch_path(monkeypatch)
+    slow = grads._scalar_mlp_sum(problem, ws, x, y, weights, clip)
+    assert (got is None) == (slow is None) == (kind != "-inf pre-activation")
+    slow_whole = clipped_grad_sum(problem, w, x, y, weights, clip)
+    if got is None:
+        assert torch.equal(whole, slow_whole)  # the general path, both
+    else:
+        assert torch.allclose(got, slow, **TOL[dtype]) and torch.equal(got, whole)
+        assert torch.allclose(whole, slow_whole, **TOL[dtype])
+    ref = clipped_grad_sum(problem, w, x, y, weights, clip, "materialize")
+    assert torch.allclose(whole, ref, **TOL[dtype])
+
+
+def test_the_torch_path_runs_where_the_pass_does_not_apply(monkeypatch):
+    """Another loss, a per-record clip, a non-contiguous or float16 input, a tensor off the CPU: no
+    fused call, and the same sums as the reference."""
+    model, x, y, w, weights, _ = _case(torch.float64)
+    calls = _count_calls(monkeypatch)
+    per_record = torch.full((4, 7), 0.5, dtype=torch.float64)
+    assert not fused.applies(x, "squared") and not fused.applies(x, "logistic", per_record)
+    assert not fused.applies(x.transpose(0, 1), "logistic") and not fused.applies(x.half(), "logistic")
+    assert not fused.applies(torch.empty(4, 7, 6, device="meta"), "logistic")
+    for loss, clip in (("squared", 0.5), ("logistic", per_record)):
+        problem = Problem(model, loss, clip=0.5)
+        got = clipped_grad_sum(problem, w, x, y, weights, clip)
+        assert torch.allclose(got, clipped_grad_sum(problem, w, x, y, weights, clip, "materialize"), **TOL[x.dtype])
+    assert not calls
+
+
+def test_without_numba_the_torch_path_gives_the_same_sums(monkeypatch):
+    model, x, y, w, weights, _ = _case(torch.float64)
+    problem = Problem(model, "logistic", clip=0.3)
+    fast = clipped_grad_sum(problem, w, x, y, weights, 0.3)
+    calls = _count_calls(monkeypatch)
+    _torch_path(monkeypatch)
+    assert not fused.applies(x, "logistic", 0.3)
+    assert torch.allclose(clipped_grad_sum(problem, w, x, y, weights, 0.3), fast, **TOL[x.dtype])
+    assert not calls
+
+
+def test_the_cache_falls_back_to_none_on_a_read_only_package(monkeypatch, tmp_path):
+    """numba caches the kernels in the package's ``__pycache__`` where it can write there; not at
+    all (never elsewhere) where it cannot."""
+    assert fused._cache_writable()
+    monkeypatch.setattr(fused.os, "access", lambda path, mode: False)
+    assert not fused._cache_writable()
+    monkeypatch.setattr(fused.os, "makedirs", lambda *a, **k: (_ for _ in ()).throw(PermissionError()))
+    assert not fused._cache_writable()
+
+
+def test_light_paths_never_import_numba():
+    code = ("import sys, silodp, silodp.accounting, silodp.algorithms; "
+            "assert 'numba' not in sys.modules, 'numba imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
