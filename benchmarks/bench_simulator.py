@@ -290,7 +290,9 @@ PRODUCTS = {
 #: the operators :func:`kernel_ops` times one by one (the products and the passes over [N K, h])
 TIMED = [(torch, "addmm"), (torch, "bmm"), (torch, "baddbmm"), (torch, "addmv"), (torch.Tensor, "__matmul__"),
          (torch, "sign"), (torch.linalg, "vector_norm"), (torch.Tensor, "relu_"), (torch.Tensor, "mul_"),
-         (torch.Tensor, "sum"), (torch, "mul")]
+         (torch.Tensor, "sum"), (torch, "mul"), (torch.Tensor, "copy_")]
+#: the fused passes of :mod:`silodp.algorithms.fused` (numba), timed as one row each
+FUSED = ("clipped_sum",)
 
 
 def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
@@ -301,8 +303,9 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     ``reps`` kernel calls; CPU time, so a call in which this thread lost the core counts only what it
     ran): a product's FLOPs from its shapes and its rate, any other operator's bytes read (its tensor
     arguments) and their rate; the rest of the kernel (views, clip factors, finiteness checks,
-    Python) is the kernel's time less theirs."""
-    from silodp.algorithms import grads
+    Python) is the kernel's time less theirs. A fused pass (:data:`FUSED`, where numba is installed)
+    is one row: all the kernel's work between its products."""
+    from silodp.algorithms import fused, grads
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(silos, args.batch, args.d, generator=gen).to(device)
@@ -331,14 +334,14 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
             t = clock(device)
             out = real(*a, **k)
             dt = clock(device) - t
-            key = (name, tuple(tuple(v.shape) for v in a if isinstance(v, torch.Tensor)))
+            key = (name, tuple(tuple(v.shape) for v in tensors(a)))
             slot = spent.setdefault(key, [[0.0] * reps, 0])
             slot[0][rep] += dt
             slot[1] += 1
             return out
         return run
 
-    with wrapped(TIMED, timed):
+    with wrapped(TIMED + [(fused, name) for name in FUSED if hasattr(fused, name)], timed):
         for rep in range(reps):  # noqa: B007  (read by the wrappers: each call's slot)
             call()
     ops = []
@@ -349,6 +352,15 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
                     "flops": flops, "bytes_read": 4 * sum(math.prod(v) for v in sh) if flops is None else None})
     return {"silos": silos, "reps": reps, "kernel_seconds": statistics.median(times), "page_faults": faults,
             "ops": sorted(ops, key=lambda o: -o["seconds"])}
+
+
+def tensors(args) -> Iterator[torch.Tensor]:
+    """The tensors among ``args``, those inside lists and tuples included (a fused pass's points)."""
+    for v in args:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from tensors(v)
 
 
 def minor_faults() -> int:

@@ -12,8 +12,8 @@ record does all of them while its row is in L1 (:func:`_sum_pass`), and overwrit
 pre-activations with ``s m w2``, so ``grad W1 = (s m w2)^T x`` is the one remaining product.
 
 The guarantee is :func:`.grads._scalar_mlp_sum`'s, the same formula up to float reassociation
-(``fastmath`` limited to reassociation, contraction and signed zeros: never ``nnan`` / ``ninf``, so
-a NaN or an infinity still propagates and is seen): a record whose squared norm is not finite (a
+(``fastmath`` limited to reassociation and signed zeros: never ``nnan`` / ``ninf``, so a NaN or an
+infinity still propagates and is seen): a record whose squared norm is not finite (a
 NaN or ``+inf`` pre-activation: the ReLU passes them on as torch's does; an overflowing norm) makes
 the pass return False, exactly where the torch path returns None, and the caller takes the general
 path (which masks the record or norms it in the log domain). The clip factor is the release
@@ -33,60 +33,93 @@ import threading
 
 import numpy as np
 
-#: the fast-math flags of the passes (LLVM's): reassociation (vectorized reductions), contraction
-#: (fused multiply-adds) and no signed zeros; never ``nnan`` / ``ninf`` (a NaN or an infinity must
-#: still be seen) nor ``arcp`` (the clip factor divides exactly, as the torch path)
-FASTMATH = frozenset({"reassoc", "contract", "nsz"})
+#: the fast-math flags of the passes (LLVM's): reassociation (vectorized reductions) and no signed
+#: zeros; never ``nnan`` / ``ninf`` (a NaN or an infinity must still be seen), ``arcp`` (the clip
+#: factor divides) nor ``contract`` (a fused ``a b - c d`` rounds its two sides differently: two
+#: equal points' difference would not be exactly zero)
+FASTMATH = frozenset({"reassoc", "nsz"})
 
 
-def _sum_pass(h, x, y, w2, b2, wt, clip, consts, out, ob1, ow2, ob2):  # pragma: no cover  (compiled)
-    """The fused pass of :func:`scalar_sum` over pre-activations ``h [n, k, H]`` (overwritten with
-    ``s m w2``), inputs ``x [n, k, d]``, labels ``y [n, k]``, output weights ``w2 [1 or n, H]`` and
-    biases ``b2 [1 or n]``, weights ``wt [n, k]``, clip norms ``clip [n]`` (empty: no clip),
-    ``consts = (0, 1, 1e-30)`` in the dtype; the output layer's and the hidden bias's sums land in
-    ``out [n, dim]`` at the columns ``ob1``, ``ow2``, ``ob2``. False at the first record whose
-    squared norm is not finite."""
+def _hidden_sums(row, w, zero):  # pragma: no cover  (compiled)
+    """One record's hidden row ``row [H]`` (pre-activations) against output weights ``w [H]``:
+    ``(relu(row) . w, ||relu(row)||^2, m . w^2)``, ``m = [row > 0]``; the ReLU as torch's (a NaN
+    stays NaN, so it reaches the squared norm)."""
+    z = zero
+    hs = zero
+    hid = zero
+    for u in range(row.shape[0]):
+        v = row[u]
+        r = zero if v <= zero else v
+        z += r * w[u]
+        hs += r * r
+        hid += w[u] * w[u] if v > zero else zero
+    return z, hs, hid
+
+
+def _row_sq(xr, zero):  # pragma: no cover  (compiled)
+    """``||xr||^2``."""
+    s = zero
+    for e in range(xr.shape[0]):
+        s += xr[e] * xr[e]
+    return s
+
+
+def _logistic_grad(z, y, one):  # pragma: no cover  (compiled)
+    """The logistic loss's derivative at the output ``z``: ``softplus'(z) - y`` as torch's
+    ``softplus_backward(1, z, beta 1, threshold 20)``."""
+    ez = math.exp(z)
+    return (one if z > 20 else ez / (ez + one)) - y
+
+
+def _clip_factor(sq, clip, tiny, one):  # pragma: no cover  (compiled)
+    """:func:`.release.clip_factors` of one finite squared norm: ``min(1, C / max(sqrt(sq), 1e-30))``."""
+    c = clip / max(math.sqrt(sq), tiny)
+    return one if c > one else c
+
+
+def _store(row, acc_w2, acc_b1, acc_b2, ob1, ow2, ob2):  # pragma: no cover  (compiled)
+    """One silo's sums into its row of the result: the output weight's at ``ow2``, the hidden
+    bias's at ``ob1``, the output bias's at ``ob2``."""
+    row[ow2:ow2 + acc_w2.shape[0]] = acc_w2
+    row[ob1:ob1 + acc_b1.shape[0]] = acc_b1
+    row[ob2] = acc_b2
+
+
+def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma: no cover  (compiled)
+    """The fused pass of :func:`clipped_sum` at one point: pre-activations ``h [n, k, H]``
+    (overwritten with ``s m w2``), output weights ``w2 [1 or n, H]`` and biases ``b2 [1 or n]``,
+    inputs ``x [n, k, d]``, labels ``y [n, k]``, weights ``wt [n, k]``, clip norms ``clip [n]``
+    (empty: no clip), ``consts = (0, 1, 1e-30)`` in the dtype; the output layer's and the hidden
+    bias's sums land in ``out [n, dim]`` at the columns ``ob1``, ``ow2``, ``ob2``. False at the first
+    record whose squared norm is not finite. Per silo in three loops over its records (the row
+    reductions; the per-record scalars, whose latencies then overlap; the scaled rows and sums)."""
     n, k, hidden = h.shape
-    d = x.shape[2]
     zero, one, tiny = consts[0], consts[1], consts[2]
     per_silo = w2.shape[0] > 1
     clipped = clip.shape[0] > 0
-    acc_w2 = np.empty(hidden, h.dtype)  # the silo's sums, local (stores into ``out`` would alias ``h``'s row)
-    acc_b1 = np.empty(hidden, h.dtype)
+    acc_w2, acc_b1 = np.empty((2, hidden), h.dtype)  # the silo's sums, local (stores into ``out`` alias ``h``)
+    zs, qs = np.empty((2, k), h.dtype)
     for i in range(n):
         w = w2[i] if per_silo else w2[0]
         bias = b2[i] if per_silo else b2[0]
-        acc_w2[:] = zero
-        acc_b1[:] = zero
+        for j in range(k):
+            z, hs, hid = _hidden_sums(h[i, j], w, zero)
+            zs[j] = z + bias
+            qs[j] = (_row_sq(x[i, j], zero) + one) * hid + hs + one
         acc_b2 = zero
         for j in range(k):
-            row = h[i, j]
-            xr = x[i, j]
-            xsq = zero
-            for e in range(d):
-                xsq += xr[e] * xr[e]
-            z = zero
-            hs = zero
-            hid = zero
-            for u in range(hidden):
-                v = row[u]
-                r = zero if v <= zero else v  # torch's relu: a NaN stays NaN
-                z += r * w[u]
-                hs += r * r
-                hid += w[u] * w[u] if v > zero else zero
-            z += bias
-            ez = math.exp(z)
-            g = (one if z > 20 else ez / (ez + one)) - y[i, j]  # softplus_backward(1, z, beta 1, threshold 20)
-            sq = g * g * ((xsq + one) * hid + hs + one)
+            g = _logistic_grad(zs[j], y[i, j], one)
+            sq = g * g * qs[j]  # g^2 ((||x||^2 + 1) (m . w2^2) + ||h||^2 + 1)
             if not math.isfinite(sq):
                 return False
-            if clipped:
-                c = clip[i] / max(math.sqrt(sq), tiny)
-                c = one if c > one else c
-            else:
-                c = one
-            s = c * wt[i, j] * g
-            acc_b2 += s
+            c = _clip_factor(sq, clip[i], tiny, one) if clipped else one
+            zs[j] = c * wt[i, j] * g  # s
+            acc_b2 += zs[j]
+        acc_w2[:] = zero
+        acc_b1[:] = zero
+        for j in range(k):
+            row = h[i, j]
+            s = zs[j]
             for u in range(hidden):
                 v = row[u]
                 r = v if v > zero else zero
@@ -94,9 +127,87 @@ def _sum_pass(h, x, y, w2, b2, wt, clip, consts, out, ob1, ow2, ob2):  # pragma:
                 acc_w2[u] += s * r
                 acc_b1[u] += t
                 row[u] = t
-        out[i, ow2:ow2 + hidden] = acc_w2
-        out[i, ob1:ob1 + hidden] = acc_b1
-        out[i, ob2] = acc_b2
+        _store(out[i], acc_w2, acc_b1, acc_b2, ob1, ow2, ob2)
+    return True
+
+
+def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, ob1, ow2, ob2):  # pragma: no cover
+    """The fused pass of :func:`clipped_sum` for differences (:func:`.grads._scalar_mlp_diff`'s
+    formula): both points' pre-activations ``h1``, ``h0`` (``h1`` overwritten with ``e delta``), their
+    output layers, difference clips ``dc [n]`` (empty: none), the rest as :func:`_sum_pass`. Per
+    silo: the rows' reductions at both points; ``u = c1 g1``, ``v = c0 g0``; the difference's
+    squared norm ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2`` and ``e = weight * its clip
+    factor``; the scaled rows and sums. False at the first record not finite at either point or
+    whose difference's squared norm is not finite."""
+    n, k, hidden = h1.shape
+    zero, one, tiny = consts[0], consts[1], consts[2]
+    per1 = w2_1.shape[0] > 1
+    per0 = w2_0.shape[0] > 1
+    clipped = clip.shape[0] > 0
+    dclipped = dc.shape[0] > 0
+    acc_w2, acc_b1 = np.empty((2, hidden), h1.dtype)
+    us, vs, q1, q0, xs = np.empty((5, k), h1.dtype)
+    for i in range(n):
+        a = w2_1[i] if per1 else w2_1[0]
+        b = w2_0[i] if per0 else w2_0[0]
+        bias1 = b2_1[i] if per1 else b2_1[0]
+        bias0 = b2_0[i] if per0 else b2_0[0]
+        for j in range(k):
+            z1, hs1, hid1 = _hidden_sums(h1[i, j], a, zero)
+            z0, hs0, hid0 = _hidden_sums(h0[i, j], b, zero)
+            xsq = _row_sq(x[i, j], zero) + one
+            us[j] = z1 + bias1
+            vs[j] = z0 + bias0
+            q1[j] = xsq * hid1 + hs1 + one
+            q0[j] = xsq * hid0 + hs0 + one
+            xs[j] = xsq
+        for j in range(k):
+            g1 = _logistic_grad(us[j], y[i, j], one)
+            g0 = _logistic_grad(vs[j], y[i, j], one)
+            sq1 = g1 * g1 * q1[j]
+            sq0 = g0 * g0 * q0[j]
+            if not (math.isfinite(sq1) and math.isfinite(sq0)):
+                return False
+            us[j] = (_clip_factor(sq1, clip[i], tiny, one) if clipped else one) * g1
+            vs[j] = (_clip_factor(sq0, clip[i], tiny, one) if clipped else one) * g0
+        for j in range(k):
+            row1 = h1[i, j]
+            row0 = h0[i, j]
+            u = us[j]
+            v = vs[j]
+            dsq = zero
+            esq = zero
+            for t in range(hidden):
+                p1 = row1[t]
+                p0 = row0[t]
+                dl = (u * a[t] if p1 > zero else zero) - (v * b[t] if p0 > zero else zero)
+                ep = (p1 if p1 > zero else zero) * u - (p0 if p0 > zero else zero) * v
+                dsq += dl * dl
+                esq += ep * ep
+            db = u - v
+            sq = dsq * xs[j] + esq + db * db
+            if not math.isfinite(sq):
+                return False
+            q1[j] = _clip_factor(sq, dc[i], tiny, one) * wt[i, j] if dclipped else wt[i, j]  # e
+        acc_w2[:] = zero
+        acc_b1[:] = zero
+        acc_b2 = zero
+        for j in range(k):
+            row1 = h1[i, j]
+            row0 = h0[i, j]
+            u = us[j]
+            v = vs[j]
+            e = q1[j]
+            for t in range(hidden):
+                p1 = row1[t]
+                p0 = row0[t]
+                dl = (u * a[t] if p1 > zero else zero) - (v * b[t] if p0 > zero else zero)
+                ep = (p1 if p1 > zero else zero) * u - (p0 if p0 > zero else zero) * v
+                acc_w2[t] += ep * e
+                acc_b1[t] += dl * e
+                row1[t] = dl * e
+            acc_b2 += (u - v) * e
+        _store(out[i], acc_w2, acc_b1, acc_b2, ob1, ow2, ob2)
     return True
 
 
@@ -117,7 +228,7 @@ def _cache_writable() -> bool:
 
 
 def kernels() -> dict | None:
-    """The compiled passes by name (``"sum"``), or None where numba is not installed."""
+    """The compiled passes by name (``"sum"``, ``"diff"``), or None where numba is not installed."""
     global _KERNELS
     if _KERNELS is None:
         with _LOCK:
@@ -127,8 +238,10 @@ def kernels() -> dict | None:
                 except ImportError:
                     _KERNELS = {}
                 else:
+                    for helper in (_hidden_sums, _row_sq, _logistic_grad, _clip_factor, _store):  # inlined into the passes
+                        numba.extending.register_jitable(fastmath=set(FASTMATH))(helper)
                     jit = numba.njit(cache=_cache_writable(), fastmath=set(FASTMATH), boundscheck=False, nogil=True)
-                    _KERNELS = {"sum": jit(_sum_pass)}
+                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass)}
     return _KERNELS or None
 
 
@@ -162,8 +275,11 @@ def _per_silo(v, n: int, dtype):
     the torch path)."""
     import torch
 
+    kind = np.float32 if dtype == torch.float32 else np.float64
     if v is None:
-        return torch.empty(0, dtype=dtype).numpy()
+        return np.empty(0, dtype=kind)
+    if isinstance(v, (int, float)):
+        return np.full(n, v, dtype=kind)
     t = torch.as_tensor(v, dtype=dtype)
     if t.numel() not in (1, n):
         return None
@@ -177,15 +293,19 @@ def _consts(dtype):
     return np.array([0.0, 1.0, 1e-30], dtype=np.float32 if dtype == torch.float32 else np.float64)
 
 
-def scalar_sum(h, x, y, w2, b2, weights, clip, out, columns: tuple[int, int, int]) -> bool:
-    """The fused pass of :func:`.grads._scalar_mlp_sum` (see the module docstring): ``h [n, k, H]``
-    the pre-activations (a contiguous work tensor, overwritten with ``s m w2``), ``w2 [1 or n, H]``,
-    ``b2 [1 or n, 1]``, ``clip`` None, a number or a tensor of one value or one per silo; the output
-    layer's weight and bias sums and the hidden bias's land in ``out [n, dim]`` (contiguous, ``x``'s
-    dtype) at ``columns = (b1, w2, b2)`` (their first column); the hidden weight's sum is left to
-    the caller (``h^T x`` per silo). False where a record's squared norm is not finite (the caller
-    takes the general path). :func:`applies` tells where it runs."""
-    dtype = x.dtype
-    clips = _per_silo(clip, x.shape[0], dtype)
-    return bool(_kernel("sum")(h.numpy(), x.numpy(), _array(y, dtype), _array(w2, dtype), _array(b2.reshape(-1), dtype),
-                                 _array(weights, dtype), clips, _consts(dtype), out.numpy(), *columns))
+def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int, int, int]) -> bool:
+    """The fused pass of :func:`.grads._scalar_mlp_sum` (one point) or :func:`.grads._scalar_mlp_diff`
+    (two, the difference ``w - w_old`` clipped to ``diff_clip``): ``points`` the ``(h, w2, b2)`` of each,
+    ``h [n, k, H]`` its pre-activations (a contiguous work tensor; the first point's is overwritten
+    with its weighted hidden output gradients, ``s m w2`` or ``e delta``), ``w2 [1 or n, H]``,
+    ``b2 [1 or n, 1]``; ``clip`` and ``diff_clip`` None, a number or a tensor of one value or one per
+    silo; the output layer's weight and bias sums and the hidden bias's land in ``out [n, dim]``
+    (contiguous, ``x``'s dtype) at ``columns = (b1, w2, b2)`` (their first column); the hidden
+    weight's sum is left to the caller (``x^T h`` per silo). False where a record is not finite (the
+    caller takes the general path). :func:`applies` tells where it runs."""
+    dtype, n = x.dtype, x.shape[0]
+    arrays = [a for h, w2, b2 in points for a in (h.numpy(), _array(w2, dtype), _array(b2.reshape(-1), dtype))]
+    data = (_array(x, dtype), _array(y, dtype), _array(weights, dtype), _per_silo(clip, n, dtype))
+    clips = (_per_silo(diff_clip, n, dtype),) if len(points) == 2 else ()
+    return bool(_kernel("sum" if len(points) == 1 else "diff")(*arrays, *data, *clips, _consts(dtype), out.numpy(),
+                                                              *columns))

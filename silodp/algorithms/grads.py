@@ -16,7 +16,10 @@ before any product, never a NaN factor), and a record whose squared norm overflo
 again in the log domain (:func:`.release.log_norms`), so its clip factor is exact. Differences
 (SVRG, SPIDER): :func:`clipped_diff_sum`, their norms scaled per record (never overflow). Silos
 are processed in cache-sized chunks (:data:`CHUNK_BYTES`), and Linear / ReLU models run a
-written-out backward pass (:func:`_mlp_pass`).
+written-out backward pass (:func:`_mlp_pass`). The scalar-output one-hidden-layer MLP has its own
+kernels (:func:`_scalar_mlp_sum`, :func:`_scalar_mlp_diff`); on the CPU with numba, everything
+between their matrix products is one fused pass (:mod:`.fused`), the torch code its reference and
+fallback.
 """
 
 from __future__ import annotations
@@ -362,10 +365,10 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
     ``grad W1 = w2 * (x^T (s m))``, ``grad b1 = w2 * sum s m``, ``grad w2 = sum s h``,
     ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference).
     On the CPU with numba (the logistic loss, float32 / float64) everything after the forward
-    product is one fused pass per record (:func:`.fused.scalar_sum`: the same formula, the same
+    product is one fused pass per record (:func:`.fused.clipped_sum`: the same formula, the same
     None), then one product ``(s m w2)^T x`` per silo."""
     if _fused.applies(x, problem.loss, clip) and w.dtype == x.dtype:
-        return _scalar_mlp_sum_fused(problem, w, x, y, weights, clip, out)
+        return _scalar_fused(problem, (w,), x, y, weights, clip, out=out)
     h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
     sq = _scalar_sq(g, _sqnorm(x) + 1.0, hid_sq, h)
     if not _release.all_finite(sq):
@@ -377,16 +380,20 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
 
 
 @torch.no_grad()
-def _scalar_mlp_sum_fused(problem, w, x, y, weights, clip, out=None) -> torch.Tensor | None:
-    """:func:`_scalar_mlp_sum` by :func:`.fused.scalar_sum` after the forward product."""
+def _scalar_fused(problem, points, x, y, weights, clip, diff_clip=None, out=None) -> torch.Tensor | None:
+    """:func:`_scalar_mlp_sum` (``points = (w,)``) or :func:`_scalar_mlp_diff` (``(w, w_old)``) by
+    :func:`.fused.clipped_sum` after each point's forward product, then the hidden weight's sum."""
     model = problem.model
     n = x.shape[0]
-    h, W2, b2, _ = _scalar_forward(problem, w, x, "point")
+    tags = ("point",) if len(points) == 1 else ("point1", "point0")
+    forward = [_scalar_forward(problem, w, x, tag) for w, tag in zip(points, tags)]
     if out is None or not out.is_contiguous():
         out = torch.empty(n, model.dim, dtype=x.dtype)
     (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
-    if not _fused.scalar_sum(h, x, y, W2[:, 0], b2, weights, clip, out, (sb1.start, sw2.start, sb2.start)):
+    if not _fused.clipped_sum([(h, W2[:, 0], b2) for h, W2, b2, _ in forward], x, y, weights, clip, diff_clip, out,
+                              (sb1.start, sw2.start, sb2.start)):
         return None
+    h = forward[0][0]
     _hidden_weight_sum(x, h, out[:, sw1].view(n, h.shape[-1], x.shape[-1]))
     return out
 
@@ -434,7 +441,10 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     ``(eps, u - v)`` with ``eps = u h1 - v h0``: its squared norm is
     ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2``, each term formed from the difference
     itself (no cancellation of two large norms), and the clipped sum is one matrix product per
-    silo, ``x^T (e delta)``, ``e`` the weight times the difference's clip factor."""
+    silo, ``x^T (e delta)``, ``e`` the weight times the difference's clip factor. On the CPU with
+    numba, as :func:`_scalar_mlp_sum`, one fused pass after the two forward products."""
+    if _fused.applies(x, problem.loss, clip, dc) and w.dtype == x.dtype == w_old.dtype:
+        return _scalar_fused(problem, (w, w_old), x, y, weights, clip, dc)
     h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y, "point1")
     h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y, "point0")
     xsq = _sqnorm(x) + 1.0

@@ -40,8 +40,8 @@ def _torch_path(monkeypatch):
 
 def _count_calls(monkeypatch) -> list:
     calls: list = []
-    real = fused.scalar_sum
-    monkeypatch.setattr(fused, "scalar_sum", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    real = fused.clipped_sum
+    monkeypatch.setattr(fused, "clipped_sum", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     return calls
 
 
@@ -123,6 +123,63 @@ def test_non_finite_records_give_none_where_the_torch_path_does(monkeypatch, dty
         assert torch.allclose(got, slow, **TOL[dtype]) and torch.equal(got, whole)
         assert torch.allclose(whole, slow_whole, **TOL[dtype])
     ref = clipped_grad_sum(problem, w, x, y, weights, clip, "materialize")
+    assert torch.allclose(whole, ref, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("clip,diff_clip", [(None, None), (0.05, None), (1.0, 0.02), (None, 0.1), (1.0, "per-silo"),
+                                            (0.5, 0.0)])
+@pytest.mark.parametrize("iterate", ["shared", "per-silo", "equal points"])
+def test_fused_differences_equal_the_torch_path_and_the_reference(monkeypatch, dtype, clip, diff_clip, iterate):
+    """SVRG / SPIDER's differences of clipped gradients, each clipped again (``diff_clip``: None, a
+    number, one per silo, 0 at a zero difference): the fused pass equals the torch path and the
+    materializing reference."""
+    model, x, y, w, weights, gen = _case(dtype, seed=1)
+    if diff_clip == "per-silo":
+        diff_clip = torch.tensor([[0.001], [0.01], [0.1], [5.0]], dtype=dtype)
+    w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)
+    if iterate == "per-silo":
+        w_old = w_old + 0.1 * torch.randn(4, model.dim, generator=gen, dtype=torch.float64).to(dtype)
+    elif iterate == "equal points":
+        w_old = w.clone()
+    problem = Problem(model, "logistic", clip=clip)
+    assert fused.applies(x, "logistic", clip, diff_clip)
+    calls = _count_calls(monkeypatch)
+    ws = (grads._per_silo(w, x), grads._per_silo(w_old, x))
+    got = grads._scalar_mlp_diff(problem, *ws, x, y, weights, clip, diff_clip)
+    assert len(calls) == 1 and got is not None
+    assert torch.equal(got, grads.clipped_diff_sum(problem, w, w_old, x, y, weights, clip, diff_clip))
+    ref = grads.clipped_diff_sum(problem, w.double(), w_old.double(), x.double(), y.double(), weights.double(), clip,
+                                 diff_clip if not isinstance(diff_clip, torch.Tensor) else diff_clip.double(),
+                                 "materialize")
+    assert torch.allclose(got.double(), ref, **TOL[dtype])
+    if iterate == "equal points":
+        assert torch.equal(got, torch.zeros_like(got))
+    _torch_path(monkeypatch)
+    slow = grads._scalar_mlp_diff(problem, *ws, x, y, weights, clip, diff_clip)
+    assert len(calls) == 2 and torch.allclose(got, slow, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["nan", "huge", "+inf pre-activation", "-inf pre-activation", "nan pre-activation"])
+@pytest.mark.parametrize("at", ["w", "w_old"])
+def test_non_finite_differences_give_none_where_the_torch_path_does(monkeypatch, dtype, kind, at):
+    """A record not finite at either point: the fused difference returns None as the torch path, and
+    the general path's sum (the record's whole difference zero) equals the reference."""
+    model, x, y, w, weights, gen = _case(dtype, seed=2)
+    other = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)
+    _poison(kind, x, w)
+    w, w_old = (w, other) if at == "w" else (other, w)
+    problem = Problem(model, "logistic", clip=0.5)
+    ws = (grads._per_silo(w, x), grads._per_silo(w_old, x))
+    got = grads._scalar_mlp_diff(problem, *ws, x, y, weights, 0.5, 0.1)
+    whole = grads.clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, 0.1)
+    _torch_path(monkeypatch)
+    slow = grads._scalar_mlp_diff(problem, *ws, x, y, weights, 0.5, 0.1)
+    assert (got is None) == (slow is None) == (kind != "-inf pre-activation")
+    if got is not None:
+        assert torch.allclose(got, slow, **TOL[dtype]) and torch.equal(got, whole)
+    ref = grads.clipped_diff_sum(problem, w, w_old, x, y, weights, 0.5, 0.1, "materialize")
     assert torch.allclose(whole, ref, **TOL[dtype])
 
 
