@@ -20,9 +20,11 @@ path (which masks the record or norms it in the log domain). The clip factor is 
 primitive's (:func:`.release.clip_factors`): ``min(1, C / max(||g||, 1e-30))``, 1 without a clip.
 
 numba is imported on the first call only (``import silodp`` and the accounting paths never import
-it); the kernels compile on their first call per dtype (float32, float64: about a second each) and
-are cached in this package's ``__pycache__`` (``cache=True``), or not cached where that directory is
-read-only. Without numba :func:`kernels` answers None and the torch path runs.
+it); each pass compiles on its first call per dtype (float32, float64: about a second each, the
+first of a process a few seconds with numba's import) and is cached in this package's
+``__pycache__`` (``cache=True``; a later process imports numba and loads the cache in a few tenths
+of a second), or not cached where that directory is read-only. Without numba :func:`kernels`
+answers None and the torch path runs.
 """
 
 from __future__ import annotations
