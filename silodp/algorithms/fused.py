@@ -282,7 +282,7 @@ def _per_silo(v, n: int, dtype):
         return np.empty(0, dtype=kind)
     if isinstance(v, (int, float)):
         return np.full(n, v, dtype=kind)
-    t = torch.as_tensor(v, dtype=dtype)
+    t = torch.as_tensor(v, dtype=dtype).detach()
     if t.numel() not in (1, n):
         return None
     return t.reshape(-1).expand(n).contiguous().numpy()
