@@ -7,17 +7,20 @@ derivative ``g = softplus'(z) - y``, the ghost norm ``g^2 ((||x||^2 + 1) (m . w2
 (Li et al. 2022, arXiv:2110.05679, Sec. 4; :func:`.grads._scalar_mlp_sum` derives it), the clip
 factor, ``s = weight c g``, the output layer's and the hidden bias's sums, and the hidden layer's
 weighted output gradients ``s m w2`` (``m = [h > 0]``), whose product with ``x`` is the hidden
-weight's sum. In torch each of these is a pass over the ``[n k, H]`` activations; here ONE pass per
-record does all of them while its row is in L1 (:func:`_sum_pass`), and overwrites the
-pre-activations with ``s m w2``, so ``grad W1 = (s m w2)^T x`` is the one remaining product.
+weight's sum. In torch each of these is a pass over the ``[n k, H]`` activations; here one pass
+over each silo's records does all of them while its rows are in cache (:func:`_sum_pass`), and
+overwrites the pre-activations with ``s m w2``, so ``grad W1 = (s m w2)^T x`` is the one remaining
+product. SVRG's and SPIDER's differences of clipped gradients (:func:`.grads._scalar_mlp_diff`)
+have their own pass over both points' pre-activations (:func:`_diff_pass`).
 
-The guarantee is :func:`.grads._scalar_mlp_sum`'s, the same formula up to float reassociation
-(``fastmath`` limited to reassociation and signed zeros: never ``nnan`` / ``ninf``, so a NaN or an
-infinity still propagates and is seen): a record whose squared norm is not finite (a
-NaN or ``+inf`` pre-activation: the ReLU passes them on as torch's does; an overflowing norm) makes
-the pass return False, exactly where the torch path returns None, and the caller takes the general
-path (which masks the record or norms it in the log domain). The clip factor is the release
-primitive's (:func:`.release.clip_factors`): ``min(1, C / max(||g||, 1e-30))``, 1 without a clip.
+The guarantee is the torch code's (:func:`.grads._scalar_mlp_sum`, :func:`.grads._scalar_mlp_diff`),
+the same formula up to float reassociation (``fastmath`` limited to reassociation and signed zeros:
+never ``nnan`` / ``ninf``, so a NaN or an infinity still propagates and is seen): a record whose
+squared norm is not finite (a NaN or ``+inf`` pre-activation: the ReLU passes them on as torch's
+does; an overflowing norm; at either point, or the difference's) makes the pass return False,
+exactly where the torch path returns None, and the caller takes the general path (which masks the
+record or norms it in the log domain). The clip factor is the release primitive's
+(:func:`.release.clip_factors`): ``min(1, C / max(||g||, 1e-30))``, 1 without a clip.
 
 numba is imported on the first call only (``import silodp`` and the accounting paths never import
 it); each pass compiles on its first call per dtype (float32, float64: about a second each, the
