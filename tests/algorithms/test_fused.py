@@ -48,8 +48,9 @@ def _count_calls(monkeypatch) -> list:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("clip", [None, 0.05, 1.0, "per-silo"])
 @pytest.mark.parametrize("iterate", ["shared", "per-silo"])
-def test_fused_sum_equals_the_torch_path_and_the_reference(monkeypatch, dtype, clip, iterate):
-    model, x, y, w, weights, gen = _case(dtype)
+@pytest.mark.parametrize("size", ["small", "wide"])  # rows shorter than a vector register, and several registers
+def test_fused_sum_equals_the_torch_path_and_the_reference(monkeypatch, dtype, clip, iterate, size):
+    model, x, y, w, weights, gen = _case(dtype, **({} if size == "small" else dict(k=37, d=50, hidden=64)))
     if clip == "per-silo":
         clip = torch.tensor([[0.01], [0.1], [1.0], [10.0]], dtype=dtype)
     if iterate == "per-silo":
@@ -130,11 +131,12 @@ def test_non_finite_records_give_none_where_the_torch_path_does(monkeypatch, dty
 @pytest.mark.parametrize("clip,diff_clip", [(None, None), (0.05, None), (1.0, 0.02), (None, 0.1), (1.0, "per-silo"),
                                             (0.5, 0.0)])
 @pytest.mark.parametrize("iterate", ["shared", "per-silo", "equal points"])
-def test_fused_differences_equal_the_torch_path_and_the_reference(monkeypatch, dtype, clip, diff_clip, iterate):
+@pytest.mark.parametrize("size", ["small", "wide"])
+def test_fused_differences_equal_the_torch_path_and_the_reference(monkeypatch, dtype, clip, diff_clip, iterate, size):
     """SVRG / SPIDER's differences of clipped gradients, each clipped again (``diff_clip``: None, a
     number, one per silo, 0 at a zero difference): the fused pass equals the torch path and the
     materializing reference."""
-    model, x, y, w, weights, gen = _case(dtype, seed=1)
+    model, x, y, w, weights, gen = _case(dtype, seed=1, **({} if size == "small" else dict(k=37, d=50, hidden=64)))
     if diff_clip == "per-silo":
         diff_clip = torch.tensor([[0.001], [0.01], [0.1], [5.0]], dtype=dtype)
     w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)
@@ -158,6 +160,23 @@ def test_fused_differences_equal_the_torch_path_and_the_reference(monkeypatch, d
     _torch_path(monkeypatch)
     slow = grads._scalar_mlp_diff(problem, *ws, x, y, weights, clip, diff_clip)
     assert len(calls) == 2 and torch.allclose(got, slow, **TOL[dtype])
+
+
+def test_a_tiny_difference_in_float32_is_clipped_to_its_bound():
+    """The difference's norm is formed from the difference itself, in float32 too: at ``w_old = w +
+    1e-4`` noise and a difference clip binding for every record, each record's clipped difference
+    (alone in the sum) has norm at most the clip within 5% (test_grads' bound for the general path)."""
+    model, x, y, w, _, gen = _case(torch.float64, seed=3, k=6, d=50, hidden=64)
+    w_old = w + 1e-4 * torch.randn(w.shape, generator=gen, dtype=torch.float64)
+    problem = Problem(model, "logistic", clip=1.0)
+    g1, g0 = (grads.clip_rows(grads.per_sample_grads(problem, p.expand(4, -1), x, y), 1.0) for p in (w, w_old))
+    dc = 0.25 * float((g1 - g0).norm(dim=-1).min())
+    ws = (w.float().expand(4, -1), w_old.float().expand(4, -1))
+    eye = torch.eye(6, dtype=torch.float32)
+    for j in range(6):
+        one = grads._scalar_mlp_diff(problem, *ws, x.float(), y.float(), eye[j].expand(4, 6), 1.0, dc)
+        assert one is not None and torch.all(one.norm(dim=1) <= dc * 1.05)
+        assert torch.all(one.double().norm(dim=1) >= dc * 0.95)  # it binds: the norm is the clip's
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
