@@ -149,7 +149,8 @@ def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: t
     float32 directly: IEEE addition rounded to 24 bits equals the float64 sum (53 bits) rounded to
     24 bits, double rounding being innocuous when p' >= 2p + 2 (Figueroa, "When is double rounding
     innocuous?", SIGNUM Newsl. 30(3), 1995; 53 >= 50), so the released bits are those of the float64
-    route. The sum is then written into ``noise`` (the caller hands it over: no further use)."""
+    route. The sum is written into ``noise``, as is any result of ``noise``'s dtype and shape (the
+    caller hands it over: no further use)."""
     if not isinstance(std, torch.Tensor) and not (math.isfinite(float(std)) and float(std) >= 0):
         raise Refusal("noise")
     if noise is None:
@@ -163,9 +164,14 @@ def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: t
             out += noise
         else:
             out = term.to(torch.float64) + noise.to(torch.float64)
-        if offset is not None:
-            out = offset.to(torch.float64) + out
-        if dtype is not None:
+        if offset is not None:  # offset + out, in float64 (IEEE addition commutes: in place where it fits)
+            if offset.is_floating_point() and torch.broadcast_shapes(offset.shape, out.shape) == out.shape:
+                out += offset
+            else:
+                out = offset.to(torch.float64) + out
+        if dtype == noise.dtype and noise.shape == out.shape:
+            out = noise.copy_(out)  # rounded to dtype once, as out.to(dtype), into the noise handed over
+        elif dtype is not None:
             out = out.to(dtype)
     if not all_finite(out):
         raise Refusal("non-finite")

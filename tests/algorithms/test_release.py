@@ -360,11 +360,14 @@ def test_a_float32_release_is_the_float64_sum_rounded_once_bit_for_bit():
         want = (term.to(torch.float64) + noise.to(torch.float64)).to(torch.float32)
         got = gaussian_release(term, 1.0, None, noise=noise.clone(), dtype=torch.float32)
         assert got.dtype == torch.float32 and torch.equal(got.view(torch.int32), want.view(torch.int32))
-    # with an offset the sum stays in float64 (noise first) and is rounded once at the end
-    offset = _float32_magnitudes(gen, 1000).to(torch.float64)
-    got = gaussian_release(a[:1000], 1.0, None, offset, noise=b[:1000].clone(), dtype=torch.float32)
-    want = (offset + (a[:1000].to(torch.float64) + b[:1000].to(torch.float64))).to(torch.float32)
-    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    # with an offset (float64 or float32, per silo or broadcast) the sum stays in float64, noise
+    # first, and is rounded once at the end
+    term, noise = a[:1000].view(10, 100), b[:1000].view(10, 100)
+    for offset in (_float32_magnitudes(gen, 1000).view(10, 100).to(torch.float64), _float32_magnitudes(gen, 1000).view(10, 100),
+                   _float32_magnitudes(gen, 100)):
+        got = gaussian_release(term, 1.0, None, offset, noise=noise.clone(), dtype=torch.float32)
+        want = (offset.to(torch.float64) + (term.to(torch.float64) + noise.to(torch.float64))).to(torch.float32)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
 @pytest.mark.parametrize("offset", [None, torch.zeros(3, dtype=torch.float64)])
