@@ -149,8 +149,8 @@ def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: t
     float32 directly: IEEE addition rounded to 24 bits equals the float64 sum (53 bits) rounded to
     24 bits, double rounding being innocuous when p' >= 2p + 2 (Figueroa, "When is double rounding
     innocuous?", SIGNUM Newsl. 30(3), 1995; 53 >= 50), so the released bits are those of the float64
-    route. The sum is written into ``noise``, as is any result of ``noise``'s dtype and shape (the
-    caller hands it over: no further use)."""
+    route. The sum is written into ``noise``, as is a result rounded to ``dtype`` when ``noise`` has
+    that dtype and its shape (the caller hands ``noise`` over: no further use)."""
     if not isinstance(std, torch.Tensor) and not (math.isfinite(float(std)) and float(std) >= 0):
         raise Refusal("noise")
     if noise is None:
