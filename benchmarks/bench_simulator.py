@@ -245,25 +245,32 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
         label = labels[(owner, name)]
 
         def call(*a, **k):
-            t = clock(device)
+            t, f = clock(device), minor_faults()
             out = real(*a, **k)
             spent[label] = spent.get(label, 0.0) + clock(device) - t
+            faulted[label] = faulted.get(label, 0) + minor_faults() - f
             return out
         return call
 
+    faulted: dict = {}
     rounds, parts = [], {label: [] for *_, label in hooks}
+    faults: dict = {label: [] for label in [*parts, "round"]}
     with wrapped(list(labels), timed):
         for _ in range(reps):
             spent.clear()
-            stamps: list[float] = []
+            stamps: list[tuple[float, int]] = []
             algo.run(Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0), fed, seed=0,
-                     callback=lambda r, w: (stamps.append(clock(device)), spent.clear() if r == 0 else None))
+                     callback=lambda r, w: (stamps.append((clock(device), minor_faults())),
+                                            (spent.clear(), faulted.clear()) if r == 0 else None))
             steady = len(stamps) - 1
-            rounds.append((stamps[-1] - stamps[0]) / steady)
+            rounds.append((stamps[-1][0] - stamps[0][0]) / steady)
+            faults["round"].append((stamps[-1][1] - stamps[0][1]) / steady)
             for label in parts:  # the first round's calls were cleared at its callback
                 parts[label].append(spent.get(label, 0.0) / steady)
+                faults[label].append(faulted.get(label, 0) / steady)
     out = {label: statistics.median(v) for label, v in parts.items()}
     out["round"] = statistics.median(rounds)
+    out["faults"] = {label: statistics.median(v) for label, v in faults.items()}  # minor page faults a round
     out["other"] = max(0.0, out["round"] - sum(out[label] for label in parts))
     a = torch.randn(silos * args.batch, args.d, device=device)
     w1 = torch.randn(args.d, args.hidden, device=device)
@@ -407,6 +414,7 @@ def breakdown_report(peak: float, args, parts: dict, kern: dict) -> list[str]:
               f"of the peak; 50% allows {1e3 * flops / (0.5 * peak * 1e9):.2f} ms",
               f"* peak share if the kernel's other work were free: {share(outside + t_mm)}; if, as well, everything "
               f"outside the kernel were free (the products alone, at their measured rates): {share(t_mm)}"]
+    lines.append("* minor page faults a round: " + ", ".join(f"{label} {n:.0f}" for label, n in parts["faults"].items()))
     return lines
 
 

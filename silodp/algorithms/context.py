@@ -230,7 +230,8 @@ class Context:
             raise ValueError("data: must come from this run's Context.batch or Context.full")
         values, bound = self._clip_terms(data, w, w_old, diff_clip)
         out = Term(bound, data)
-        query = (w.detach().clone(), None if w_old is None else w_old.detach().clone(), diff_clip)
+        query = None if self._entries is None else \
+            (w.detach().clone(), None if w_old is None else w_old.detach().clone(), diff_clip)  # for the transcript
         self._terms[id(out)] = (out, values, query)
         return out
 
@@ -299,7 +300,11 @@ class Context:
         return offset
 
     def _aggregate(self, released: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        return (released * a[:, None]).sum(0) / a.sum()
+        """The mean of the available silos' messages (``a``: 1 for a silo summed, 0 for one left
+        out). With every silo available the rows are summed as they are (``x * 1`` is ``x``, bit for
+        bit: the same sum without a product the size of the messages)."""
+        rows = released if bool((a == 1).all()) else released * a[:, None]
+        return rows.sum(0) / a.sum()
 
     def _offset_mean(self, offset: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return offset if offset.dim() == 1 else (offset * a[:, None]).sum(0) / a.sum()

@@ -120,9 +120,13 @@ class GaussianChannel:
             if bound is None:
                 raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
             weight = float(data._weights.max())
-            contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
-            ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
-            z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
+            if type(bound) in (int, float) and type(std) in (int, float):  # the same float64 product and quotient
+                product = float(bound) * weight
+                z = float(std) / product if product > 0 else math.inf
+            else:
+                contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
+                ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
+                z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, noise_multiplier=z)
 
     def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
@@ -132,9 +136,10 @@ class GaussianChannel:
         weights = term._batch._weights
         mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
         scale = ctx._scale(std) if isinstance(std, torch.Tensor) else float(std)
-        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype).to(mean.device) * scale
+        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype).to(mean.device)
+        noise = noise.mul_(scale) if isinstance(scale, float) else noise * scale  # the same products, in place
         messages = gaussian_release(mean, scale, None, None if offset is None else ctx._per_silo_offset(offset),
-                                    noise=noise).to(mean.dtype)
+                                    noise=noise, dtype=mean.dtype)
         released = replayed["messages"] if replayed is not None else messages
         ctx._released[id(released)] = released
         return ctx._aggregate(released, a), released, messages

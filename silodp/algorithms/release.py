@@ -136,23 +136,43 @@ def noise_std(noise_multiplier: float, clip: float) -> float:
 
 # -- the release -------------------------------------------------------------------------------
 def gaussian_release(term: torch.Tensor, std: float | torch.Tensor, generator: torch.Generator | None,
-                     offset: torch.Tensor | None = None, *, noise: torch.Tensor | None = None) -> torch.Tensor:
+                     offset: torch.Tensor | None = None, *, noise: torch.Tensor | None = None,
+                     dtype: torch.dtype | None = None) -> torch.Tensor:
     """``offset + (term + N(0, std^2 I))`` in float64 (see the module docstring): the clipped
     ``term`` meets the noise before anything the server sent. ``noise`` (already scaled) replaces
-    the draw where a caller draws it itself (the stacked-trials instruments). Raises
-    :class:`Refusal` "non-finite" when the result is not finite: nothing is released."""
+    the draw where a caller draws it itself (the simulator's channel, the stacked-trials
+    instruments). ``dtype``: the released value's dtype (default float64): the float64 result
+    rounded once to ``dtype``. Raises :class:`Refusal` "non-finite" when the result is not finite
+    in that dtype (a finite float64 sum can overflow float32): nothing is released.
+
+    A float32 ``term`` and float32 ``noise`` with no offset, released as float32, are added in
+    float32 directly: IEEE addition rounded to 24 bits equals the float64 sum (53 bits) rounded to
+    24 bits, double rounding being innocuous when p' >= 2p + 2 (Figueroa, "When is double rounding
+    innocuous?", SIGNUM Newsl. 30(3), 1995; 53 >= 50), so the released bits are those of the float64
+    route. The sum is written into ``noise``, as is a result rounded to ``dtype`` when ``noise`` has
+    that dtype and its shape (the caller hands ``noise`` over: no further use)."""
     if not isinstance(std, torch.Tensor) and not (math.isfinite(float(std)) and float(std) >= 0):
         raise Refusal("noise")
     if noise is None:
         scale = std.to(torch.float64) if isinstance(std, torch.Tensor) else float(std)
         noise = torch.randn(term.shape, generator=generator, dtype=torch.float64, device=term.device) * scale
-    if noise.shape == term.shape:  # a fresh float64 copy, the noise added in place (in float64)
-        out = term.to(torch.float64, copy=True)
-        out += noise
+    if offset is None and dtype == torch.float32 == term.dtype == noise.dtype and noise.shape == term.shape:
+        out = noise.add_(term)  # term + noise, rounded once to float32 (the docstring's equality)
     else:
-        out = term.to(torch.float64) + noise.to(torch.float64)
-    if offset is not None:
-        out = offset.to(torch.float64) + out
+        if noise.shape == term.shape:  # a fresh float64 copy, the noise added in place (in float64)
+            out = term.to(torch.float64, copy=True)
+            out += noise
+        else:
+            out = term.to(torch.float64) + noise.to(torch.float64)
+        if offset is not None:  # offset + out, in float64 (IEEE addition commutes: in place where it fits)
+            if offset.is_floating_point() and torch.broadcast_shapes(offset.shape, out.shape) == out.shape:
+                out += offset
+            else:
+                out = offset.to(torch.float64) + out
+        if dtype == noise.dtype and noise.shape == out.shape:
+            out = noise.copy_(out)  # rounded to dtype once, as out.to(dtype), into the noise handed over
+        elif dtype is not None:
+            out = out.to(dtype)
     if not all_finite(out):
         raise Refusal("non-finite")
     return out

@@ -337,3 +337,45 @@ def test_noise_std_rounds_toward_more_privacy(z, clip):
     charges, and it is at most one ulp above z C."""
     std = noise_std(z, clip)
     assert std / clip >= z and std >= z * clip and std <= math.nextafter(z * clip, math.inf) * (1 + 1e-15)
+
+
+def _float32_magnitudes(gen: torch.Generator, n: int) -> torch.Tensor:
+    """Signed float32 values of every magnitude from the subnormals (1e-44) to 1e38."""
+    exps = torch.rand(n, generator=gen, dtype=torch.float64) * 82 - 44
+    signs = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+    return (signs * 10.0 ** exps).to(torch.float32)
+
+
+def test_a_float32_release_is_the_float64_sum_rounded_once_bit_for_bit():
+    """``dtype=float32`` with float32 term and noise and no offset adds in float32: bit for bit the
+    float64 route (``(term + noise)`` in float64, then one rounding to float32; Figueroa's double
+    rounding theorem, 53 >= 2 * 24 + 2), over random pairs of every magnitude (subnormals included),
+    pairs of close magnitudes (cancellation) and exact ties (1 + 2^-24 rounds to even)."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = _float32_magnitudes(gen, 200_000), _float32_magnitudes(gen, 200_000)
+    close = (a * (1 + torch.randn(200_000, generator=gen) * 1e-3)).to(torch.float32)
+    ties = torch.tensor([1.0, 1.0 + 2.0 ** -23, 3.0, -1.0, 2.0 ** -126], dtype=torch.float32)
+    halves = torch.tensor([2.0 ** -24, 2.0 ** -24, 2.0 ** -23, -(2.0 ** -24), 2.0 ** -150], dtype=torch.float32)
+    for term, noise in [(a, b), (a, -close), (ties, halves)]:
+        want = (term.to(torch.float64) + noise.to(torch.float64)).to(torch.float32)
+        got = gaussian_release(term, 1.0, None, noise=noise.clone(), dtype=torch.float32)
+        assert got.dtype == torch.float32 and torch.equal(got.view(torch.int32), want.view(torch.int32))
+    # with an offset (float64 or float32, per silo or broadcast) the sum stays in float64, noise
+    # first, and is rounded once at the end
+    term, noise = a[:1000].view(10, 100), b[:1000].view(10, 100)
+    for offset in (_float32_magnitudes(gen, 1000).view(10, 100).to(torch.float64), _float32_magnitudes(gen, 1000).view(10, 100),
+                   _float32_magnitudes(gen, 100)):
+        got = gaussian_release(term, 1.0, None, offset, noise=noise.clone(), dtype=torch.float32)
+        want = (offset.to(torch.float64) + (term.to(torch.float64) + noise.to(torch.float64))).to(torch.float32)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("offset", [None, torch.zeros(3, dtype=torch.float64)])
+def test_a_release_finite_in_float64_but_not_in_its_dtype_is_refused(offset):
+    """3e38 + 3e38 is finite in float64 and infinite in float32: released as float32 it is refused
+    (the float64 route rounded to float32 afterwards released an infinity)."""
+    term = torch.full((3,), 3e38, dtype=torch.float32)
+    assert torch.isfinite(gaussian_release(term, 1.0, None, offset, noise=term.clone())).all()  # float64
+    with pytest.raises(Refusal) as info:
+        gaussian_release(term, 1.0, None, offset, noise=term.clone(), dtype=torch.float32)
+    assert str(info.value) == REFUSALS["non-finite"]
