@@ -8,7 +8,8 @@ threads (default 1), the implementations interleaved round by round (each repeti
 implementation once, the median over repetitions is kept), so that the ratios compare runs that
 saw the same machine load. silodp's per-round time is steady state: the time between the first and
 the last round's callback over the rounds between (calibration, certification and warm-up are not
-counted; ``end to end`` rows include them). FLOP/s: the model FLOPs of one MB-SGD round (forward
+counted; ``end to end`` rows include them), and the process's first repetition is a warm-up, not
+counted (numba compiles silodp's fused passes on their first call, or loads them from its cache). FLOP/s: the model FLOPs of one MB-SGD round (forward
 2P, weight gradients 2P, activation gradients 2P' per record, P the parameters, P' those of the
 layers after the first) over the measured time, against a float32 matmul measured in the same run
 on the same threads.
@@ -180,6 +181,10 @@ class OpacusLoop:
                 s -= 0.1 * t / self.x.shape[0]
 
 
+#: the N of every :func:`measure` call so far in this process (the first one warms up)
+WARMED: list[int] = []
+
+
 def measure(args, silos: int, device: str) -> dict:
     x, y = data(silos, args.n, args.d, device)
     fed = Federation(x, y, torch.full((silos,), args.n, device=device))
@@ -195,16 +200,23 @@ def measure(args, silos: int, device: str) -> dict:
             loops = {}
     steady = {name: [] for name in [*algos, *loops]}
     e2e = {name: [] for name in algos}
-    for _ in range(args.reps):  # interleaved: every implementation once per repetition
+    # a first repetition at the process's first N is not counted: one-time costs of a process
+    # (numba compiling or loading silodp's fused passes, MKL's and Opacus' first calls) are no round's
+    warm = not WARMED
+    WARMED.append(silos)
+    for rep in range(args.reps + warm):  # interleaved: every implementation once per repetition
+        keep = rep >= warm
         for name, (algo, beta) in algos.items():
             s, e = silodp_round(algo, beta, fed, args, device)
-            steady[name].append(s)
-            e2e[name].append(e)
+            if keep:
+                steady[name].append(s)
+                e2e[name].append(e)
         for name, loop in loops.items():
             t = clock(device)
             for _ in range(args.loop_rounds):
                 loop.round()
-            steady[name].append((clock(device) - t) / args.loop_rounds)
+            if keep:
+                steady[name].append((clock(device) - t) / args.loop_rounds)
     med = {name: statistics.median(v) for name, v in steady.items()}
     return {"silos": silos, "seconds_per_round": med,
             "end_to_end_seconds_per_round": {name: statistics.median(v) for name, v in e2e.items()},
