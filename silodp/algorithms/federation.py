@@ -123,20 +123,10 @@ class Federation:
         into a buffer of an earlier gather that nothing references any more (no fresh pages per
         round; a batch still held keeps its own rows)."""
         n_silos, n_max = self.x.shape[:2]
-        flat = (idx.to(self.x.device) + self._row_offsets()).reshape(-1)
+        flat = (idx.to(self.x.device) + torch.arange(n_silos, device=self.x.device).unsqueeze(1) * n_max).reshape(-1)
         src = self.x.reshape(n_silos * n_max, *self.x.shape[2:])
         x = torch.index_select(src, 0, flat, out=self._gather_buffer(src, flat.shape[0]))
         return x.view(*idx.shape, *self.x.shape[2:]), self.y.reshape(-1).index_select(0, flat).view(idx.shape)
-
-    def _row_offsets(self) -> torch.Tensor:
-        """``[N, 1]``: the first flattened row of each silo (``i * n_max``), computed once per shape
-        and device of the records (a cache, not pickled)."""
-        n_silos, n_max = self.x.shape[:2]
-        key = (n_silos, n_max, self.x.device)
-        held = self.__dict__.get("_offsets")
-        if held is None or held[0] != key:
-            held = self.__dict__["_offsets"] = key, torch.arange(n_silos, device=self.x.device).unsqueeze(1) * n_max
-        return held[1]
 
     def _gather_buffer(self, src: torch.Tensor, rows: int) -> torch.Tensor:
         """A ``[rows, ...]`` tensor like ``src``: a pooled one whose storage only the pool holds
@@ -154,8 +144,8 @@ class Federation:
         return buf
 
     def __getstate__(self) -> dict:
-        """The fields (the gather pool and the row offsets are caches: not pickled)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_gather_pool", "_offsets")}
+        """The fields (the gather pool is a cache: not pickled)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_gather_pool"}
 
 
 class BatchSampler:
