@@ -18,6 +18,8 @@ import torch
 
 from silodp.accounting.releases import BatchSampling
 
+from . import fused as _fused
+
 AVAILABILITY = ("fixed", "random")
 
 
@@ -118,15 +120,20 @@ class Federation:
         return avail
 
     def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows ``idx: [N, K]`` of every silo -> ``(x [N, K, ...], y [N, K])``: one
+        """Rows ``idx: [N, K]`` of every silo -> ``(x [N, K, ...], y [N, K])``: on the CPU numba's
+        pass with software prefetch (:func:`.fused.gather`, the same rows bit for bit), else one
         ``index_select`` on the flattened records (4-5x faster than advanced indexing), written
         into a buffer of an earlier gather that nothing references any more (no fresh pages per
         round; a batch still held keeps its own rows)."""
         n_silos, n_max = self.x.shape[:2]
-        flat = (idx.to(self.x.device) + torch.arange(n_silos, device=self.x.device).unsqueeze(1) * n_max).reshape(-1)
         src = self.x.reshape(n_silos * n_max, *self.x.shape[2:])
-        x = torch.index_select(src, 0, flat, out=self._gather_buffer(src, flat.shape[0]))
-        return x.view(*idx.shape, *self.x.shape[2:]), self.y.reshape(-1).index_select(0, flat).view(idx.shape)
+        x = self._gather_buffer(src, idx.numel())
+        y = _fused.gather(self.x, self.y, idx, x)  # numba's pass where it runs (CPU float rows)
+        if y is None:
+            flat = (idx.to(self.x.device) + torch.arange(n_silos, device=self.x.device).unsqueeze(1) * n_max).reshape(-1)
+            torch.index_select(src, 0, flat, out=x)
+            y = self.y.reshape(-1).index_select(0, flat)
+        return x.view(*idx.shape, *self.x.shape[2:]), y.view(idx.shape)
 
     def _gather_buffer(self, src: torch.Tensor, rows: int) -> torch.Tensor:
         """A ``[rows, ...]`` tensor like ``src``: a pooled one whose storage only the pool holds

@@ -216,6 +216,73 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, 
     return True
 
 
+#: the gather's software prefetch (:func:`_gather_pass`): the row ``GATHER_AHEAD`` rows ahead is
+#: requested, one cache line every ``GATHER_LINE`` bytes of it (``bench_simulator.py --breakdown``)
+GATHER_AHEAD = 12
+GATHER_LINE = 64
+
+
+def _prefetch(src, row, offset):  # pragma: no cover  (compiled: LLVM's prefetch of that address)
+    """A hint to load the cache line of ``src[row]`` at byte ``offset`` (no load, never faults)."""
+
+
+def _gather_pass(src, ysrc, idx, n_max, dst, ydst, ahead, line):  # pragma: no cover  (compiled)
+    """``dst[i k + j] = src[i n_max + idx[i, j]]`` and ``ydst`` likewise from ``ysrc``: the rows
+    :func:`torch.index_select` copies, with the row ``ahead`` rows later prefetched (the gather's
+    time is random rows' latency). False at the first index outside ``[0, n_max)`` (the caller's
+    ``index_select`` then raises or reads as it does)."""
+    n, k = idx.shape
+    width = src.shape[1]
+    row_bytes = width * src.itemsize
+    pi, pj = divmod(ahead, k)
+    r = 0
+    for i in range(n):
+        base = i * n_max
+        for j in range(k):
+            if pi < n:
+                for off in range(0, row_bytes, line):
+                    _prefetch(src, pi * n_max + idx[pi, pj], off)
+                pj += 1
+                if pj == k:
+                    pj = 0
+                    pi += 1
+            v = idx[i, j]
+            if v < 0 or v >= n_max:
+                return False
+            s = base + v
+            for e in range(width):
+                dst[r, e] = src[s, e]
+            ydst[r] = ysrc[s]
+            r += 1
+    return True
+
+
+def _register_prefetch(numba) -> None:
+    """:func:`_prefetch` in compiled code: ``llvm.prefetch`` (read, locality 3, data cache)."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    @numba.extending.intrinsic
+    def prefetch(typingctx, src, row, offset):
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            zero = context.get_constant(numba.types.intp, 0)
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], zero])
+            i8p = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p],
+                                                  ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+            addr = builder.gep(builder.bitcast(ptr, i8p), [args[2]])
+            builder.call(fn, [addr, i32(0), i32(3), i32(1)])
+            return context.get_dummy_value()
+        return numba.types.void(src, numba.types.intp, numba.types.intp), codegen
+
+    @numba.extending.overload(_prefetch)
+    def _prefetch_impl(src, row, offset):
+        return lambda src, row, offset: prefetch(src, row, offset)
+
+
 #: the compiled passes by name; None before the first call, an empty dict without numba
 _KERNELS: dict | None = None
 _LOCK = threading.Lock()
@@ -245,8 +312,10 @@ def kernels() -> dict | None:
                 else:
                     for helper in (_hidden_sums, _row_sq, _logistic_grad, _clip_factor, _store):  # inlined into the passes
                         numba.extending.register_jitable(fastmath=set(FASTMATH))(helper)
+                    _register_prefetch(numba)
                     jit = numba.njit(cache=_cache_writable(), fastmath=set(FASTMATH), boundscheck=False, nogil=True)
-                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass)}
+                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass),
+                                "gather": numba.njit(cache=_cache_writable(), boundscheck=False, nogil=True)(_gather_pass)}
     return _KERNELS or None
 
 
@@ -314,3 +383,26 @@ def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int,
     clips = (_per_silo(diff_clip, n, dtype),) if len(points) == 2 else ()
     return bool(_kernel("sum" if len(points) == 1 else "diff")(*arrays, *data, *clips, _consts(dtype), out.numpy(),
                                                               *columns))
+
+
+
+def gather(x, y, idx, out):
+    """The rows ``idx [N, K]`` of every silo of ``x [N, n, ...]`` into ``out [N K, ...]`` and of
+    ``y [N, n]`` into a new ``[N K]`` tensor, which it returns (:func:`_gather_pass`: bit for bit the
+    rows of ``index_select`` on the flattened records, each row's bytes copied); None where it does
+    not run (numba missing, a tensor off the CPU, non-contiguous or needing a gradient, a dtype
+    other than float32 / float64, ``y`` of another dtype, an index not int64 or outside ``[0, n)``):
+    the caller's ``index_select`` then."""
+    import torch
+
+    n_silos, n_max = x.shape[:2]
+    if not (all(t.device.type == "cpu" and t.is_contiguous() and not t.requires_grad for t in (x, y, out))
+            and x.dtype in (torch.float32, torch.float64) and y.dtype == out.dtype == x.dtype
+            and idx.dtype == torch.int64 and idx.device.type == "cpu" and idx.dim() == 2
+            and idx.shape[0] == n_silos and idx.numel() > 0 and kernels() is not None):
+        return None
+    rows = idx.numel()
+    y_out = torch.empty(rows, dtype=y.dtype)
+    done = _kernel("gather")(x.reshape(n_silos * n_max, -1).numpy(), y.reshape(-1).numpy(), idx.contiguous().numpy(),
+                             n_max, out.view(rows, -1).numpy(), y_out.numpy(), GATHER_AHEAD, GATHER_LINE)
+    return y_out if done else None

@@ -1,0 +1,164 @@
+"""The minibatch gather's numba pass (:func:`silodp.algorithms.fused.gather`, software prefetch):
+the rows ``index_select`` copies, bit for bit (both dtypes, N 1 / 3 / 100, repeated indices, the
+last row, a 1-record silo, NaN payloads and signed zeros); ``index_select`` where it does not run
+(numba missing, a gradient, another dtype, a non-contiguous source, an index outside a silo); the
+gather pool's rules unchanged; seeded MB-SGD and SPIDER runs release the same messages bit for bit
+as through ``index_select`` (the gather before this pass)."""
+
+import pytest
+import torch
+
+from silodp.algorithms import Federation, IsrlMBSGD, IsrlSpider, Problem, fused, mlp
+
+pytestmark = pytest.mark.skipif(fused.kernels() is None, reason="numba is not installed")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as integers (NaN payloads and signed zeros compared too)."""
+    return t.contiguous().view(torch.int32 if t.element_size() == 4 else torch.int64)
+
+
+def _index_select(fed: Federation, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gather before the numba pass: one ``index_select`` on the flattened records."""
+    n_silos, n_max = fed.x.shape[:2]
+    flat = (idx + torch.arange(n_silos).unsqueeze(1) * n_max).reshape(-1)
+    x = fed.x.reshape(n_silos * n_max, *fed.x.shape[2:]).index_select(0, flat)
+    return x.view(*idx.shape, *fed.x.shape[2:]), fed.y.reshape(-1).index_select(0, flat).view(idx.shape)
+
+
+def _federation(n_silos: int, dtype, shape=(7,), seed=0) -> Federation:
+    """Silos of 1 to 40 records (the first has one), with NaN, infinities and -0.0 among the rows."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = [1] + [int(c) for c in torch.randint(2, 41, (n_silos - 1,), generator=gen)]
+    xs = [torch.randn(c, *shape, generator=gen, dtype=torch.float64).to(dtype) for c in counts]
+    xs[-1].view(-1)[:4] = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf")], dtype=dtype)[:xs[-1].numel()]
+    ys = [torch.randn(c, generator=gen, dtype=torch.float64).to(dtype) for c in counts]
+    return Federation.from_silos(xs, ys)
+
+
+def _draws(fed: Federation, k: int, seed=1) -> torch.Tensor:
+    """``[N, k]`` indices, each silo's last record and a repeated one among them."""
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.stack([torch.randint(0, int(c), (k,), generator=gen) for c in fed.counts])
+    idx[:, 0] = fed.counts - 1  # the last row of each silo
+    idx[:, 1] = idx[:, 2]  # a repeated index
+    return idx
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_silos", [1, 3, 100])
+@pytest.mark.parametrize("shape", [(7,), (50,), (1, 3, 3)])
+def test_the_numba_gather_copies_the_rows_of_index_select_bit_for_bit(dtype, n_silos, shape):
+    fed = _federation(n_silos, dtype, shape)
+    idx = _draws(fed, 9)
+    x, y = fed.gather(idx)
+    ref_x, ref_y = _index_select(fed, idx)
+    assert x.shape == ref_x.shape and y.shape == ref_y.shape and x.dtype == y.dtype == dtype
+    assert torch.equal(_bits(x), _bits(ref_x)) and torch.equal(_bits(y), _bits(ref_y))
+    out = torch.empty_like(ref_x.reshape(idx.numel(), -1))
+    y_direct = fused.gather(fed.x, fed.y, idx, out)  # the pass itself ran (not the fallback)
+    assert y_direct is not None and torch.equal(_bits(out.view_as(ref_x)), _bits(ref_x))
+    assert torch.equal(_bits(y_direct.view_as(ref_y)), _bits(ref_y))
+
+
+def test_without_numba_the_gather_is_index_select(monkeypatch):
+    fed = _federation(3, torch.float32)
+    idx = _draws(fed, 6)
+    monkeypatch.setattr(fused, "kernels", lambda: None)
+    assert fused.gather(fed.x, fed.y, idx, torch.empty(idx.numel(), 7)) is None
+    x, y = fed.gather(idx)
+    ref_x, ref_y = _index_select(fed, idx)
+    assert torch.equal(_bits(x), _bits(ref_x)) and torch.equal(_bits(y), _bits(ref_y))
+
+
+@pytest.mark.parametrize("case", ["grad", "float16", "labels", "strided", "int32 index", "silo's end", "negative"])
+def test_the_pass_declines_and_index_select_answers(case):
+    """A gradient, another dtype, labels of another dtype, a non-contiguous source or an int32
+    index: the pass declines (None) and the gather is ``index_select``'s (with a gradient the pass
+    only declines: ``index_select`` into the pool refuses it, as it did before); an index outside its silo
+    (past its padding, or negative): declined too, and the gather does what ``index_select`` does
+    (the next silo's row, or an error)."""
+    fed = _federation(3, torch.float32)
+    idx = _draws(fed, 5)
+    if case == "grad":
+        fed = Federation(fed.x.clone().requires_grad_(True), fed.y, fed.counts)
+    elif case == "float16":
+        fed = fed.to(torch.float16)
+    elif case == "labels":
+        fed = Federation(fed.x, fed.y.long(), fed.counts)
+    elif case == "strided":
+        fed = Federation(fed.x.transpose(0, 1).contiguous().transpose(0, 1), fed.y, fed.counts)
+        assert not fed.x.is_contiguous()
+    elif case == "int32 index":
+        idx = idx.int()
+    elif case == "silo's end":
+        idx[0, 3] = fed.x.shape[1]  # the flattened row of the next silo's first record
+    else:
+        idx[0, 2] = -1  # before the first record
+    out = torch.empty(idx.numel(), 7, dtype=fed.x.dtype)
+    if case == "negative":
+        with pytest.raises((IndexError, RuntimeError)):
+            _index_select(fed, idx.long())
+        assert fused.gather(fed.x, fed.y, idx, out) is None
+        with pytest.raises((IndexError, RuntimeError)):
+            fed.gather(idx)
+        return
+    assert fused.gather(fed.x, fed.y, idx, out) is None
+    if case == "grad":  # index_select into the pooled buffer refuses a gradient (as before this pass)
+        return
+    x, y = fed.gather(idx)
+    ref_x, ref_y = _index_select(fed, idx.long())
+    assert torch.equal(x, ref_x) and torch.equal(y, ref_y)
+
+
+def test_the_pool_never_hands_out_a_held_batch():
+    """Through the numba pass: a batch (or a slice of it) still held keeps its rows; a free buffer
+    is reused."""
+    fed = _federation(4, torch.float32, (50,))
+    draws = [_draws(fed, 8, seed=s) for s in range(4)]
+    a, _ = fed.gather(draws[0])
+    kept = a[2:]
+    del a
+    b, _ = fed.gather(draws[1])
+    c, _ = fed.gather(draws[2])
+    assert torch.equal(_bits(kept), _bits(_index_select(fed, draws[0])[0][2:]))
+    assert torch.equal(_bits(b), _bits(_index_select(fed, draws[1])[0]))
+    ptr = c.data_ptr()
+    del c
+    d, _ = fed.gather(draws[3])
+    assert torch.equal(_bits(d), _bits(_index_select(fed, draws[3])[0]))
+    from silodp.algorithms import federation
+
+    if federation._use_count is not None:
+        assert d.data_ptr() == ptr and len(fed.__dict__["_gather_pool"]) <= 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_seeded_runs_release_the_same_messages_as_through_index_select(dtype, monkeypatch):
+    """MB-SGD and SPIDER (with a smoothness constant: clipped differences), 2 of 5 silos available
+    at random: every released message, aggregate and iterate equal bit for bit with the numba
+    gather and with ``index_select`` (the pass declined)."""
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(n, 6, generator=gen, dtype=torch.float64).to(dtype) for n in (9, 4, 14, 7, 12)]
+    ys = [(torch.rand(n, generator=gen) < 0.5).to(dtype) for n in (9, 4, 14, 7, 12)]
+    fed = Federation.from_silos(xs, ys).with_availability(2, "random")
+    problem = Problem(mlp(6, [5], 1), "logistic", clip=1.0, beta=4.0)
+    algos = (IsrlMBSGD(rounds=4, batch_size=4, step_size=0.1, sigmas={"sigma": 0.3}, metrics_every=0,
+                       record_transcript=True),
+             IsrlSpider(rounds=4, batch_size=4, step_size=0.1, period=2, metrics_every=0, record_transcript=True,
+                        sigmas={"sigma1": 0.3, "sigma2": 0.5, "sigma2_hat": 0.2}))
+    calls = []
+    real = fused.gather
+    monkeypatch.setattr(fused, "gather", lambda *a: calls.append(real(*a)) or calls[-1])
+    runs = [algo.run(problem, fed, seed=5) for algo in algos]
+    assert calls and all(c is not None for c in calls)  # the numba pass served every gather
+    monkeypatch.setattr(fused, "gather", lambda *a: None)
+    for algo, new in zip(algos, runs):
+        old = algo.run(problem, fed, seed=5)
+        assert len(new.transcript) == len(old.transcript) > 0
+        for e1, e0 in zip(new.transcript, old.transcript):
+            assert torch.equal(e1["batch"], e0["batch"]) and torch.equal(e1["available"], e0["available"])
+            assert torch.equal(_bits(e1["messages"]), _bits(e0["messages"]))
+            assert torch.equal(_bits(e1["aggregate"]), _bits(e0["aggregate"]))
+        assert torch.equal(_bits(new.w_last), _bits(old.w_last)) and torch.equal(_bits(new.w_priv), _bits(old.w_priv))
+        assert new.ledger == old.ledger
