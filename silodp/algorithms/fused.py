@@ -300,7 +300,7 @@ def _cache_writable() -> bool:
 
 
 def kernels() -> dict | None:
-    """The compiled passes by name (``"sum"``, ``"diff"``), or None where numba is not installed."""
+    """The compiled passes by name (``"sum"``, ``"diff"``, ``"gather"``), or None where numba is not installed."""
     global _KERNELS
     if _KERNELS is None:
         with _LOCK:
@@ -385,23 +385,23 @@ def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int,
                                                               *columns))
 
 
-
 def gather(x, y, idx, out):
     """The rows ``idx [N, K]`` of every silo of ``x [N, n, ...]`` into ``out [N K, ...]`` and of
     ``y [N, n]`` into a new ``[N K]`` tensor, which it returns (:func:`_gather_pass`: bit for bit the
     rows of ``index_select`` on the flattened records, each row's bytes copied); None where it does
     not run (numba missing, a tensor off the CPU, non-contiguous or needing a gradient, a dtype
-    other than float32 / float64, ``y`` of another dtype, an index not int64 or outside ``[0, n)``):
-    the caller's ``index_select`` then."""
+    other than float32 / float64, ``y`` of another dtype, ``out`` not ``N K`` rows of ``x``'s, an index
+    not int64 or outside ``[0, n)``): the caller's ``index_select`` then."""
     import torch
 
     n_silos, n_max = x.shape[:2]
+    rows = idx.numel()
     if not (all(t.device.type == "cpu" and t.is_contiguous() and not t.requires_grad for t in (x, y, out))
             and x.dtype in (torch.float32, torch.float64) and y.dtype == out.dtype == x.dtype
+            and y.shape == x.shape[:2] and out.numel() == rows * math.prod(x.shape[2:])
             and idx.dtype == torch.int64 and idx.device.type == "cpu" and idx.dim() == 2
-            and idx.shape[0] == n_silos and idx.numel() > 0 and kernels() is not None):
+            and idx.shape[0] == n_silos and rows > 0 and kernels() is not None):
         return None
-    rows = idx.numel()
     y_out = torch.empty(rows, dtype=y.dtype)
     done = _kernel("gather")(x.reshape(n_silos * n_max, -1).numpy(), y.reshape(-1).numpy(), idx.contiguous().numpy(),
                              n_max, out.view(rows, -1).numpy(), y_out.numpy(), GATHER_AHEAD, GATHER_LINE)

@@ -111,6 +111,17 @@ def test_the_pass_declines_and_index_select_answers(case):
     assert torch.equal(x, ref_x) and torch.equal(y, ref_y)
 
 
+def test_the_pass_declines_a_destination_of_another_size_or_labels_of_another_shape():
+    """``out`` must hold exactly ``N K`` rows of ``x``'s width and ``y`` be ``[N, n]``: the pass
+    never writes past a buffer (it runs without bounds checks)."""
+    fed = _federation(3, torch.float32)
+    idx = _draws(fed, 5)
+    for out in (torch.empty(idx.numel(), 6), torch.empty(idx.numel() - 1, 7), torch.empty(idx.numel(), 8)):
+        assert fused.gather(fed.x, fed.y, idx, out) is None
+    assert fused.gather(fed.x, fed.y[:, :-1].contiguous(), idx, torch.empty(idx.numel(), 7)) is None
+    assert fused.gather(fed.x, fed.y, idx, torch.empty(idx.numel(), 7)) is not None
+
+
 def test_the_pool_never_hands_out_a_held_batch():
     """Through the numba pass: a batch (or a slice of it) still held keeps its rows; a free buffer
     is reused."""
