@@ -144,6 +144,29 @@ def test_the_pool_never_hands_out_a_held_batch():
         assert d.data_ptr() == ptr and len(fed.__dict__["_gather_pool"]) <= 2
 
 
+def test_mb_sgd_gathers_every_round_into_one_buffer(monkeypatch):
+    """MB-SGD drops its batch once sent, so each round's gather reuses the previous round's buffer
+    (one buffer in cache, not two alternating)."""
+    from silodp.algorithms import federation
+
+    if federation._use_count is None:
+        pytest.skip("this torch has no storage use count: no buffer is reused")
+    real, seen = federation.Federation.gather, []
+
+    def gather(self, idx):
+        x, y = real(self, idx)
+        seen.append(x.data_ptr())
+        return x, y
+
+    monkeypatch.setattr(federation.Federation, "gather", gather)
+    gen = torch.Generator().manual_seed(0)
+    fed = Federation(torch.randn(4, 20, 5, generator=gen), (torch.rand(4, 20, generator=gen) < 0.5).float(),
+                     torch.full((4,), 20))
+    IsrlMBSGD(rounds=5, batch_size=3, step_size=0.1, sigmas={"sigma": 0.3}, metrics_every=0).run(
+        Problem(mlp(5, [4], 1), "logistic", clip=1.0), fed, seed=0)
+    assert len(seen) == 5 and len(set(seen)) == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_seeded_runs_release_the_same_messages_as_through_index_select(dtype, monkeypatch):
     """MB-SGD and SPIDER (with a smoothness constant: clipped differences), 2 of 5 silos available
