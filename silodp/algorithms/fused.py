@@ -35,8 +35,12 @@ from __future__ import annotations
 import math
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 #: the fast-math flags of the passes (LLVM's): reassociation (vectorized reductions) and no signed
 #: zeros; never ``nnan`` / ``ninf`` (a NaN or an infinity must still be seen), ``arcp`` (the clip
@@ -385,7 +389,7 @@ def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int,
                                                               *columns))
 
 
-def gather(x, y, idx, out):
+def gather(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torch.Tensor | None:
     """The rows ``idx [N, K]`` of every silo of ``x [N, n, ...]`` into ``out [N K, ...]`` and of
     ``y [N, n]`` into a new ``[N K]`` tensor, which it returns (:func:`_gather_pass`: bit for bit the
     rows of ``index_select`` on the flattened records, each row's bytes copied); None where it does
