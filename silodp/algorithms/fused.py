@@ -61,6 +61,18 @@ def _hidden_sums(row, w, zero):  # pragma: no cover  (compiled)
     return z, hs, hid
 
 
+def _squares_finite(w):  # pragma: no cover  (compiled)
+    """Whether every square ``w^2`` of one silo's output weights ``w [H]`` is finite. Where one is not
+    (``|w| > sqrt(max)``, finite or not), the torch path's ``m @ w2^2`` is not finite on any record (an
+    active unit's ``inf``, a masked unit's ``0 * inf``): every record's squared norm is not finite and
+    the pass must return False as the torch path returns None, though :func:`_hidden_sums`' select
+    skips a unit masked on every record."""
+    for u in range(w.shape[0]):
+        if not math.isfinite(w[u] * w[u]):
+            return False
+    return True
+
+
 def _row_sq(xr, zero):  # pragma: no cover  (compiled)
     """``||xr||^2``."""
     s = zero
@@ -96,8 +108,9 @@ def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma:
     inputs ``x [n, k, d]``, labels ``y [n, k]``, weights ``wt [n, k]``, clip norms ``clip [n]``
     (empty: no clip), ``consts = (0, 1, 1e-30)`` in the dtype; the output layer's and the hidden
     bias's sums land in ``out [n, dim]`` at the columns ``ob1``, ``ow2``, ``ob2``. False at the first
-    record whose squared norm is not finite. Per silo in three loops over its records (the row
-    reductions; the per-record scalars, whose latencies then overlap; the scaled rows and sums)."""
+    record whose squared norm is not finite (every record where a ``w2^2`` is not finite:
+    :func:`_squares_finite`). Per silo in three loops over its records (the row reductions; the
+    per-record scalars, whose latencies then overlap; the scaled rows and sums)."""
     n, k, hidden = h.shape
     zero, one, tiny = consts[0], consts[1], consts[2]
     per_silo = w2.shape[0] > 1
@@ -107,6 +120,8 @@ def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma:
     for i in range(n):
         w = w2[i] if per_silo else w2[0]
         bias = b2[i] if per_silo else b2[0]
+        if not _squares_finite(w):
+            return False
         for j in range(k):
             z, hs, hid = _hidden_sums(h[i, j], w, zero)
             zs[j] = z + bias
@@ -143,7 +158,8 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, 
     silo: the rows' reductions at both points; ``u = c1 g1``, ``v = c0 g0``; the difference's
     squared norm ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2`` and ``e = weight * its clip
     factor``; the scaled rows and sums. False at the first record not finite at either point or
-    whose difference's squared norm is not finite."""
+    whose difference's squared norm is not finite (every record where a ``w2^2`` of either point is
+    not finite: :func:`_squares_finite`)."""
     n, k, hidden = h1.shape
     zero, one, tiny = consts[0], consts[1], consts[2]
     per1 = w2_1.shape[0] > 1
@@ -157,6 +173,8 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, 
         b = w2_0[i] if per0 else w2_0[0]
         bias1 = b2_1[i] if per1 else b2_1[0]
         bias0 = b2_0[i] if per0 else b2_0[0]
+        if not (_squares_finite(a) and _squares_finite(b)):
+            return False
         for j in range(k):
             z1, hs1, hid1 = _hidden_sums(h1[i, j], a, zero)
             z0, hs0, hid0 = _hidden_sums(h0[i, j], b, zero)
@@ -243,7 +261,8 @@ def kernels() -> dict | None:
                 except ImportError:
                     _KERNELS = {}
                 else:
-                    for helper in (_hidden_sums, _row_sq, _logistic_grad, _clip_factor, _store):  # inlined into the passes
+                    for helper in (_hidden_sums, _squares_finite, _row_sq, _logistic_grad, _clip_factor,
+                                   _store):  # inlined into the passes
                         numba.extending.register_jitable(fastmath=set(FASTMATH))(helper)
                     jit = numba.njit(cache=_cache_writable(), fastmath=set(FASTMATH), boundscheck=False, nogil=True)
                     _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass)}

@@ -244,3 +244,37 @@ def test_light_paths_never_import_numba():
             "assert 'numba' not in sys.modules, 'numba imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value", ["huge", "inf"])
+@pytest.mark.parametrize("kind", ["sum", "diff"])
+def test_an_output_weight_whose_square_overflows_gives_none_as_the_torch_path(monkeypatch, dtype, value, kind):
+    """An output weight ``w2_u`` whose square is not finite (``|w2_u| > sqrt(max)``, finite, or inf) on a
+    hidden unit masked on every record: the torch path's ``m @ w2^2`` is ``0 * inf = NaN`` on every
+    record (None: the general path), and so is the fused pass, whose select alone would skip the masked
+    unit and release a sum (main's pass did, for the finite weight); the general path's sum then
+    equals the reference."""
+    model, x, y, w, weights, gen = _case(dtype, seed=4)
+    hidden, d = 9, x.shape[-1]
+    (sw1, sb1), (sw2, _) = model.slices[0], model.slices[2]
+    w[sw1].view(hidden, d)[0] = 0.0  # unit 0: pre-activation -1 on every record, masked
+    w[sb1][0] = -1.0
+    w[sw2][0] = torch.finfo(dtype).max ** 0.5 * 4 if value == "huge" else float("inf")
+    assert not torch.isfinite(w[sw2][0].square())
+    problem = Problem(model, "logistic", clip=0.5)
+    if kind == "sum":
+        run = lambda: grads._scalar_mlp_sum(problem, grads._per_silo(w, x), x, y, weights, 0.5)  # noqa: E731
+    else:
+        w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)
+        w_old[sw2][0] = 1.0  # only the first point's weight overflows
+        ws = (grads._per_silo(w, x), grads._per_silo(w_old, x))
+        run = lambda: grads._scalar_mlp_diff(problem, *ws, x, y, weights, 0.5, 0.1)  # noqa: E731
+    calls = _count_calls(monkeypatch)
+    assert run() is None and len(calls) == 1
+    _torch_path(monkeypatch)
+    assert run() is None and len(calls) == 1  # the torch path ran: None too
+    if kind == "sum" and value == "huge":  # the general path's sum: the masked unit contributes nothing
+        whole = clipped_grad_sum(problem, w, x, y, weights, 0.5)
+        ref = clipped_grad_sum(problem, w, x, y, weights, 0.5, "materialize")
+        assert torch.isfinite(whole).all() and torch.allclose(whole, ref, **TOL[dtype])
