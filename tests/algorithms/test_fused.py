@@ -48,9 +48,12 @@ def _count_calls(monkeypatch) -> list:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("clip", [None, 0.05, 1.0, "per-silo"])
 @pytest.mark.parametrize("iterate", ["shared", "per-silo"])
-@pytest.mark.parametrize("size", ["small", "wide"])  # rows shorter than a vector register, and several registers
+@pytest.mark.parametrize("size", ["small", "wide", "even"])  # rows shorter than a vector register, and several
 def test_fused_sum_equals_the_torch_path_and_the_reference(monkeypatch, dtype, clip, iterate, size):
-    model, x, y, w, weights, gen = _case(dtype, **({} if size == "small" else dict(k=37, d=50, hidden=64)))
+    """The sum pass against the torch path and the reference; its last loop takes records two at a time
+    (``k`` 7 and 37: pairs and a last record alone; 6: pairs only)."""
+    model, x, y, w, weights, gen = _case(dtype, **dict(small={}, wide=dict(k=37, d=50, hidden=64),
+                                                       even=dict(k=6, d=50, hidden=64))[size])
     if clip == "per-silo":
         clip = torch.tensor([[0.01], [0.1], [1.0], [10.0]], dtype=dtype)
     if iterate == "per-silo":
