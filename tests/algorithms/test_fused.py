@@ -252,27 +252,31 @@ def test_light_paths_never_import_numba():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("value", ["huge", "inf"])
 @pytest.mark.parametrize("kind", ["sum", "diff"])
-def test_an_output_weight_whose_square_overflows_gives_none_as_the_torch_path(monkeypatch, dtype, value, kind):
+@pytest.mark.parametrize("iterate", ["shared", "per-silo"])
+def test_an_output_weight_whose_square_overflows_gives_none_as_the_torch_path(monkeypatch, dtype, value, kind,
+                                                                              iterate):
     """An output weight ``w2_u`` whose square is not finite (``|w2_u| > sqrt(max)``, finite, or inf) on a
-    hidden unit masked on every record: the torch path's ``m @ w2^2`` is ``0 * inf = NaN`` on every
-    record (None: the general path), and so is the fused pass, whose select alone would skip the masked
-    unit and release a sum (main's pass did, for the finite weight); the general path's sum then
-    equals the reference."""
+    hidden unit masked on every record (every silo's, or one silo's iterate): the torch path's
+    ``m @ w2^2`` is ``0 * inf = NaN`` on every record of that silo (None: the general path), and so is
+    the fused pass, whose select alone would skip the masked unit and release a sum (the former pass
+    did, for the finite weight); the general path's sum then equals the reference."""
     model, x, y, w, weights, gen = _case(dtype, seed=4)
     hidden, d = 9, x.shape[-1]
     (sw1, sb1), (sw2, _) = model.slices[0], model.slices[2]
     w[sw1].view(hidden, d)[0] = 0.0  # unit 0: pre-activation -1 on every record, masked
     w[sb1][0] = -1.0
-    w[sw2][0] = torch.finfo(dtype).max ** 0.5 * 4 if value == "huge" else float("inf")
-    assert not torch.isfinite(w[sw2][0].square())
+    big = torch.finfo(dtype).max ** 0.5 * 4 if value == "huge" else float("inf")
+    w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)  # (diff) finite
+    w = w.expand(4, -1).clone()
+    w[2 if iterate == "per-silo" else slice(None), sw2.start] = big
+    if iterate == "per-silo":  # the other silos' iterates differ too
+        w[[0, 1, 3]] += 0.01 * torch.randn(3, model.dim, generator=gen, dtype=torch.float64).to(dtype)
+    assert not torch.isfinite(w[2, sw2.start].square())
     problem = Problem(model, "logistic", clip=0.5)
     if kind == "sum":
-        run = lambda: grads._scalar_mlp_sum(problem, grads._per_silo(w, x), x, y, weights, 0.5)  # noqa: E731
+        run = lambda: grads._scalar_mlp_sum(problem, w, x, y, weights, 0.5)  # noqa: E731
     else:
-        w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)
-        w_old[sw2][0] = 1.0  # only the first point's weight overflows
-        ws = (grads._per_silo(w, x), grads._per_silo(w_old, x))
-        run = lambda: grads._scalar_mlp_diff(problem, *ws, x, y, weights, 0.5, 0.1)  # noqa: E731
+        run = lambda: grads._scalar_mlp_diff(problem, w, grads._per_silo(w_old, x), x, y, weights, 0.5, 0.1)  # noqa: E731
     calls = _count_calls(monkeypatch)
     assert run() is None and len(calls) == 1
     _torch_path(monkeypatch)
