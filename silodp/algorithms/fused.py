@@ -17,7 +17,8 @@ The guarantee is the torch code's (:func:`.grads._scalar_mlp_sum`, :func:`.grads
 the same formula up to float reassociation (``fastmath`` limited to reassociation and signed zeros:
 never ``nnan`` / ``ninf``, so a NaN or an infinity still propagates and is seen): a record whose
 squared norm is not finite (a NaN or ``+inf`` pre-activation: the ReLU passes them on as torch's
-does; an overflowing norm; at either point, or the difference's) makes the pass return False,
+does; an overflowing norm; an output weight whose square overflows, which makes the torch path's
+``m @ w2^2`` NaN on every record; at either point, or the difference's) makes the pass return False,
 exactly where the torch path returns None, and the caller takes the general path (which masks the
 record or norms it in the log domain). The clip factor is the release primitive's
 (:func:`.release.clip_factors`): ``min(1, C / max(||g||, 1e-30))``, 1 without a clip.
