@@ -302,9 +302,11 @@ class Context:
     def _aggregate(self, released: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """The mean of the available silos' messages (``a``: 1 for a silo summed, 0 for one left
         out). With every silo available the rows are summed as they are (``x * 1`` is ``x``, bit for
-        bit: the same sum without a product the size of the messages)."""
-        rows = released if bool((a == 1).all()) else released * a[:, None]
-        return rows.sum(0) / a.sum()
+        bit: the same sum without a product the size of the messages); the sum is divided in place
+        (a fresh tensor nothing else holds)."""
+        low, high = a.aminmax()
+        rows = released if float(low) == float(high) == 1.0 else released * a[:, None]
+        return rows.sum(0).div_(a.sum())
 
     def _offset_mean(self, offset: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         return offset if offset.dim() == 1 else (offset * a[:, None]).sum(0) / a.sum()

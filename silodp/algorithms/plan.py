@@ -120,9 +120,13 @@ class GaussianChannel:
             if bound is None:
                 raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
             weight = float(data._weights.max())
-            contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
-            ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
-            z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
+            if isinstance(bound, float) and isinstance(std, float):  # the same two float64 operations, unboxed
+                product = bound * weight
+                z = std / product if product > 0 else math.inf
+            else:
+                contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
+                ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
+                z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, noise_multiplier=z)
 
     def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
