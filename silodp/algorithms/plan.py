@@ -137,7 +137,9 @@ class GaussianChannel:
         weights = term._batch._weights
         mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
         scale = ctx._scale(std) if isinstance(std, torch.Tensor) else float(std)
-        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype).to(mean.device)
+        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype)
+        if noise.device != mean.device:  # drawn from the run's CPU generator, moved to the data
+            noise = noise.to(mean.device)
         noise = noise.mul_(scale) if isinstance(scale, float) else noise * scale  # the same products, in place
         messages = gaussian_release(mean, scale, None, None if offset is None else ctx._per_silo_offset(offset),
                                     noise=noise, dtype=mean.dtype)
