@@ -21,6 +21,7 @@ and released is the plan's channel (:class:`~silodp.algorithms.plan.GaussianChan
 
 from __future__ import annotations
 
+import functools
 import struct
 import weakref
 from typing import Any, ClassVar
@@ -67,10 +68,12 @@ class Batch:
         return f"Batch({self.sampling.value}, size={self.size})"
 
 
+@functools.lru_cache(maxsize=64)
 def _filled(value: float, dtype: torch.dtype) -> float | None:
     """Every entry of ``torch.full(..., value, dtype=dtype)`` as a float: ``value`` rounded to
     ``dtype`` once (IEEE round to nearest, C's conversion, as ``fill_``'s); None for a dtype other
-    than float64 and float32."""
+    than float64 and float32. A pure function of its arguments (memoized: a run asks the same
+    1 / K every round)."""
     if dtype == torch.float64:
         return float(value)
     if dtype == torch.float32:
