@@ -48,9 +48,12 @@ def _count_calls(monkeypatch) -> list:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("clip", [None, 0.05, 1.0, "per-silo"])
 @pytest.mark.parametrize("iterate", ["shared", "per-silo"])
-@pytest.mark.parametrize("size", ["small", "wide"])  # rows shorter than a vector register, and several registers
+@pytest.mark.parametrize("size", ["small", "wide", "even"])  # rows shorter than a vector register, and several
 def test_fused_sum_equals_the_torch_path_and_the_reference(monkeypatch, dtype, clip, iterate, size):
-    model, x, y, w, weights, gen = _case(dtype, **({} if size == "small" else dict(k=37, d=50, hidden=64)))
+    """The sum pass against the torch path and the reference; its last loop takes records two at a time
+    (``k`` 7 and 37: pairs and a last record alone; 6: pairs only)."""
+    model, x, y, w, weights, gen = _case(dtype, **dict(small={}, wide=dict(k=37, d=50, hidden=64),
+                                                       even=dict(k=6, d=50, hidden=64))[size])
     if clip == "per-silo":
         clip = torch.tensor([[0.01], [0.1], [1.0], [10.0]], dtype=dtype)
     if iterate == "per-silo":
@@ -244,3 +247,41 @@ def test_light_paths_never_import_numba():
             "assert 'numba' not in sys.modules, 'numba imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value", ["huge", "inf"])
+@pytest.mark.parametrize("kind", ["sum", "diff"])
+@pytest.mark.parametrize("iterate", ["shared", "per-silo"])
+def test_an_output_weight_whose_square_overflows_gives_none_as_the_torch_path(monkeypatch, dtype, value, kind,
+                                                                              iterate):
+    """An output weight ``w2_u`` whose square is not finite (``|w2_u| > sqrt(max)``, finite, or inf) on a
+    hidden unit masked on every record (every silo's, or one silo's iterate): the torch path's
+    ``m @ w2^2`` is ``0 * inf = NaN`` on every record of that silo (None: the general path), and so is
+    the fused pass, whose select alone would skip the masked unit and release a sum (the former pass
+    did, for the finite weight); the general path's sum then equals the reference."""
+    model, x, y, w, weights, gen = _case(dtype, seed=4)
+    hidden, d = 9, x.shape[-1]
+    (sw1, sb1), (sw2, _) = model.slices[0], model.slices[2]
+    w[sw1].view(hidden, d)[0] = 0.0  # unit 0: pre-activation -1 on every record, masked
+    w[sb1][0] = -1.0
+    big = torch.finfo(dtype).max ** 0.5 * 4 if value == "huge" else float("inf")
+    w_old = w + 0.1 * torch.randn(model.dim, generator=gen, dtype=torch.float64).to(dtype)  # (diff) finite
+    w = w.expand(4, -1).clone()
+    w[2 if iterate == "per-silo" else slice(None), sw2.start] = big
+    if iterate == "per-silo":  # the other silos' iterates differ too
+        w[[0, 1, 3]] += 0.01 * torch.randn(3, model.dim, generator=gen, dtype=torch.float64).to(dtype)
+    assert not torch.isfinite(w[2, sw2.start].square())
+    problem = Problem(model, "logistic", clip=0.5)
+    if kind == "sum":
+        run = lambda: grads._scalar_mlp_sum(problem, w, x, y, weights, 0.5)  # noqa: E731
+    else:
+        run = lambda: grads._scalar_mlp_diff(problem, w, grads._per_silo(w_old, x), x, y, weights, 0.5, 0.1)  # noqa: E731
+    calls = _count_calls(monkeypatch)
+    assert run() is None and len(calls) == 1
+    _torch_path(monkeypatch)
+    assert run() is None and len(calls) == 1  # the torch path ran: None too
+    if kind == "sum" and value == "huge":  # the general path's sum: the masked unit contributes nothing
+        whole = clipped_grad_sum(problem, w, x, y, weights, 0.5)
+        ref = clipped_grad_sum(problem, w, x, y, weights, 0.5, "materialize")
+        assert torch.isfinite(whole).all() and torch.allclose(whole, ref, **TOL[dtype])
