@@ -165,15 +165,18 @@ class BatchSampler:
     """
 
     def __init__(self, counts: torch.Tensor, batch_size: int, replacement: bool, generator: torch.Generator):
-        self.counts = counts
+        self.counts = counts.clone()  # the sampler's own copy: what it derives below cannot go stale
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
-        if not replacement and self.batch_size > int(counts.min()):
-            raise ValueError(f"batch_size: without replacement must be <= the smallest silo size {int(counts.min())}, got {batch_size}")
+        self._smallest = int(self.counts.min())
+        if not replacement and self.batch_size > self._smallest:
+            raise ValueError(f"batch_size: without replacement must be <= the smallest silo size {self._smallest}, got {batch_size}")
         self.replacement = replacement
         self.sampling = BatchSampling.WITH_REPLACEMENT if replacement else BatchSampling.SHUFFLED
         self.generator = generator
+        # n_i as float64 (exact below 2**53: u * n_i is the product the long counts promote to) and n_i - 1
+        self._sizes, self._last = self.counts.unsqueeze(1).to(torch.float64), self.counts.unsqueeze(1) - 1
         self._perm = None
         self._cursor = 0
 
@@ -181,9 +184,9 @@ class BatchSampler:
         n_silos = self.counts.shape[0]
         k = self.batch_size
         if self.replacement:  # floor(u n_i), at most n_i - 1 (the product and the clamp in place)
-            u = torch.rand(n_silos, k, generator=self.generator, dtype=torch.float64).mul_(self.counts.unsqueeze(1))
-            return u.long().clamp_(max=self.counts.unsqueeze(1) - 1)
-        if self._perm is None or self._cursor + k > int(self.counts.min()):
+            u = torch.rand(n_silos, k, generator=self.generator, dtype=torch.float64).mul_(self._sizes)
+            return u.long().clamp_(max=self._last)
+        if self._perm is None or self._cursor + k > self._smallest:
             n_max = int(self.counts.max())
             keys = torch.rand(n_silos, n_max, generator=self.generator)
             keys = keys.masked_fill(torch.arange(n_max).unsqueeze(0) >= self.counts.unsqueeze(1), 2.0)

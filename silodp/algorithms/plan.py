@@ -114,15 +114,20 @@ class GaussianChannel:
 
     def sent(self, ctx: Any, group: str, data: Any, std: Any, bound: Any, messages: int) -> Sent:
         """The ledger entry: noise multiplier ``std`` over the contribution bound, the term's l2
-        bound times the largest batch weight (the smallest multiplier over silos and stacked runs)."""
+        bound times the largest batch weight (the smallest multiplier over silos and stacked runs;
+        a batch the channel filled with one weight carries that weight, its largest entry)."""
         z = math.inf
         if ctx._ledger.declaration is not None or bound is not None:
             if bound is None:
                 raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
-            weight = float(data._weights.max())
-            contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
-            ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
-            z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
+            weight = data._largest if data._largest is not None else float(data._weights.max())
+            if isinstance(bound, float) and isinstance(std, float):  # the same two float64 operations, unboxed
+                product = bound * weight
+                z = std / product if product > 0 else math.inf
+            else:
+                contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
+                ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
+                z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
         return Sent(group, data.sampling, data.size, ctx._fed.min_size, noise_multiplier=z)
 
     def release(self, ctx: Any, group: str, values: torch.Tensor, term: Any, a: torch.Tensor, std: Any,
@@ -132,7 +137,9 @@ class GaussianChannel:
         weights = term._batch._weights
         mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
         scale = ctx._scale(std) if isinstance(std, torch.Tensor) else float(std)
-        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype).to(mean.device)
+        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype)
+        if noise.device != mean.device:  # drawn from the run's CPU generator, moved to the data
+            noise = noise.to(mean.device)
         noise = noise.mul_(scale) if isinstance(scale, float) else noise * scale  # the same products, in place
         messages = gaussian_release(mean, scale, None, None if offset is None else ctx._per_silo_offset(offset),
                                     noise=noise, dtype=mean.dtype)

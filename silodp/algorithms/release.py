@@ -122,7 +122,7 @@ def all_finite(t: torch.Tensor) -> bool:
     """Whether every entry of ``t`` is finite: one sum first (a sum is finite only if every
     term is: an infinity or NaN anywhere makes it infinite or NaN, IEEE 754), the entrywise test
     only when the sum is not finite (an overflow of finite entries is then told apart)."""
-    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+    return math.isfinite(float(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def noise_std(noise_multiplier: float, clip: float) -> float:

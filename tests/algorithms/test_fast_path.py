@@ -114,3 +114,86 @@ def test_with_replacement_indices_are_floor_u_n_at_most_n_minus_one():
     for _ in range(3):
         u = torch.rand(3, 11, generator=ref, dtype=torch.float64)
         assert torch.equal(sampler.next(), torch.clamp((u * counts.unsqueeze(1)).long(), max=counts.unsqueeze(1) - 1))
+
+
+def test_the_aggregate_sums_the_rows_as_they_are_only_when_every_weight_is_one():
+    """The all-ones test reads the smallest and the largest entry of ``a``: ones and twos (smallest
+    1), one value below 1, or a NaN among ones go through the product, bit for bit the masked sum."""
+    gen = torch.Generator().manual_seed(1)
+    released = torch.randn(4, 9, generator=gen)
+    for a in (torch.tensor([1.0, 2.0, 1.0, 1.0]), torch.full((4,), 0.5), torch.tensor([1.0, 1.0, float("nan"), 1.0])):
+        torch.testing.assert_close(Context._aggregate(None, released, a), (released * a[:, None]).sum(0) / a.sum(),
+                                   rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_ledger_multiplier_of_float_noise_is_the_float64_tensor_formula(seed):
+    """``GaussianChannel.sent`` with a float std and a float bound (Python's float64 product and
+    quotient) records the multiplier of its tensor formula bit for bit, a zero contribution
+    included (infinite: no record moves the message)."""
+    import math
+    from types import SimpleNamespace
+
+    from silodp.accounting.releases import BatchSampling
+    from silodp.algorithms.plan import GaussianChannel
+
+    gen = torch.Generator().manual_seed(seed)
+    ctx = SimpleNamespace(_ledger=SimpleNamespace(declaration={}), _fed=SimpleNamespace(min_size=50))
+    for _ in range(200):
+        k = int(torch.randint(1, 700, (1,), generator=gen))
+        weights = torch.full((3, k), 1.0 / k)
+        data = SimpleNamespace(_weights=weights, _largest=None, sampling=BatchSampling.WITH_REPLACEMENT, size=k)
+        std = float(torch.rand(1, generator=gen, dtype=torch.float64)) * 10.0 ** int(torch.randint(-4, 4, (1,), generator=gen))
+        for bound in (float(torch.rand(1, generator=gen, dtype=torch.float64)) * 4, 0.0):
+            weight = float(weights.max())
+            contribution = torch.as_tensor(bound, dtype=torch.float64) * weight
+            ratio = torch.as_tensor(std, dtype=torch.float64) / contribution
+            z = float(torch.where(contribution > 0, ratio, torch.full_like(ratio, math.inf)).min())
+            for s, b in ((std, bound), (torch.tensor(std, dtype=torch.float64), torch.tensor(bound, dtype=torch.float64))):
+                assert GaussianChannel().sent(ctx, "grad", data, s, b, 0).noise_multiplier == z
+
+
+def test_the_sampler_draws_from_its_own_copy_of_the_counts():
+    """A sampler derives its float sizes and last indices once, from a copy of the counts it was
+    given: changing the caller's tensor afterwards changes none of its draws."""
+    counts = torch.tensor([5, 9, 7])
+    mine, ref = BatchSampler(counts, 4, True, torch.Generator().manual_seed(0)), torch.Generator().manual_seed(0)
+    counts.fill_(1000)
+    fixed = torch.tensor([5, 9, 7]).unsqueeze(1)
+    for _ in range(3):
+        u = torch.rand(3, 4, generator=ref, dtype=torch.float64)
+        assert torch.equal(mine.next(), torch.clamp((u * fixed).long(), max=fixed - 1))
+    shuffled = BatchSampler(counts[:1].clone().fill_(6), 3, False, torch.Generator().manual_seed(0))
+    assert sorted(torch.cat([shuffled.next(), shuffled.next()], 1)[0].tolist()) == list(range(6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_batch_filled_with_one_weight_carries_its_largest_entry(dtype):
+    """``Context.batch`` fills a batch's weights with 1 / K and hands the ledger that value rounded
+    to the dtype (the float ``weights.max()`` reads), for every K up to 5000; half precision carries
+    none (the ledger reads the tensor). A run's batches carry it: its multipliers are the tensor
+    formula's."""
+    from silodp.algorithms.context import _filled
+
+    for k in range(1, 5001):
+        assert _filled(1.0 / k, dtype) == float(torch.full((2, k), 1.0 / k, dtype=dtype).max()), k
+    assert _filled(0.1, torch.float16) is None and _filled(0.1, torch.bfloat16) is None
+    gen = torch.Generator().manual_seed(0)
+    fed = Federation(torch.randn(2, 9, 3, generator=gen, dtype=dtype), torch.rand(2, 9, generator=gen).to(dtype),
+                     torch.tensor([9, 6]))
+    seen = []
+    real = Context.batch
+
+    def batch(ctx, sampler):
+        out = real(ctx, sampler)
+        seen.append((out._largest, float(out._weights.max())))
+        return out
+
+    Context.batch = batch
+    try:
+        result = IsrlMBSGD(sigmas={"sigma": 0.3}, rounds=3, batch_size=5, step_size=0.1,
+                           metrics_every=0).run(Problem(mlp(3, [2], 1), "logistic", clip=1.0), fed, seed=1)
+    finally:
+        Context.batch = real
+    assert len(seen) == 3 and all(a == b for a, b in seen)
+    assert [e.noise_multiplier for e in result.ledger] == [0.3 / (1.0 * seen[0][1])] * 3

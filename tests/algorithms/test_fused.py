@@ -4,6 +4,7 @@ returns None (a record it cannot norm finitely: the general path then masks or l
 torch path wherever the pass does not apply (numba missing, another loss, a GPU or non-contiguous
 tensor, a per-record clip), and numba never imported on the light paths."""
 
+import os
 import subprocess
 import sys
 
@@ -285,3 +286,33 @@ def test_an_output_weight_whose_square_overflows_gives_none_as_the_torch_path(mo
         whole = clipped_grad_sum(problem, w, x, y, weights, 0.5)
         ref = clipped_grad_sum(problem, w, x, y, weights, 0.5, "materialize")
         assert torch.isfinite(whole).all() and torch.allclose(whole, ref, **TOL[dtype])
+
+
+_REPRODUCE = """
+import hashlib, torch
+from silodp.algorithms import Problem, fused, grads, mlp
+torch.set_num_threads(1)
+gen = torch.Generator().manual_seed(1)
+model = mlp(50, [64])
+x = torch.randn(25, 600, 50, generator=gen)
+y = torch.randint(0, 2, (25, 600), generator=gen).float()
+w = (model.init(gen) + 0.3 * torch.randn(model.dim, generator=gen, dtype=torch.float64)).float()
+weights = torch.full((25, 600), 1 / 600)
+problem, wp = Problem(model, "logistic", clip=1.0), grads._per_silo(w, x)
+assert fused.applies(x, "logistic", 1.0, 0.5)
+out = torch.cat([grads._scalar_mlp_sum(problem, wp, x, y, weights, 1.0),
+                 grads._scalar_mlp_diff(problem, wp, 0.9 * wp, x, y, weights, 1.0, 0.5)])
+print(hashlib.sha256(out.numpy().tobytes()).hexdigest())
+"""
+
+
+def test_the_passes_give_the_same_bits_compiled_and_loaded_from_the_cache(tmp_path):
+    """A seeded run is reproducible bit for bit whether its process compiled the passes or loaded them
+    from numba's cache (float32 compiled first, the vectorized reductions' order included): round 10's
+    passes gave other float32 sums in the compiling process than in the later ones (h39f)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", _REPRODUCE], capture_output=True, text=True, timeout=300, env=env)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert any(tmp_path.rglob("*.nbi")), "the first process wrote no cache"
+    assert runs[0].stdout == runs[1].stdout
