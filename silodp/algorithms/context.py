@@ -21,8 +21,6 @@ and released is the plan's channel (:class:`~silodp.algorithms.plan.GaussianChan
 
 from __future__ import annotations
 
-import functools
-import struct
 import weakref
 from typing import Any, ClassVar
 
@@ -56,29 +54,14 @@ class Batch:
     (:class:`~silodp.accounting.releases.BatchSampling`) and ``size`` (records per silo) are
     public, the records, their labels and indices stay in the channel."""
 
-    __slots__ = ("sampling", "size", "_x", "_y", "_weights", "_idx", "_largest", "__weakref__")
+    __slots__ = ("sampling", "size", "_x", "_y", "_weights", "_idx", "__weakref__")
 
-    def __init__(self, x, y, weights, idx, sampling: BatchSampling, size: int, largest: float | None = None) -> None:
+    def __init__(self, x, y, weights, idx, sampling: BatchSampling, size: int) -> None:
         self.sampling, self.size = sampling, int(size)
         self._x, self._y, self._weights, self._idx = x, y, weights, idx
-        #: the largest entry of ``weights`` where the channel filled them with one value (else None)
-        self._largest = largest
 
     def __repr__(self) -> str:
         return f"Batch({self.sampling.value}, size={self.size})"
-
-
-@functools.lru_cache(maxsize=64)
-def _filled(value: float, dtype: torch.dtype) -> float | None:
-    """Every entry of ``torch.full(..., value, dtype=dtype)`` as a float: ``value`` rounded to
-    ``dtype`` once (IEEE round to nearest, C's conversion, as ``fill_``'s); None for a dtype other
-    than float64 and float32. A pure function of its arguments (memoized: a run asks the same
-    1 / K every round)."""
-    if dtype == torch.float64:
-        return float(value)
-    if dtype == torch.float32:
-        return struct.unpack("f", struct.pack("f", value))[0]
-    return None
 
 
 #: Context subclasses may only be declared in this module (the audit, trial and mutation
@@ -231,9 +214,8 @@ class Context:
             return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size))
         idx = sampler.next()
         x, y = self._fed.gather(idx)
-        weight, dtype = 1.0 / idx.shape[1], self._fed.x.dtype
-        weights = torch.full(idx.shape, weight, dtype=dtype, device=self._fed.x.device)
-        return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1], _filled(weight, dtype)))
+        weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype, device=self._fed.x.device)
+        return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1]))
 
     def full(self) -> Batch:
         fed = self._fed

@@ -371,9 +371,10 @@ def kernels() -> dict | None:
                                    _store):  # inlined into the passes
                         numba.extending.register_jitable(fastmath=set(FASTMATH))(helper)
                     _register_prefetch(numba)
-                    jit = numba.njit(cache=_cache_writable(), fastmath=set(FASTMATH), boundscheck=False, nogil=True)
-                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass),
-                                "gather": numba.njit(cache=_cache_writable(), boundscheck=False, nogil=True)(_gather_pass)}
+                    cache = _cache_writable()
+                    jit = numba.njit(cache=cache, fastmath=set(FASTMATH), boundscheck=False, nogil=True)
+                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass),  # a copy needs no fast math
+                                "gather": numba.njit(cache=cache, boundscheck=False, nogil=True)(_gather_pass)}
     return _KERNELS or None
 
 

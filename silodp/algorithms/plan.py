@@ -114,13 +114,12 @@ class GaussianChannel:
 
     def sent(self, ctx: Any, group: str, data: Any, std: Any, bound: Any, messages: int) -> Sent:
         """The ledger entry: noise multiplier ``std`` over the contribution bound, the term's l2
-        bound times the largest batch weight (the smallest multiplier over silos and stacked runs;
-        a batch the channel filled with one weight carries that weight, its largest entry)."""
+        bound times the largest batch weight (the smallest multiplier over silos and stacked runs)."""
         z = math.inf
         if ctx._ledger.declaration is not None or bound is not None:
             if bound is None:
                 raise ValueError(f"release of group {group!r}: its term has no contribution bound (no clip)")
-            weight = data._largest if data._largest is not None else float(data._weights.max())
+            weight = float(data._weights.max())
             if isinstance(bound, float) and isinstance(std, float):  # the same two float64 operations, unboxed
                 product = bound * weight
                 z = std / product if product > 0 else math.inf

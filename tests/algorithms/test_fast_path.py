@@ -142,7 +142,7 @@ def test_the_ledger_multiplier_of_float_noise_is_the_float64_tensor_formula(seed
     for _ in range(200):
         k = int(torch.randint(1, 700, (1,), generator=gen))
         weights = torch.full((3, k), 1.0 / k)
-        data = SimpleNamespace(_weights=weights, _largest=None, sampling=BatchSampling.WITH_REPLACEMENT, size=k)
+        data = SimpleNamespace(_weights=weights, sampling=BatchSampling.WITH_REPLACEMENT, size=k)
         std = float(torch.rand(1, generator=gen, dtype=torch.float64)) * 10.0 ** int(torch.randint(-4, 4, (1,), generator=gen))
         for bound in (float(torch.rand(1, generator=gen, dtype=torch.float64)) * 4, 0.0):
             weight = float(weights.max())
@@ -165,35 +165,3 @@ def test_the_sampler_draws_from_its_own_copy_of_the_counts():
         assert torch.equal(mine.next(), torch.clamp((u * fixed).long(), max=fixed - 1))
     shuffled = BatchSampler(counts[:1].clone().fill_(6), 3, False, torch.Generator().manual_seed(0))
     assert sorted(torch.cat([shuffled.next(), shuffled.next()], 1)[0].tolist()) == list(range(6))
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_a_batch_filled_with_one_weight_carries_its_largest_entry(dtype):
-    """``Context.batch`` fills a batch's weights with 1 / K and hands the ledger that value rounded
-    to the dtype (the float ``weights.max()`` reads), for every K up to 5000; half precision carries
-    none (the ledger reads the tensor). A run's batches carry it: its multipliers are the tensor
-    formula's."""
-    from silodp.algorithms.context import _filled
-
-    for k in range(1, 5001):
-        assert _filled(1.0 / k, dtype) == float(torch.full((2, k), 1.0 / k, dtype=dtype).max()), k
-    assert _filled(0.1, torch.float16) is None and _filled(0.1, torch.bfloat16) is None
-    gen = torch.Generator().manual_seed(0)
-    fed = Federation(torch.randn(2, 9, 3, generator=gen, dtype=dtype), torch.rand(2, 9, generator=gen).to(dtype),
-                     torch.tensor([9, 6]))
-    seen = []
-    real = Context.batch
-
-    def batch(ctx, sampler):
-        out = real(ctx, sampler)
-        seen.append((out._largest, float(out._weights.max())))
-        return out
-
-    Context.batch = batch
-    try:
-        result = IsrlMBSGD(sigmas={"sigma": 0.3}, rounds=3, batch_size=5, step_size=0.1,
-                           metrics_every=0).run(Problem(mlp(3, [2], 1), "logistic", clip=1.0), fed, seed=1)
-    finally:
-        Context.batch = real
-    assert len(seen) == 3 and all(a == b for a, b in seen)
-    assert [e.noise_multiplier for e in result.ledger] == [0.3 / (1.0 * seen[0][1])] * 3
