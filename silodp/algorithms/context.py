@@ -52,13 +52,14 @@ class Term:
 class Batch:
     """An opaque handle of one minibatch (or the full data) the channel drew: ``sampling``
     (:class:`~silodp.accounting.releases.BatchSampling`) and ``size`` (records per silo) are
-    public, the records, their labels and indices stay in the channel."""
+    public, the records, their labels and indices stay in the channel (with each record's
+    ``||x||^2 + 1`` where the gather computed it, for the fused passes; None otherwise)."""
 
-    __slots__ = ("sampling", "size", "_x", "_y", "_weights", "_idx", "__weakref__")
+    __slots__ = ("sampling", "size", "_x", "_y", "_weights", "_idx", "_xsq", "__weakref__")
 
-    def __init__(self, x, y, weights, idx, sampling: BatchSampling, size: int) -> None:
+    def __init__(self, x, y, weights, idx, sampling: BatchSampling, size: int, xsq=None) -> None:
         self.sampling, self.size = sampling, int(size)
-        self._x, self._y, self._weights, self._idx = x, y, weights, idx
+        self._x, self._y, self._weights, self._idx, self._xsq = x, y, weights, idx, xsq
 
     def __repr__(self) -> str:
         return f"Batch({self.sampling.value}, size={self.size})"
@@ -209,13 +210,13 @@ class Context:
             raise ValueError("sampler: must come from this run's Context.sampler")
         if sampler.sampling is BatchSampling.BALLS_IN_BINS:  # members only, over the constant expected size
             idx, mask = sampler.next()
-            x, y = self._fed.gather(idx)
+            x, y, xsq = self._fed.gather(idx, norms=True)
             weights = mask.to(self._fed.x.device, self._fed.x.dtype) / sampler.expected_size
-            return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size))
+            return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size, xsq))
         idx = sampler.next()
-        x, y = self._fed.gather(idx)
+        x, y, xsq = self._fed.gather(idx, norms=True)
         weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype, device=self._fed.x.device)
-        return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1]))
+        return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1], xsq))
 
     def full(self) -> Batch:
         fed = self._fed

@@ -119,21 +119,28 @@ class Federation:
         avail[order[:m]] = True
         return avail
 
-    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gather(self, idx: torch.Tensor, norms: bool = False) -> tuple:
         """Rows ``idx: [N, K]`` of every silo -> ``(x [N, K, ...], y [N, K])``: on the CPU numba's
         pass with software prefetch (:func:`.fused.gather`, the same rows bit for bit), else one
         ``index_select`` on the flattened records (4-5x faster than advanced indexing), written
         into a buffer of an earlier gather that nothing references any more (no fresh pages per
-        round; a batch still held keeps its own rows)."""
+        round; a batch still held keeps its own rows). With ``norms``: ``(x, y, xsq)``, ``xsq [N, K]``
+        each row's ``||x||^2 + 1`` as the fused passes compute it, from numba's pass while it copies
+        the row, or None where that pass did not run (the passes then read ``x``)."""
         n_silos, n_max = self.x.shape[:2]
         src = self.x.reshape(n_silos * n_max, *self.x.shape[2:])
         x = self._gather_buffer(src, idx.numel())
-        y = _fused.gather(self.x, self.y, idx, x)  # numba's pass where it runs (CPU float rows)
-        if y is None:
+        done = _fused.gather(self.x, self.y, idx, x, norms)  # numba's pass where it runs (CPU float rows)
+        if done is None:
             flat = (idx.to(self.x.device) + torch.arange(n_silos, device=self.x.device).unsqueeze(1) * n_max).reshape(-1)
             torch.index_select(src, 0, flat, out=x)
-            y = self.y.reshape(-1).index_select(0, flat)
-        return x.view(*idx.shape, *self.x.shape[2:]), y.view(idx.shape)
+            y, xsq = self.y.reshape(-1).index_select(0, flat), None
+        else:
+            y, xsq = done
+        x, y = x.view(*idx.shape, *self.x.shape[2:]), y.view(idx.shape)
+        if not norms:
+            return x, y
+        return x, y, None if xsq is None else xsq.view(idx.shape)
 
     def _gather_buffer(self, src: torch.Tensor, rows: int) -> torch.Tensor:
         """A ``[rows, ...]`` tensor like ``src``: a pooled one whose storage only the pool holds

@@ -93,10 +93,11 @@ def _store(row, acc_w2, acc_b1, acc_b2, ob1, ow2, ob2):  # pragma: no cover  (co
     row[ob2] = acc_b2
 
 
-def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma: no cover  (compiled)
+def _sum_pass(h, w2, b2, x, xsq, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma: no cover  (compiled)
     """The fused pass of :func:`clipped_sum` at one point: pre-activations ``h [n, k, H]``
     (overwritten with ``s m w2``), output weights ``w2 [1 or n, H]`` and biases ``b2 [1 or n]``,
-    inputs ``x [n, k, d]``, labels ``y [n, k]``, weights ``wt [n, k]``, clip norms ``clip [n]``
+    inputs ``x [n, k, d]`` and their ``||x||^2 + 1`` as the gather computed them, ``xsq [n, k]``
+    (empty ``[0, 0]``: from ``x`` here, the same bits), labels ``y [n, k]``, weights ``wt [n, k]``, clip norms ``clip [n]``
     (empty: no clip), ``consts = (0, 1, 1e-30)`` in the dtype; the output layer's and the hidden
     bias's sums land in ``out [n, dim]`` at the columns ``ob1``, ``ow2``, ``ob2``. False at the first
     record whose squared norm is not finite (every record where a ``w2^2`` is not finite:
@@ -107,6 +108,7 @@ def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma:
     zero, one, tiny = consts[0], consts[1], consts[2]
     per_silo = w2.shape[0] > 1
     clipped = clip.shape[0] > 0
+    given = xsq.shape[0] > 0
     acc_w2, acc_b1 = np.empty((2, hidden), h.dtype)  # the silo's sums, local (stores into ``out`` alias ``h``)
     zs, qs = np.empty((2, k), h.dtype)
     wsq = np.empty(hidden, h.dtype)  # the silo's w2^2, once for its records
@@ -130,7 +132,8 @@ def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma:
                 hs += r * r
                 hid += q if v > zero else zero
             zs[j] = z + bias
-            qs[j] = (_row_sq(x[i, j], zero) + one) * hid + hs + one
+            xq = xsq[i, j] if given else _row_sq(x[i, j], zero) + one
+            qs[j] = xq * hid + hs + one
         acc_b2 = zero
         for j in range(k):
             g = _logistic_grad(zs[j], y[i, j], one)
@@ -174,10 +177,10 @@ def _sum_pass(h, w2, b2, x, y, wt, clip, consts, out, ob1, ow2, ob2):  # pragma:
     return True
 
 
-def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, ob1, ow2, ob2):  # pragma: no cover
+def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, out, ob1, ow2, ob2):  # pragma: no cover
     """The fused pass of :func:`clipped_sum` for differences (:func:`.grads._scalar_mlp_diff`'s
     formula): both points' pre-activations ``h1``, ``h0`` (``h1`` overwritten with ``e delta``), their
-    output layers, difference clips ``dc [n]`` (empty: none), the rest as :func:`_sum_pass`. Per
+    output layers, difference clips ``dc [n]`` (empty: none), the rest (``xsq`` included) as :func:`_sum_pass`. Per
     silo: the rows' reductions at both points; ``u = c1 g1``, ``v = c0 g0``; the difference's
     squared norm ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2`` and ``e = weight * its clip
     factor``; the scaled rows and sums. False at the first record not finite at either point or
@@ -189,6 +192,7 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, 
     per0 = w2_0.shape[0] > 1
     clipped = clip.shape[0] > 0
     dclipped = dc.shape[0] > 0
+    given = xsq.shape[0] > 0
     acc_w2, acc_b1 = np.empty((2, hidden), h1.dtype)
     us, vs, q1, q0, xs = np.empty((5, k), h1.dtype)
     asq = np.empty(hidden, h1.dtype)  # each point's w2^2, per silo
@@ -217,12 +221,12 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, y, wt, clip, dc, consts, out, 
                 z0 += r0 * b[t]
                 hs0 += r0 * r0
                 hid0 += q0t if p0 > zero else zero
-            xsq = _row_sq(x[i, j], zero) + one
+            xq = xsq[i, j] if given else _row_sq(x[i, j], zero) + one
             us[j] = z1 + bias1
             vs[j] = z0 + bias0
-            q1[j] = xsq * hid1 + hs1 + one
-            q0[j] = xsq * hid0 + hs0 + one
-            xs[j] = xsq
+            q1[j] = xq * hid1 + hs1 + one
+            q0[j] = xq * hid0 + hs0 + one
+            xs[j] = xq
         for j in range(k):
             g1 = _logistic_grad(us[j], y[i, j], one)
             g0 = _logistic_grad(vs[j], y[i, j], one)
@@ -283,14 +287,19 @@ def _prefetch(src, row, offset):  # pragma: no cover  (compiled: LLVM's prefetch
     """A hint to load the cache line of ``src[row]`` at byte ``offset`` (no load, never faults)."""
 
 
-def _gather_pass(src, ysrc, idx, n_max, dst, ydst, ahead, line):  # pragma: no cover  (compiled)
+def _gather_pass(src, ysrc, idx, n_max, dst, ydst, xsq, consts, ahead, line):  # pragma: no cover  (compiled)
     """``dst[i k + j] = src[i n_max + idx[i, j]]`` and ``ydst`` likewise from ``ysrc``: the rows
     :func:`torch.index_select` copies, with the row ``ahead`` rows later prefetched (the gather's
-    time is random rows' latency). False at the first index outside ``[0, n_max)`` (the caller's
-    ``index_select`` then raises or reads as it does)."""
+    time is random rows' latency); with a non-empty ``xsq [N K]`` each copied row's ``||x||^2 + 1``
+    too, read back from ``dst`` while it is in cache by the passes' own :func:`_row_sq` under their
+    fast-math flags (``consts`` as theirs): the bits :func:`_sum_pass` and :func:`_diff_pass` compute
+    from ``x``. False at the first index outside ``[0, n_max)`` (the caller's ``index_select`` then
+    raises or reads as it does)."""
     n, k = idx.shape
     width = src.shape[1]
     row_bytes = width * src.itemsize
+    norms = xsq.shape[0] > 0
+    zero, one = consts[0], consts[1]
     pi, pj = divmod(ahead, k)
     r = 0
     for i in range(n):
@@ -310,6 +319,8 @@ def _gather_pass(src, ysrc, idx, n_max, dst, ydst, ahead, line):  # pragma: no c
             for e in range(width):
                 dst[r, e] = src[s, e]
             ydst[r] = ysrc[s]
+            if norms:
+                xsq[r] = _row_sq(dst[r], zero) + one
             r += 1
     return True
 
@@ -373,8 +384,8 @@ def kernels() -> dict | None:
                     _register_prefetch(numba)
                     cache = _cache_writable()
                     jit = numba.njit(cache=cache, fastmath=set(FASTMATH), boundscheck=False, nogil=True)
-                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass),  # a copy needs no fast math
-                                "gather": numba.njit(cache=cache, boundscheck=False, nogil=True)(_gather_pass)}
+                    # the gather under the passes' flags too: its squared norms are their bits (a copy is exact)
+                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass), "gather": jit(_gather_pass)}
     return _KERNELS or None
 
 
@@ -426,7 +437,7 @@ def _consts(dtype):
     return np.array([0.0, 1.0, 1e-30], dtype=np.float32 if dtype == torch.float32 else np.float64)
 
 
-def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int, int, int]) -> bool:
+def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int, int, int], xsq=None) -> bool:
     """The fused pass of :func:`.grads._scalar_mlp_sum` (one point) or :func:`.grads._scalar_mlp_diff`
     (two, the difference ``w - w_old`` clipped to ``diff_clip``): ``points`` the ``(h, w2, b2)`` of each,
     ``h [n, k, H]`` its pre-activations (a contiguous work tensor; the first point's is overwritten
@@ -434,23 +445,31 @@ def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int,
     ``b2 [1 or n, 1]``; ``clip`` and ``diff_clip`` None, a number or a tensor of one value or one per
     silo; the output layer's weight and bias sums and the hidden bias's land in ``out [n, dim]``
     (contiguous, ``x``'s dtype) at ``columns = (b1, w2, b2)`` (their first column); the hidden
-    weight's sum is left to the caller (``x^T h`` per silo). False where a record is not finite (the
-    caller takes the general path). :func:`applies` tells where it runs."""
+    weight's sum is left to the caller (``x^T h`` per silo). ``xsq [n, k]``: each record's
+    ``||x||^2 + 1`` from :func:`gather` (the bits the pass computes from ``x``, which it then does not
+    read); None, or another shape than ``x``'s records: from ``x``. False where a record is not finite
+    (the caller takes the general path). :func:`applies` tells where it runs."""
     dtype, n = x.dtype, x.shape[0]
+    given = xsq is not None and tuple(xsq.shape) == tuple(x.shape[:2])
+    norms = _array(xsq, dtype) if given else np.empty((0, 0), dtype=_consts(dtype).dtype)
     arrays = [a for h, w2, b2 in points for a in (h.numpy(), _array(w2, dtype), _array(b2.reshape(-1), dtype))]
-    data = (_array(x, dtype), _array(y, dtype), _array(weights, dtype), _per_silo(clip, n, dtype))
+    data = (_array(x, dtype), norms, _array(y, dtype), _array(weights, dtype), _per_silo(clip, n, dtype))
     clips = (_per_silo(diff_clip, n, dtype),) if len(points) == 2 else ()
     return bool(_kernel("sum" if len(points) == 1 else "diff")(*arrays, *data, *clips, _consts(dtype), out.numpy(),
                                                               *columns))
 
 
-def gather(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torch.Tensor | None:
+def gather(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, out: torch.Tensor,
+           norms: bool = False) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The rows ``idx [N, K]`` of every silo of ``x [N, n, ...]`` into ``out [N K, ...]`` and of
-    ``y [N, n]`` into a new ``[N K]`` tensor, which it returns (:func:`_gather_pass`: bit for bit the
-    rows of ``index_select`` on the flattened records, each row's bytes copied); None where it does
-    not run (numba missing, a tensor off the CPU, non-contiguous or needing a gradient, a dtype
-    other than float32 / float64, ``y`` of another dtype, ``out`` not ``N K`` rows of ``x``'s, an index
-    not int64 or outside ``[0, n)``): the caller's ``index_select`` then."""
+    ``y [N, n]`` into a new ``[N K]`` tensor (:func:`_gather_pass`: bit for bit the rows of
+    ``index_select`` on the flattened records, each row's bytes copied); returns ``(y, xsq)``, ``xsq``
+    with ``norms`` each gathered row's ``||x||^2 + 1`` as a new ``[N K]`` tensor (the bits the sum and
+    difference passes compute from the row: :func:`clipped_sum` takes it instead of reading ``x``
+    again), else None. None where it does not run (numba missing, a tensor off the CPU,
+    non-contiguous or needing a gradient, a dtype other than float32 / float64, ``y`` of another
+    dtype, ``out`` not ``N K`` rows of ``x``'s, an index not int64 or outside ``[0, n)``): the caller's
+    ``index_select`` then."""
     import torch
 
     n_silos, n_max = x.shape[:2]
@@ -462,6 +481,8 @@ def gather(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, out: torch.Tenso
             and idx.shape[0] == n_silos and rows > 0 and kernels() is not None):
         return None
     y_out = torch.empty(rows, dtype=y.dtype)
+    xsq = torch.empty(rows if norms else 0, dtype=x.dtype)
     done = _kernel("gather")(x.reshape(n_silos * n_max, -1).numpy(), y.reshape(-1).numpy(), idx.contiguous().numpy(),
-                             n_max, out.view(rows, -1).numpy(), y_out.numpy(), GATHER_AHEAD, GATHER_LINE)
-    return y_out if done else None
+                             n_max, out.view(rows, -1).numpy(), y_out.numpy(), xsq.numpy(), _consts(x.dtype),
+                             GATHER_AHEAD, GATHER_LINE)
+    return (y_out, xsq if norms else None) if done else None

@@ -351,7 +351,7 @@ def _scalar_sq(g: torch.Tensor, xsq: torch.Tensor, hid_sq: torch.Tensor, h: torc
     return g.square() * (xsq * hid_sq + _sqnorm(h) + 1.0)
 
 
-def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor | None:
+def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None, xsq=None) -> torch.Tensor | None:
     """The clipped sum of a scalar-output one-hidden-layer MLP (:func:`_scalar_mlp`), by the
     structure of its gradient, in one forward pass and two matrix products per silo; None where a
     record's squared norm is not finite (the caller then takes the general path, which masks the
@@ -366,9 +366,10 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
     ``grad b2 = sum s``: the same quantity as :func:`_ghost`'s (tested against the reference).
     On the CPU with numba (the logistic loss, float32 / float64) everything after the forward
     product is one fused pass per record (:func:`.fused.clipped_sum`: the same formula, the same
-    None), then one product ``(s m w2)^T x`` per silo."""
+    None; ``xsq`` the records' ``||x||^2 + 1`` from the gather, or None), then one product
+    ``(s m w2)^T x`` per silo."""
     if _fused.applies(x, problem.loss, clip) and w.dtype == x.dtype:
-        return _scalar_fused(problem, (w,), x, y, weights, clip, out=out)
+        return _scalar_fused(problem, (w,), x, y, weights, clip, out=out, xsq=xsq)
     h, m, g, w2, hid_sq = _scalar_point(problem, w, x, y)
     sq = _scalar_sq(g, _sqnorm(x) + 1.0, hid_sq, h)
     if not _release.all_finite(sq):
@@ -380,9 +381,10 @@ def _scalar_mlp_sum(problem, w, x, y, weights, clip, out=None) -> torch.Tensor |
 
 
 @torch.no_grad()
-def _scalar_fused(problem, points, x, y, weights, clip, diff_clip=None, out=None) -> torch.Tensor | None:
+def _scalar_fused(problem, points, x, y, weights, clip, diff_clip=None, out=None, xsq=None) -> torch.Tensor | None:
     """:func:`_scalar_mlp_sum` (``points = (w,)``) or :func:`_scalar_mlp_diff` (``(w, w_old)``) by
-    :func:`.fused.clipped_sum` after each point's forward product, then the hidden weight's sum."""
+    :func:`.fused.clipped_sum` after each point's forward product (``xsq``: the records' ``||x||^2 + 1``
+    from the gather, or None), then the hidden weight's sum."""
     model = problem.model
     n = x.shape[0]
     tags = ("point",) if len(points) == 1 else ("point1", "point0")
@@ -391,7 +393,7 @@ def _scalar_fused(problem, points, x, y, weights, clip, diff_clip=None, out=None
         out = torch.empty(n, model.dim, dtype=x.dtype)
     (sw1, sb1), (sw2, sb2) = model.slices[0], model.slices[2]
     if not _fused.clipped_sum([(h, W2[:, 0], b2) for h, W2, b2, _ in forward], x, y, weights, clip, diff_clip, out,
-                              (sb1.start, sw2.start, sb2.start)):
+                              (sb1.start, sw2.start, sb2.start), xsq=xsq):
         return None
     h = forward[0][0]
     _hidden_weight_sum(x, h, out[:, sw1].view(n, h.shape[-1], x.shape[-1]))
@@ -432,7 +434,7 @@ def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None, out=None) -> torch.Te
     return out
 
 
-def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor | None:
+def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc, xsq=None) -> torch.Tensor | None:
     """:func:`_ghost_diff` for the scalar MLP of :func:`_scalar_mlp`; None where a record is not
     finite at either point (the general path then drops it). Both points see the same records, so
     with ``u = c1 g1``, ``v = c0 g0`` (clip factor times the output derivative, per point) a record's
@@ -444,7 +446,7 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     silo, ``x^T (e delta)``, ``e`` the weight times the difference's clip factor. On the CPU with
     numba, as :func:`_scalar_mlp_sum`, one fused pass after the two forward products."""
     if _fused.applies(x, problem.loss, clip, dc) and w.dtype == x.dtype == w_old.dtype:
-        return _scalar_fused(problem, (w, w_old), x, y, weights, clip, dc)
+        return _scalar_fused(problem, (w, w_old), x, y, weights, clip, dc, xsq=xsq)
     h1, m1, g1, w2_1, hid1 = _scalar_point(problem, w, x, y, "point1")
     h0, m0, g0, w2_0, hid0 = _scalar_point(problem, w_old, x, y, "point0")
     xsq = _sqnorm(x) + 1.0
@@ -461,7 +463,7 @@ def _scalar_mlp_diff(problem, w, w_old, x, y, weights, clip, dc) -> torch.Tensor
     return _scalar_assemble(problem, w, x, (eps * e3).sum(1), (db * e).sum(1, keepdim=True), delta.mul_(e3))
 
 
-def _ghost(problem, w, x, y, weights, clip):
+def _ghost(problem, w, x, y, weights, clip, xsq=None):
     parts = []
     scalar = _scalar_mlp(problem.model)
     chunks = _chunks(problem, x)
@@ -469,7 +471,8 @@ def _ghost(problem, w, x, y, weights, clip):
     whole = torch.empty(x.shape[0], problem.model.dim, dtype=w.dtype, device=w.device) if scalar else None
     for sl in chunks:
         if whole is not None:
-            part = _scalar_mlp_sum(problem, w[sl], x[sl], y[sl], weights[sl], clip, out=whole[sl])
+            part = _scalar_mlp_sum(problem, w[sl], x[sl], y[sl], weights[sl], clip, out=whole[sl],
+                                   xsq=None if xsq is None else xsq[sl])
             if part is not None:
                 parts.append(part)
                 continue
@@ -481,7 +484,7 @@ def _ghost(problem, w, x, y, weights, clip):
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
+def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip, xsq=None):
     """Ghost clipping of differences: with ``c1, c0`` the clip factors of the gradients at ``w``
     and ``w_old`` and ``G1, G0`` the per-record gradients, the norm of ``D = c1 G1 - c0 G0`` comes
     per layer from the activations and output gradients at both points
@@ -493,7 +496,7 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip):
     for sl in _chunks(problem, x):
         if scalar:
             part = _scalar_mlp_diff(problem, w[sl], w_old[sl], x[sl], y[sl], weights[sl], clip,
-                                    diff_clip[sl] if per_silo else diff_clip)
+                                    diff_clip[sl] if per_silo else diff_clip, xsq=None if xsq is None else xsq[sl])
             if part is not None:
                 out.append(part)
                 continue
@@ -526,31 +529,35 @@ def _per_silo(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                     weights: torch.Tensor, clip: float | None, method: str = "ghost") -> torch.Tensor:
+                     weights: torch.Tensor, clip: float | None, method: str = "ghost",
+                     xsq: torch.Tensor | None = None) -> torch.Tensor:
     """``sum_k weights[n, k] * clip(grad f0(w_n, x_nk))`` for every silo ``n`` -> ``[N, d]``.
 
     ``w`` is ``[N, d]`` (one iterate per silo) or ``[d]`` (broadcast). Weights encode the batch
-    average (``1/K``) and padding masks (0 for padded rows).
+    average (``1/K``) and padding masks (0 for padded rows). ``xsq [N, K]``: each record's
+    ``||x||^2 + 1`` as :meth:`.federation.Federation.gather` computed it (``norms=True``), which the
+    fused pass then reads instead of ``x`` (the same bits); None: from ``x``. The torch paths ignore it.
     """
     w = _per_silo(w, x)
     if method == "materialize":
         g = clip_rows(per_sample_grads(problem, w, x, y), clip)
         return torch.einsum("nk,nkd->nd", weights, g)
     if method == "ghost":
-        return _ghost(problem, w, x, y, weights, clip).detach()
+        return _ghost(problem, w, x, y, weights, clip, xsq).detach()
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
 def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                      weights: torch.Tensor, clip: float | None, diff_clip=None,
-                     method: str = "ghost") -> torch.Tensor:
+                     method: str = "ghost", xsq: torch.Tensor | None = None) -> torch.Tensor:
     """``sum_k weights[n, k] * clip_dc(clip(grad f0(w_n, x_nk)) - clip(grad f0(w_old_n, x_nk)))``
     -> ``[N, d]``: per-record differences of clipped gradients (SVRG, SPIDER), each difference
     clipped again to ``diff_clip`` (None: not clipped; a float or a tensor broadcasting against
     ``[N, K]``, e.g. ``[N, 1]`` per silo). Each record's term has l2 norm at most
     ``min(2 clip, diff_clip)``; a record whose gradient is not finite at either point contributes
     zero. ``"ghost"``: from each layer's activations and output gradients at both points
-    (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference."""
+    (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference. ``xsq``: as
+    :func:`clipped_grad_sum`'s."""
     w, w_old = _per_silo(w, x), _per_silo(w_old, x)
     if method == "materialize":
         g1, g0 = per_sample_grads(problem, w, x, y), per_sample_grads(problem, w_old, x, y)
@@ -560,7 +567,7 @@ def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Ten
             g = clip_rows(g, diff_clip)
         return torch.einsum("nk,nkd->nd", weights, g)
     if method == "ghost":
-        return _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip).detach()
+        return _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip, xsq).detach()
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 

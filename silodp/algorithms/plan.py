@@ -101,12 +101,14 @@ class GaussianChannel:
 
     def terms(self, ctx: Any, data: Any, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
         """The weighted sums ``[N, d]`` of every silo's clipped per-record terms (differences
-        clipped to ``diff_clip``)."""
+        clipped to ``diff_clip``); the fused passes take each record's ``||x||^2 + 1`` from the
+        gather where it computed them."""
         problem, clip = ctx._problem, ctx._problem.clip
         if w_old is None:
-            return _grads.clipped_grad_sum(problem, w, data._x, data._y, data._weights, clip, grad_method)
+            return _grads.clipped_grad_sum(problem, w, data._x, data._y, data._weights, clip, grad_method,
+                                           xsq=data._xsq)
         return _grads.clipped_diff_sum(problem, w, w_old, data._x, data._y, data._weights, clip, diff_clip,
-                                       grad_method)
+                                       grad_method, xsq=data._xsq)
 
     def messages(self, weights: torch.Tensor, a: torch.Tensor) -> int:
         """Messages summed per release (a shuffler's count; none here)."""
