@@ -72,10 +72,10 @@ def _row_sq(xr, zero):  # pragma: no cover  (compiled)
     return s
 
 
-def _logistic_grad(z, y, one):  # pragma: no cover  (compiled)
-    """The logistic loss's derivative at the output ``z``: ``softplus'(z) - y`` as torch's
-    ``softplus_backward(1, z, beta 1, threshold 20)``."""
-    ez = math.exp(z)
+def _logistic_grad(z, ez, y, one):  # pragma: no cover  (compiled)
+    """The logistic loss's derivative at the output ``z`` (``ez = exp(z)``): ``softplus'(z) - y`` as
+    torch's ``softplus_backward(1, z, beta 1, threshold 20)``. The exponential is the caller's, in a
+    loop of its own: a loop with a call in it is not vectorized."""
     return (one if z > 20 else ez / (ez + one)) - y
 
 
@@ -101,16 +101,18 @@ def _sum_pass(h, w2, b2, x, xsq, y, wt, clip, consts, out, ob1, ow2, ob2):  # pr
     (empty: no clip), ``consts = (0, 1, 1e-30)`` in the dtype; the output layer's and the hidden
     bias's sums land in ``out [n, dim]`` at the columns ``ob1``, ``ow2``, ``ob2``. False at the first
     record whose squared norm is not finite (every record where a ``w2^2`` is not finite:
-    :func:`_squares`). Per silo in three loops over its records (the row reductions; the
-    per-record scalars, whose latencies then overlap; the scaled rows and sums, two
-    records a round)."""
+    :func:`_squares`). Per silo in four loops over its records: the row reductions; the
+    exponentials (scalar calls); the per-record scalars, vectorized (no call and no exit inside: a
+    non-finite record is counted and the pass returns False after the loop, before anything of that
+    silo is written); the scaled rows and sums, two records a round, the output bias's sum in record
+    order there."""
     n, k, hidden = h.shape
     zero, one, tiny = consts[0], consts[1], consts[2]
     per_silo = w2.shape[0] > 1
     clipped = clip.shape[0] > 0
     given = xsq.shape[0] > 0
     acc_w2, acc_b1 = np.empty((2, hidden), h.dtype)  # the silo's sums, local (stores into ``out`` alias ``h``)
-    zs, qs = np.empty((2, k), h.dtype)
+    zs, qs, es = np.empty((3, k), h.dtype)
     wsq = np.empty(hidden, h.dtype)  # the silo's w2^2, once for its records
     for i in range(n):
         w = w2[i] if per_silo else w2[0]
@@ -134,23 +136,27 @@ def _sum_pass(h, w2, b2, x, xsq, y, wt, clip, consts, out, ob1, ow2, ob2):  # pr
             zs[j] = z + bias
             xq = xsq[i, j] if given else _row_sq(x[i, j], zero) + one
             qs[j] = xq * hid + hs + one
-        acc_b2 = zero
         for j in range(k):
-            g = _logistic_grad(zs[j], y[i, j], one)
+            es[j] = math.exp(zs[j])
+        bad = 0
+        for j in range(k):
+            g = _logistic_grad(zs[j], es[j], y[i, j], one)
             sq = g * g * qs[j]  # g^2 ((||x||^2 + 1) (m . w2^2) + ||h||^2 + 1)
-            if not math.isfinite(sq):
-                return False
+            bad += 0 if math.isfinite(sq) else 1
             c = _clip_factor(sq, clip[i], tiny, one) if clipped else one
             zs[j] = c * wt[i, j] * g  # s
-            acc_b2 += zs[j]
+        if bad:
+            return False
         acc_w2[:] = zero
         acc_b1[:] = zero
+        acc_b2 = zero
         j = 0
         while j + 1 < k:  # two records a round: the sums loaded and stored once for both
             row = h[i, j]
             nxt = h[i, j + 1]
             s = zs[j]
             s1 = zs[j + 1]
+            acc_b2 = (acc_b2 + s) + s1  # record order (a loop of its own would be vectorized: another sum)
             for u in range(hidden):
                 v = row[u]
                 v1 = nxt[u]
@@ -166,6 +172,7 @@ def _sum_pass(h, w2, b2, x, xsq, y, wt, clip, consts, out, ob1, ow2, ob2):  # pr
         if j < k:
             row = h[i, j]
             s = zs[j]
+            acc_b2 += s
             for u in range(hidden):
                 v = row[u]
                 r = v if v > zero else zero
@@ -185,7 +192,8 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
     squared norm ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2`` and ``e = weight * its clip
     factor``; the scaled rows and sums. False at the first record not finite at either point or
     whose difference's squared norm is not finite (every record where a ``w2^2`` of either point is
-    not finite: :func:`_squares`)."""
+    not finite: :func:`_squares`), counted in the vectorized loops and returned after each (before
+    anything of that silo is written)."""
     n, k, hidden = h1.shape
     zero, one, tiny = consts[0], consts[1], consts[2]
     per1 = w2_1.shape[0] > 1
@@ -194,7 +202,7 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
     dclipped = dc.shape[0] > 0
     given = xsq.shape[0] > 0
     acc_w2, acc_b1 = np.empty((2, hidden), h1.dtype)
-    us, vs, q1, q0, xs = np.empty((5, k), h1.dtype)
+    us, vs, q1, q0, xs, e1, e0 = np.empty((7, k), h1.dtype)
     asq = np.empty(hidden, h1.dtype)  # each point's w2^2, per silo
     bsq = np.empty(hidden, h1.dtype)
     for i in range(n):
@@ -227,15 +235,20 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
             q1[j] = xq * hid1 + hs1 + one
             q0[j] = xq * hid0 + hs0 + one
             xs[j] = xq
+        for j in range(k):  # the exponentials alone, then the scalars vectorized (as in :func:`_sum_pass`)
+            e1[j] = math.exp(us[j])
+            e0[j] = math.exp(vs[j])
+        bad = 0
         for j in range(k):
-            g1 = _logistic_grad(us[j], y[i, j], one)
-            g0 = _logistic_grad(vs[j], y[i, j], one)
+            g1 = _logistic_grad(us[j], e1[j], y[i, j], one)
+            g0 = _logistic_grad(vs[j], e0[j], y[i, j], one)
             sq1 = g1 * g1 * q1[j]
             sq0 = g0 * g0 * q0[j]
-            if not (math.isfinite(sq1) and math.isfinite(sq0)):
-                return False
+            bad += 0 if math.isfinite(sq1) and math.isfinite(sq0) else 1
             us[j] = (_clip_factor(sq1, clip[i], tiny, one) if clipped else one) * g1
             vs[j] = (_clip_factor(sq0, clip[i], tiny, one) if clipped else one) * g0
+        if bad:
+            return False
         for j in range(k):
             row1 = h1[i, j]
             row0 = h0[i, j]
@@ -251,10 +264,13 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
                 dsq += dl * dl
                 esq += ep * ep
             db = u - v
-            sq = dsq * xs[j] + esq + db * db
-            if not math.isfinite(sq):
-                return False
+            q0[j] = dsq * xs[j] + esq + db * db  # the difference's squared norm
+        for j in range(k):
+            sq = q0[j]
+            bad += 0 if math.isfinite(sq) else 1
             q1[j] = _clip_factor(sq, dc[i], tiny, one) * wt[i, j] if dclipped else wt[i, j]  # e
+        if bad:
+            return False
         acc_w2[:] = zero
         acc_b1[:] = zero
         acc_b2 = zero
@@ -384,8 +400,14 @@ def kernels() -> dict | None:
                     _register_prefetch(numba)
                     cache = _cache_writable()
                     jit = numba.njit(cache=cache, fastmath=set(FASTMATH), boundscheck=False, nogil=True)
+                    # the sum and difference passes under numpy's error model: no ZeroDivisionError branch
+                    # after each division (which kept their per-record loops scalar); none of theirs can
+                    # divide by zero (``exp(z) + 1 >= 1`` or NaN, ``max(sqrt(sq), 1e-30) > 0``), so nothing
+                    # else changes
+                    passes = numba.njit(cache=cache, fastmath=set(FASTMATH), boundscheck=False, nogil=True,
+                                        error_model="numpy")
                     # the gather under the passes' flags too: its squared norms are their bits (a copy is exact)
-                    _KERNELS = {"sum": jit(_sum_pass), "diff": jit(_diff_pass), "gather": jit(_gather_pass)}
+                    _KERNELS = {"sum": passes(_sum_pass), "diff": passes(_diff_pass), "gather": jit(_gather_pass)}
     return _KERNELS or None
 
 
