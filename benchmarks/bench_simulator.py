@@ -330,7 +330,8 @@ FUSED = ("clipped_sum",)
 
 def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     """Where the ghost kernel's CPU time goes at ``silos`` (the inputs of one steady MB-SGD round:
-    the gathered ``[N, K, d]`` minibatch in float32, the server's iterate, weights 1 / K): the
+    the gathered ``[N, K, d]`` minibatch in float32 with its rows' ``||x||^2 + 1`` from the gather, the
+    server's iterate, weights 1 / K): the
     kernel's CPU time and its minor page faults a call, and the CPU time of each call of the
     operators in :data:`TIMED` by shape, each wrapped in the clock for the call (the median over
     ``reps`` kernel calls; CPU time, so a call in which this thread lost the core counts only what it
@@ -343,12 +344,16 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(silos, args.batch, args.d, generator=gen).to(device)
     y = (torch.rand(silos, args.batch, generator=gen) < 0.5).float().to(device)
+    # as a round's batch: gathered (every silo's rows in order), with the rows' ||x||^2 + 1 where the
+    # gather computes them (numba's pass on the CPU; None elsewhere)
+    x, y, xsq = Federation(x, y, torch.full((silos,), args.batch, device=device)).gather(
+        torch.arange(args.batch, device=device).expand(silos, -1), norms=True)
     problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0)
     w = problem.model.init(gen, dtype=torch.float32).to(device)
     weights = torch.full((silos, args.batch), 1.0 / args.batch, device=device)
 
     def call():
-        grads.clipped_grad_sum(problem, w, x, y, weights, 1.0)
+        grads.clipped_grad_sum(problem, w, x, y, weights, 1.0, xsq=xsq)
 
     for _ in range(3):
         call()

@@ -72,6 +72,16 @@ def _row_sq(xr, zero):  # pragma: no cover  (compiled)
     return s
 
 
+def _given_sq(xsq, x2, i, j, k, row_bytes):  # pragma: no cover  (compiled)
+    """``||x||^2 + 1`` of record ``j`` of silo ``i`` as the gather computed it, ``xsq[i, j]``, with the
+    record's row of ``x2 [n k, d]`` prefetched (a hint, no load): the caller's product ``x^T (s m w2)``
+    reads ``x`` next, which the pass reading it for its norm kept in cache (without it, that product
+    lost what the pass saved: ``bench_simulator.py --breakdown``)."""
+    for off in range(0, row_bytes, GATHER_LINE):
+        _prefetch(x2, i * k + j, off)
+    return xsq[i, j]
+
+
 def _logistic_grad(z, ez, y, one):  # pragma: no cover  (compiled)
     """The logistic loss's derivative at the output ``z`` (``ez = exp(z)``): ``softplus'(z) - y`` as
     torch's ``softplus_backward(1, z, beta 1, threshold 20)``. The exponential is the caller's, in a
@@ -111,6 +121,8 @@ def _sum_pass(h, w2, b2, x, xsq, y, wt, clip, consts, out, ob1, ow2, ob2):  # pr
     per_silo = w2.shape[0] > 1
     clipped = clip.shape[0] > 0
     given = xsq.shape[0] > 0
+    x2 = x.reshape(n * k, x.shape[2])  # the rows, for :func:`_given_sq`'s prefetch
+    row_bytes = x.shape[2] * x.itemsize
     acc_w2, acc_b1 = np.empty((2, hidden), h.dtype)  # the silo's sums, local (stores into ``out`` alias ``h``)
     zs, qs, es = np.empty((3, k), h.dtype)
     wsq = np.empty(hidden, h.dtype)  # the silo's w2^2, once for its records
@@ -134,7 +146,7 @@ def _sum_pass(h, w2, b2, x, xsq, y, wt, clip, consts, out, ob1, ow2, ob2):  # pr
                 hs += r * r
                 hid += q if v > zero else zero
             zs[j] = z + bias
-            xq = xsq[i, j] if given else _row_sq(x[i, j], zero) + one
+            xq = _given_sq(xsq, x2, i, j, k, row_bytes) if given else _row_sq(x[i, j], zero) + one
             qs[j] = xq * hid + hs + one
         for j in range(k):
             es[j] = math.exp(zs[j])
@@ -201,6 +213,8 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
     clipped = clip.shape[0] > 0
     dclipped = dc.shape[0] > 0
     given = xsq.shape[0] > 0
+    x2 = x.reshape(n * k, x.shape[2])
+    row_bytes = x.shape[2] * x.itemsize
     acc_w2, acc_b1 = np.empty((2, hidden), h1.dtype)
     us, vs, q1, q0, xs, e1, e0 = np.empty((7, k), h1.dtype)
     asq = np.empty(hidden, h1.dtype)  # each point's w2^2, per silo
@@ -229,7 +243,7 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
                 z0 += r0 * b[t]
                 hs0 += r0 * r0
                 hid0 += q0t if p0 > zero else zero
-            xq = xsq[i, j] if given else _row_sq(x[i, j], zero) + one
+            xq = _given_sq(xsq, x2, i, j, k, row_bytes) if given else _row_sq(x[i, j], zero) + one
             us[j] = z1 + bias1
             vs[j] = z0 + bias0
             q1[j] = xq * hid1 + hs1 + one
@@ -394,7 +408,7 @@ def kernels() -> dict | None:
                 except ImportError:
                     _KERNELS = {}
                 else:
-                    for helper in (_squares, _row_sq, _logistic_grad, _clip_factor,
+                    for helper in (_squares, _row_sq, _given_sq, _logistic_grad, _clip_factor,
                                    _store):  # inlined into the passes
                         numba.extending.register_jitable(fastmath=set(FASTMATH))(helper)
                     _register_prefetch(numba)
