@@ -204,8 +204,7 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
     squared norm ``||delta||^2 (||x||^2 + 1) + ||eps||^2 + (u - v)^2`` and ``e = weight * its clip
     factor``; the scaled rows and sums. False at the first record not finite at either point or
     whose difference's squared norm is not finite (every record where a ``w2^2`` of either point is
-    not finite: :func:`_squares`), counted in the vectorized loops and returned after each (before
-    anything of that silo is written)."""
+    not finite: :func:`_squares`)."""
     n, k, hidden = h1.shape
     zero, one, tiny = consts[0], consts[1], consts[2]
     per1 = w2_1.shape[0] > 1
@@ -213,10 +212,8 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
     clipped = clip.shape[0] > 0
     dclipped = dc.shape[0] > 0
     given = xsq.shape[0] > 0
-    x2 = x.reshape(n * k, x.shape[2])
-    row_bytes = x.shape[2] * x.itemsize
     acc_w2, acc_b1 = np.empty((2, hidden), h1.dtype)
-    us, vs, q1, q0, xs, e1, e0 = np.empty((7, k), h1.dtype)
+    us, vs, q1, q0, xs = np.empty((5, k), h1.dtype)
     asq = np.empty(hidden, h1.dtype)  # each point's w2^2, per silo
     bsq = np.empty(hidden, h1.dtype)
     for i in range(n):
@@ -243,26 +240,21 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
                 z0 += r0 * b[t]
                 hs0 += r0 * r0
                 hid0 += q0t if p0 > zero else zero
-            xq = _given_sq(xsq, x2, i, j, k, row_bytes) if given else _row_sq(x[i, j], zero) + one
+            xq = xsq[i, j] if given else _row_sq(x[i, j], zero) + one
             us[j] = z1 + bias1
             vs[j] = z0 + bias0
             q1[j] = xq * hid1 + hs1 + one
             q0[j] = xq * hid0 + hs0 + one
             xs[j] = xq
-        for j in range(k):  # the exponentials alone, then the scalars vectorized (as in :func:`_sum_pass`)
-            e1[j] = math.exp(us[j])
-            e0[j] = math.exp(vs[j])
-        bad = 0
         for j in range(k):
-            g1 = _logistic_grad(us[j], e1[j], y[i, j], one)
-            g0 = _logistic_grad(vs[j], e0[j], y[i, j], one)
+            g1 = _logistic_grad(us[j], math.exp(us[j]), y[i, j], one)
+            g0 = _logistic_grad(vs[j], math.exp(vs[j]), y[i, j], one)
             sq1 = g1 * g1 * q1[j]
             sq0 = g0 * g0 * q0[j]
-            bad += 0 if math.isfinite(sq1) and math.isfinite(sq0) else 1
+            if not (math.isfinite(sq1) and math.isfinite(sq0)):
+                return False
             us[j] = (_clip_factor(sq1, clip[i], tiny, one) if clipped else one) * g1
             vs[j] = (_clip_factor(sq0, clip[i], tiny, one) if clipped else one) * g0
-        if bad:
-            return False
         for j in range(k):
             row1 = h1[i, j]
             row0 = h0[i, j]
@@ -278,13 +270,10 @@ def _diff_pass(h1, w2_1, b2_1, h0, w2_0, b2_0, x, xsq, y, wt, clip, dc, consts, 
                 dsq += dl * dl
                 esq += ep * ep
             db = u - v
-            q0[j] = dsq * xs[j] + esq + db * db  # the difference's squared norm
-        for j in range(k):
-            sq = q0[j]
-            bad += 0 if math.isfinite(sq) else 1
+            sq = dsq * xs[j] + esq + db * db
+            if not math.isfinite(sq):
+                return False
             q1[j] = _clip_factor(sq, dc[i], tiny, one) * wt[i, j] if dclipped else wt[i, j]  # e
-        if bad:
-            return False
         acc_w2[:] = zero
         acc_b1[:] = zero
         acc_b2 = zero
@@ -446,6 +435,8 @@ def applies(x, loss: str, *clips) -> bool:
 
 def _array(t, dtype):
     """A contiguous numpy view (a copy only where ``t`` is of another dtype or not contiguous)."""
+    if t.dtype == dtype and not t.requires_grad and t.is_contiguous():  # a round's arrays: the view, four calls fewer
+        return t.numpy()
     return t.detach().to(dtype).contiguous().numpy()
 
 
@@ -466,11 +457,18 @@ def _per_silo(v, n: int, dtype):
     return t.reshape(-1).expand(n).contiguous().numpy()
 
 
+#: :func:`_consts`'s arrays by dtype (read only by the passes)
+_CONSTS: dict = {}
+
+
 def _consts(dtype):
     """``(0, 1, 1e-30)`` in ``dtype``: the passes' constants (keeping float32 arithmetic float32)."""
-    import torch
+    got = _CONSTS.get(dtype)
+    if got is None:
+        import torch
 
-    return np.array([0.0, 1.0, 1e-30], dtype=np.float32 if dtype == torch.float32 else np.float64)
+        got = _CONSTS[dtype] = np.array([0.0, 1.0, 1e-30], dtype=np.float32 if dtype == torch.float32 else np.float64)
+    return got
 
 
 def clipped_sum(points, x, y, weights, clip, diff_clip, out, columns: tuple[int, int, int], xsq=None) -> bool:

@@ -290,26 +290,37 @@ def test_an_output_weight_whose_square_overflows_gives_none_as_the_torch_path(mo
 
 _REPRODUCE = """
 import hashlib, torch
-from silodp.algorithms import Problem, fused, grads, mlp
+from silodp.algorithms import Federation, Problem, fused, grads, mlp
 torch.set_num_threads(1)
-gen = torch.Generator().manual_seed(1)
-model = mlp(50, [64])
-x = torch.randn(25, 600, 50, generator=gen)
-y = torch.randint(0, 2, (25, 600), generator=gen).float()
-w = (model.init(gen) + 0.3 * torch.randn(model.dim, generator=gen, dtype=torch.float64)).float()
-weights = torch.full((25, 600), 1 / 600)
-problem, wp = Problem(model, "logistic", clip=1.0), grads._per_silo(w, x)
-assert fused.applies(x, "logistic", 1.0, 0.5)
-out = torch.cat([grads._scalar_mlp_sum(problem, wp, x, y, weights, 1.0),
-                 grads._scalar_mlp_diff(problem, wp, 0.9 * wp, x, y, weights, 1.0, 0.5)])
-print(hashlib.sha256(out.numpy().tobytes()).hexdigest())
+digest = hashlib.sha256()
+for dtype in (torch.float32, torch.float64):
+    gen = torch.Generator().manual_seed(1)
+    model = mlp(50, [64])
+    x = torch.randn(25, 600, 50, generator=gen).to(dtype)
+    y = torch.randint(0, 2, (25, 600), generator=gen).to(dtype)
+    w = (model.init(gen) + 0.3 * torch.randn(model.dim, generator=gen, dtype=torch.float64)).to(dtype)
+    weights = torch.full((25, 600), 1 / 600, dtype=dtype)
+    problem, wp = Problem(model, "logistic", clip=1.0), grads._per_silo(w, x)
+    assert fused.applies(x, "logistic", 1.0, 0.5)
+    # the gather's ||x||^2 + 1 (every silo's rows in order), which the passes read instead of x
+    _, _, xsq = Federation(x, y, torch.full((25,), 600)).gather(torch.arange(600).expand(25, -1), norms=True)
+    assert xsq is not None
+    for norms in (None, xsq):
+        for clip, dc in ((1.0, 0.5), (0.05, None), (None, None)):
+            out = torch.cat([grads._scalar_mlp_sum(problem, wp, x, y, weights, clip, xsq=norms),
+                             grads._scalar_mlp_diff(problem, wp, 0.9 * wp, x, y, weights, clip, dc, xsq=norms)])
+            digest.update(out.numpy().tobytes())
+print(digest.hexdigest())
 """
 
 
 def test_the_passes_give_the_same_bits_compiled_and_loaded_from_the_cache(tmp_path):
     """A seeded run is reproducible bit for bit whether its process compiled the passes or loaded them
     from numba's cache (float32 compiled first, the vectorized reductions' order included): round 10's
-    passes gave other float32 sums in the compiling process than in the later ones (h39f)."""
+    passes gave other float32 sums in the compiling process than in the later ones (h39f). Both dtypes,
+    the sum and difference passes reading ``x`` or the gather's norms, clipped or not: a difference pass
+    with its per-record scalars split into vectorized loops gave other float64 differences in the
+    compiling process (h40k; not kept)."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", _REPRODUCE], capture_output=True, text=True, timeout=300, env=env)
             for _ in range(2)]
