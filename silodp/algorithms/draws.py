@@ -277,7 +277,7 @@ def _box_muller32(data, start, blocks):  # pragma: no cover  (compiled)
             invalid = 0xFFFFFFFF if u1 <= _ZERO32 else 0
             x = u1 if u1 > _MIN_NORM else _MIN_NORM
             xb = _bits(x)
-            e = np.float32((xb >> 23) - 127) + _ONE
+            e = np.float32(np.int32((xb >> 23) - 127)) + _ONE
             x = _from_bits((xb & 0x807FFFFF) | 0x3F000000)
             lt = x < _SQRTHF
             tmp = x if lt else _ZERO32
@@ -304,8 +304,8 @@ def _box_muller32(data, start, blocks):  # pragma: no cover  (compiled)
             theta = _TWO_PI32 * d[j + 8]
             tb = _bits(theta)
             ax = _from_bits(tb & 0x7FFFFFFF)
-            q = (np.int64(ax * _FOPI) + 1) & ~1  # cvttps2dq: truncation
-            yq = np.float32(q)
+            q = (np.int32(ax * _FOPI) + 1) & ~1  # cvttps2dq: truncation
+            yq = np.float32(np.int32(q))
             sign_sin = (tb & 0x80000000) ^ ((q & 4) << 29)
             sign_cos = ((~(q - 2)) & 4) << 29
             poly = 0xFFFFFFFF if q & 2 == 0 else 0
