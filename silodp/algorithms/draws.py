@@ -60,8 +60,8 @@ _STATE_BYTES = 5056
 _LEFT, _NEXT, _WORDS = 8, 16, 24
 _N = 624
 
-#: the self-check's seeds, sizes and shapes (the brief's sizes, two shapes, and for ``rand`` the sizes
-#: ``randn`` leaves to torch)
+#: the self-check's seeds, sizes and shapes (sizes either side of a block of 16, one of 1000, one
+#: round's noise at N = 25, 2-D and 3-D shapes; for ``rand`` also the sizes ``randn`` leaves to torch)
 _CHECK_SEEDS = (0, 1, 12345, 2**40 + 7)
 _CHECK_SHAPES: tuple[tuple[int, ...], ...] = ((16,), (17,), (31,), (32,), (33,), (1000,), (83225,), (25, 37), (3, 5, 7))
 _CHECK_RAND_ONLY: tuple[tuple[int, ...], ...] = ((1,), (15,), ())
@@ -354,12 +354,17 @@ def _box_muller(out, start, blocks):  # pragma: no cover  (compiled: _box_muller
     """``NormalFill16`` of ``out``'s dtype on ``blocks`` blocks of 16 from ``out[start]``."""
 
 
+def _raw(out):  # pragma: no cover  (compiled)
+    """The 32-bit outputs' buffer of a float64 draw (two a value); float32 uniforms need none."""
+    return np.empty(2 * out.size if out.itemsize == 8 else 0, dtype=np.uint32)
+
+
 def _rand(state, out):  # pragma: no cover  (compiled)
     """``torch.rand``'s values into ``out`` (flat, float32 or float64) from the state bytes, updated;
     False where the state is one torch would read past (nothing drawn)."""
     ok, s, ctr = _open(state)
     if ok:
-        _uniform(s, ctr, np.empty(2 * out.size, dtype=np.uint32), out, 0, out.size)
+        _uniform(s, ctr, _raw(out), out, 0, out.size)
         _close(state, s, ctr)
     return ok
 
@@ -369,7 +374,7 @@ def _randn(state, out):  # pragma: no cover  (compiled)
     ok, s, ctr = _open(state)
     if ok:
         m = out.size
-        raw = np.empty(2 * m, dtype=np.uint32)
+        raw = _raw(out)
         _uniform(s, ctr, raw, out, 0, m)
         _box_muller(out, 0, m // 16)
         if m % 16:  # the last 16 drawn again
@@ -405,7 +410,7 @@ def _passes() -> dict:
                     from silodp.algorithms.fused import _cache_writable
 
                     _register(numba)
-                    for helper in (_mix, _twist, _temper, _run, _words, _open, _close, _u32, _uniform32,
+                    for helper in (_mix, _twist, _temper, _run, _words, _open, _close, _raw, _u32, _uniform32,
                                    _uniform64, _box_muller32, _box_muller64):
                         numba.extending.register_jitable(helper)
                     jit = numba.njit(cache=_cache_writable(), boundscheck=False, nogil=True, error_model="numpy")
@@ -424,12 +429,14 @@ def _torch_draw(kind: str, shape: tuple[int, ...], generator, dtype) -> torch.Te
 
 def _numba_draw(compiled, shape: tuple[int, ...], generator, dtype) -> torch.Tensor | None:
     """The compiled pass's draw, the generator's state written back; None (nothing drawn) where its
-    state is one torch's engine would read past."""
+    state is not the layout read here or one torch's engine would read past, or where torch's
+    default device is not the CPU (torch's call then draws, or refuses, there)."""
     import torch
 
     state = generator.get_state()
     out = torch.empty(shape, dtype=dtype)
-    if not compiled(state.numpy(), out.numpy().reshape(-1)):
+    if (state.numel() != _STATE_BYTES or out.device.type != "cpu"
+            or not compiled(state.numpy(), out.numpy().reshape(-1))):
         return None
     generator.set_state(state)
     return out

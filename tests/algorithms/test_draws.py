@@ -131,15 +131,13 @@ def test_a_state_torch_would_read_past_is_left_to_torch(compiled):
 
 
 def _bad(pass_, how: str):
-    """The compiled pass with one bit of one value flipped, or one more word drawn."""
+    """The compiled pass with one bit of one value flipped, or of one of the engine's words."""
     def run(state, out):
         ok = pass_(state, out)
         if how == "value":
             out.view(np.uint32 if out.dtype == np.float32 else np.uint64)[out.size // 2] ^= 1
         else:
-            raw = state.view(np.int32)
-            raw[2] -= 1  # left: one word more
-            state.view(np.int64)[2] += 1  # next
+            state.view(np.int64)[3 + 100] ^= 1  # the 101st state word
         return ok
     return run
 

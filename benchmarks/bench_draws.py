@@ -1,0 +1,76 @@
+"""The simulator's draws: CPU time of :mod:`silodp.algorithms.draws` against torch's own
+``torch.randn`` / ``torch.rand`` (the baseline, measured in the same process), at the sizes one
+round of ``bench_simulator.py`` draws: the noise ``randn [N, d]`` (d = 3,329, the MLP 50-64-1's
+parameters, float32) and the minibatch keys ``rand [N, n]`` (n = 1,234, float32), N = 25 and 100,
+and the with-replacement uniforms ``rand [N, K]`` (K = 600, float64).
+
+One torch thread; each repetition times torch's call and the compiled draw back to back on two
+generators from one seed (interleaved: both saw the same load), and the medians over repetitions
+are kept; every repetition also checks the two draws' values and the generators' states equal bit
+for bit (the module's guarantee, which the ratio would otherwise not show). The compiled passes
+are loaded (or compiled) and self-checked before timing.
+
+    python benchmarks/bench_draws.py [--reps 200] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+from silodp.algorithms import draws
+
+CASES = [("randn", (25, 3329), torch.float32), ("randn", (100, 3329), torch.float32),
+         ("rand", (25, 1234), torch.float32), ("rand", (100, 1234), torch.float32),
+         ("rand", (25, 600), torch.float64), ("rand", (100, 600), torch.float64)]
+
+
+def measure(kind: str, shape: tuple[int, ...], dtype: torch.dtype, reps: int) -> dict:
+    """Medians of torch's and the compiled draw's CPU milliseconds, interleaved; equality checked."""
+    baseline = torch.randn if kind == "randn" else torch.rand
+    compiled = getattr(draws, kind)
+    g_torch, g_ours = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    theirs, ours = [], []
+    for _ in range(reps):
+        t0 = time.process_time()
+        want = baseline(shape, generator=g_torch, dtype=dtype)
+        t1 = time.process_time()
+        got = compiled(shape, g_ours, dtype)
+        t2 = time.process_time()
+        theirs.append(t1 - t0)
+        ours.append(t2 - t1)
+        if not (torch.equal(got, want) and torch.equal(g_ours.get_state(), g_torch.get_state())):
+            raise SystemExit(f"{kind} {shape} {dtype}: the compiled draw differs from torch's")
+    a, b = statistics.median(theirs) * 1e3, statistics.median(ours) * 1e3
+    return {"kind": kind, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""), "torch_ms": a,
+            "draws_ms": b, "ratio": a / b}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for kind, shape, dtype in CASES:  # load or compile, and self-check, before timing
+        getattr(draws, kind)(shape, torch.Generator(), dtype)
+    rows = [measure(kind, shape, dtype, args.reps) for kind, shape, dtype in CASES]
+    print(f"one torch thread; {args.reps} interleaved repetitions (medians); load "
+          + " ".join(f"{v:.1f}" for v in os.getloadavg()))
+    print(f"draws.status(): {draws.status()}\n")
+    print("| draw | shape | dtype | torch CPU ms | draws CPU ms | torch / draws |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['kind']} | {'x'.join(map(str, r['shape']))} | {r['dtype']} | {r['torch_ms']:.4f} | "
+              f"{r['draws_ms']:.4f} | {r['ratio']:.2f}x |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"rows": rows, "status": draws.status(), "reps": args.reps, "load": os.getloadavg()}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
