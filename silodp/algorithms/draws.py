@@ -47,7 +47,7 @@ import contextlib
 import math
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -442,26 +442,97 @@ def _numba_draw(compiled, shape: tuple[int, ...], generator, dtype) -> torch.Ten
     return out
 
 
+def _untemper(y: int) -> int:
+    """The state word whose mt19937 output is ``y`` (the tempering inverted)."""
+    y ^= y >> 18
+    y ^= (y << 15) & 0xEFC60000
+    x = y
+    for _ in range(5):
+        x = y ^ ((x << 7) & 0x9D2C5680)
+    y = x
+    for _ in range(2):
+        x = y ^ (x >> 11)
+    return x & 0xFFFFFFFF
+
+
+def _generator_with(outputs: Sequence[int]) -> torch.Generator:
+    """A generator whose next 32-bit outputs are ``outputs`` (at most 623: the state words from 1,
+    ``left`` 624 and ``next`` 1, which torch's engine reads before it twists)."""
+    import torch
+
+    g = torch.Generator()
+    state = g.get_state()
+    raw = state.numpy()
+    raw[_LEFT:_LEFT + 4].view(np.int32)[0] = _N
+    raw[_NEXT:_NEXT + 8].view(np.uint64)[0] = 1
+    raw[_WORDS + 8:_WORDS + 8 * (1 + len(outputs))].view(np.uint64)[:] = [_untemper(v) for v in outputs]
+    g.set_state(state)
+    return g
+
+
+def _edge_uniforms() -> list[int]:
+    """24-bit uniforms (``u = n 2**-24``) at the edges of the float32 kernel's branches: 0 and 1 -
+    2**-24 (``u1 = 1``: a zero radius, of sign ``-0``; the smallest ``u1``), ``u1`` at and either side of
+    powers of two and of sqrt(1/2) (log256_ps's mantissa test), and ``2 pi u`` either side of each
+    multiple of pi / 4 (sincos256_ps's octant)."""
+    one = 1 << 24
+    n = [0, 1, 2, one - 1, one - 2]
+    n += [one - (one >> k) + d for k in range(1, 24) for d in (-1, 0, 1)]
+    n += [round(one * (1 - 2**-0.5)) + d for d in range(-3, 4)]
+    n += [k * (one // 8) + d for k in range(9) for d in (-2, -1, 0, 1, 2)]
+    return sorted({v for v in n if 0 <= v < one})
+
+
+def _edge_outputs(dtype) -> list[list[int]]:
+    """Sequences of 32-bit outputs whose uniforms pair every edge uniform with every seventh other as
+    ``(u1, u2)`` of a block of 16 (float32: the edge in the low 24 bits; float64: in the top 24 of the 53,
+    two outputs a value), blocks filled up and high bits set by a fixed generator; each sequence short
+    enough for :func:`_generator_with`."""
+    import torch
+
+    edges, fill = _edge_uniforms(), np.random.default_rng(20261207)
+    blocks = []
+    for shift in range(0, len(edges), 7):
+        pairs = [(edges[i], edges[(i + shift) % len(edges)]) for i in range(len(edges))]
+        for start in range(0, len(pairs), 8):
+            chunk = pairs[start:start + 8]
+            chunk += [(int(a), int(b)) for a, b in fill.integers(0, 1 << 24, (8 - len(chunk), 2))]
+            values = [a for a, _ in chunk] + [b for _, b in chunk]
+            if dtype == torch.float32:
+                blocks.append([v | int(fill.integers(0, 256)) << 24 for v in values])
+            else:
+                blocks.append([w for v in values for w in (int(fill.integers(0, 2048)) << 21 | v >> 3, (v & 7) << 29)])
+    per = 623 // len(blocks[0])
+    return [sum(blocks[i:i + per], []) for i in range(0, len(blocks), per)]
+
+
 def _self_check(kind: str, dtype) -> str:
-    """"numba" where the compiled ``kind`` matches torch on every checked seed, state and shape
-    (values' bits and the generator's state bytes), else "torch: <the first difference>"."""
+    """"numba" where the compiled ``kind`` matches torch on every checked seed, state and shape and
+    on the edge uniforms (values' bits and the generator's state bytes), else "torch: <the first
+    difference>"."""
     import torch
 
     compiled = _passes()[(kind, dtype)]
     shapes = _CHECK_SHAPES + (_CHECK_RAND_ONLY if kind == "rand" else ())
-    for seed in _CHECK_SEEDS:
-        for skip in (0, 1, 623, 1000):
-            ours, theirs = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-            if skip:  # part way through a block of 624 words (and past the first)
-                torch.rand(skip, generator=ours)
-                torch.rand(skip, generator=theirs)
-            for shape in shapes:
-                got = _numba_draw(compiled, shape, ours, dtype)
-                want = _torch_draw(kind, shape, theirs, dtype)
-                if got is None or got.shape != want.shape or not np.array_equal(_as_bits(got), _as_bits(want)):
-                    return f"torch: {kind} {dtype} differs from torch's (seed {seed}, {skip} drawn, shape {shape})"
-                if not torch.equal(ours.get_state(), theirs.get_state()):
-                    return f"torch: the generator's state after {kind} {dtype} differs (seed {seed}, shape {shape})"
+    cases: list[tuple[str, Any, int, Sequence[tuple[int, ...]]]]
+    cases = [(f"seed {seed}, {skip} drawn", seed, skip, shapes) for seed in _CHECK_SEEDS for skip in (0, 1, 623, 1000)]
+    cases += [(f"edge uniforms {i}", outputs, 0, [(len(outputs) // (1 if dtype == torch.float32 else 2),)])
+              for i, outputs in enumerate(_edge_outputs(dtype))]
+    for what, source, skip, sizes in cases:
+        if isinstance(source, int):
+            ours, theirs = torch.Generator().manual_seed(source), torch.Generator().manual_seed(source)
+        else:
+            ours, theirs = _generator_with(source), _generator_with(source)
+        if skip:  # part way through a block of 624 words (and past the first)
+            torch.rand(skip, generator=ours)
+            torch.rand(skip, generator=theirs)
+        for shape in sizes:
+            got = _numba_draw(compiled, shape, ours, dtype)
+            want = _torch_draw(kind, shape, theirs, dtype)
+            if got is None or got.shape != want.shape or not np.array_equal(_as_bits(got), _as_bits(want)):
+                return f"torch: {kind} {dtype} differs from torch's ({what}, shape {shape})"
+            if not torch.equal(ours.get_state(), theirs.get_state()):
+                return f"torch: the generator's state after {kind} {dtype} differs ({what}, shape {shape})"
     return "numba"
 
 

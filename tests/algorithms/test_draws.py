@@ -210,3 +210,32 @@ def test_seeded_runs_are_the_same_bit_for_bit_with_and_without_the_compiled_draw
         assert torch.equal(a["messages"], b["messages"]) and torch.equal(a["aggregate"], b["aggregate"])
         assert torch.equal(a["batch"], b["batch"]) and torch.equal(a["available"], b["available"])
     assert [vars(e) for e in ours.ledger] == [vars(e) for e in theirs.ledger]
+
+
+
+def _temper(y: int) -> int:
+    """mt19937's output function (as ``mt19937_engine::operator()``), to check the crafted states."""
+    y ^= y >> 11
+    y ^= (y << 7) & 0x9D2C5680
+    y ^= (y << 15) & 0xEFC60000
+    return y ^ (y >> 18)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_edge_uniforms_give_torchs_values(compiled, dtype):
+    """Generators crafted so that the engine's next outputs are chosen (the state words that temper to
+    them): both uniforms of each pair sweep the float32 kernel's edge cases (a zero radius whose sign
+    torch's fused multiply-add clears, the smallest u1, log's mantissa test, sincos's octants), each
+    against every seventh other; torch's values and state on every block, one block a call."""
+    sequences = draws._edge_outputs(dtype)
+    assert sum(map(len, sequences)) >= 16 * 8 * 10
+    for outputs in sequences:
+        assert all(_temper(draws._untemper(v)) == v for v in outputs)
+        g = draws._generator_with(outputs)  # torch reads exactly these outputs
+        words = torch.rand(len(outputs), generator=g, dtype=torch.float32)
+        assert torch.equal(words, torch.tensor([v & 0xFFFFFF for v in outputs], dtype=torch.float32) * 2.0**-24)
+        step = 16 if dtype == torch.float32 else 32
+        for kind in KINDS:
+            g1, g2 = draws._generator_with(outputs), draws._generator_with(outputs)
+            for _ in range(0, len(outputs), step):
+                _assert_same(getattr(draws, kind)(16, g1, dtype), KINDS[kind](16, generator=g2, dtype=dtype), g1, g2)
