@@ -1,8 +1,8 @@
 """``torch.randn`` and ``torch.rand`` on a CPU ``torch.Generator``, bit for bit, computed by numba.
 
 The simulator draws every round all silos' Gaussian noise (``randn [N, d]``) and its minibatch
-keys (``rand [N, n]``); torch spends about 2.8 ns a value there, almost all in its mt19937 engine
-called once per value through a library call. :func:`randn` and :func:`rand` return exactly what
+keys (``rand [N, n]``); torch spends most of that time in its mt19937 engine, called once per
+value through a library call (``benchmarks/bench_draws.py`` times both). :func:`randn` and :func:`rand` return exactly what
 ``torch.randn(shape, generator=g, dtype=dtype)`` / ``torch.rand(...)`` return (every bit), and leave
 ``g`` in exactly the state torch leaves it (``g.get_state()`` equal byte for byte): they read the
 engine from ``g.get_state()``, run it in compiled passes and write it back with ``g.set_state``.
@@ -22,15 +22,17 @@ What they replicate (PyTorch 2.13, ``aten/src/ATen``):
   Cephes polynomials; also on AVX512 CPUs, where torch does not dispatch its normal kernel to
   AVX512): :func:`_box_muller32` repeats each of its operations in order, each multiply-add that
   the compiler fused into one rounding (read off the shipped binary's instructions) as LLVM's
-  ``fma``, every other one rounded twice. float64 is the scalar ``normal_fill`` with the C
+  ``fma``, every other one rounded twice (the last, ``radius cos theta * std + mean`` with std 1 and
+  mean 0, turns a zero radius's ``-0`` into ``+0``). float64 is the scalar ``normal_fill`` with the C
   library's ``log``, ``cos`` and ``sin`` (the same functions numba calls in this process).
 
 **Fail closed.** Which CPU kernel torch dispatches to, and how its compiler rounded it, is not
 visible from Python, so the first draw of each kind (``randn`` / ``rand``) and dtype (float32 /
 float64) in a process first runs :func:`_self_check`: the compiled pass against torch itself on
 private generators (several seeds, states part way through a block of 624 words, sizes 16, 17, 31,
-32, 33, 1000, 83225 and a 2-D shape: every value's bits and the generator's state bytes). Any
-difference (another CPU capability, another torch, another C library) switches that kind to
+32, 33, 1000, 83225, 2-D and 3-D shapes; and generators crafted so that the engine's next outputs
+give the float32 kernel's edge uniforms, :func:`_edge_outputs`: every value's bits and the
+generator's state bytes). Any difference (another CPU capability, another torch, another C library) switches that kind to
 torch's own call for the rest of the process, as do numba missing, a generator off the CPU, a dtype
 other than float32 / float64, a ``randn`` of fewer than 16 values (torch draws those one by one with
 its cached Box-Muller pair) and an engine state torch would read past its words. The result is then
