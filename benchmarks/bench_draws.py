@@ -10,7 +10,11 @@ are kept; every repetition also checks the two draws' values and the generators'
 for bit (the module's guarantee, which the ratio would otherwise not show). The compiled passes
 are loaded (or compiled) and self-checked before timing.
 
-    python benchmarks/bench_draws.py [--reps 200] [--json out.json]
+With ``--rounds N1,N2``: also one steady MB-SGD round of ``bench_simulator.py`` (its data, model and
+noise; ``silodp_round``) at those N with the compiled draws and with torch's
+(:func:`silodp.algorithms.draws.torch_draws`), interleaved run by run, medians of ``--round-reps``.
+
+    python benchmarks/bench_draws.py [--reps 200] [--rounds 25,100] [--round-reps 15] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,9 +55,33 @@ def measure(kind: str, shape: tuple[int, ...], dtype: torch.dtype, reps: int) ->
             "draws_ms": b, "ratio": a / b}
 
 
+def rounds(silos: int, reps: int) -> dict:
+    """Medians of the steady MB-SGD round's CPU milliseconds with torch's draws and the compiled ones."""
+    import bench_simulator as sim
+
+    from silodp.algorithms import Federation
+
+    args = argparse.Namespace(n=1234, d=50, hidden=64, batch=600, rounds=7)
+    x, y = sim.data(silos, args.n, args.d, "cpu")
+    fed = Federation(x, y, torch.full((silos,), args.n))
+    algo, beta = sim.silodp_algorithms(args)["silodp mb-sgd (ghost)"]
+    times: dict[str, list[float]] = {"torch": [], "draws": []}
+    for rep in range(reps + 1):  # the first a warm-up
+        with draws.torch_draws():
+            theirs = sim.silodp_round(algo, beta, fed, args, "cpu")[0]
+        ours = sim.silodp_round(algo, beta, fed, args, "cpu")[0]
+        if rep:
+            times["torch"].append(theirs)
+            times["draws"].append(ours)
+    a, b = statistics.median(times["torch"]) * 1e3, statistics.median(times["draws"]) * 1e3
+    return {"silos": silos, "torch_ms": a, "draws_ms": b, "saved_ms": a - b, "ratio": a / b}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--rounds", default="", help="comma-separated N: also the MB-SGD round with and without")
+    ap.add_argument("--round-reps", type=int, default=15)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -67,9 +95,17 @@ def main() -> None:
     for r in rows:
         print(f"| {r['kind']} | {'x'.join(map(str, r['shape']))} | {r['dtype']} | {r['torch_ms']:.4f} | "
               f"{r['draws_ms']:.4f} | {r['ratio']:.2f}x |")
+    round_rows = [rounds(int(n), args.round_reps) for n in args.rounds.split(",") if n]
+    if round_rows:
+        print(f"\nsteady MB-SGD round (bench_simulator.py's), {args.round_reps} interleaved runs (medians); load "
+              + " ".join(f"{v:.1f}" for v in os.getloadavg()))
+        print("\n| N | torch's draws CPU ms | compiled draws CPU ms | saved ms | ratio |\n|---|---|---|---|---|")
+        for r in round_rows:
+            print(f"| {r['silos']} | {r['torch_ms']:.3f} | {r['draws_ms']:.3f} | {r['saved_ms']:.3f} | {r['ratio']:.3f}x |")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"rows": rows, "status": draws.status(), "reps": args.reps, "load": os.getloadavg()}, fh, indent=1)
+            json.dump({"rows": rows, "rounds": round_rows, "status": draws.status(), "reps": args.reps,
+                       "load": os.getloadavg()}, fh, indent=1)
 
 
 if __name__ == "__main__":
