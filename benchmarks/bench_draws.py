@@ -2,7 +2,8 @@
 ``torch.randn`` / ``torch.rand`` (the baseline, measured in the same process), at the sizes one
 round of ``bench_simulator.py`` draws: the noise ``randn [N, d]`` (d = 3,329, the MLP 50-64-1's
 parameters, float32) and the minibatch keys ``rand [N, n]`` (n = 1,234, float32), N = 25 and 100,
-and the with-replacement uniforms ``rand [N, K]`` (K = 600, float64).
+and the with-replacement uniforms ``rand [N, K]`` (K = 600, float64); and the without-replacement
+sampler's permutation of its keys, :func:`draws.argsort_rows` against ``keys.argsort(dim=1)``.
 
 One torch thread; each repetition times torch's call and the compiled draw back to back on two
 generators from one seed (interleaved: both saw the same load), and the medians over repetitions
@@ -77,6 +78,27 @@ def rounds(silos: int, reps: int) -> dict:
     return {"silos": silos, "torch_ms": a, "draws_ms": b, "saved_ms": a - b, "ratio": a / b}
 
 
+def measure_order(silos: int, n: int, reps: int) -> dict:
+    """Medians of ``keys.argsort(dim=1)`` and :func:`draws.argsort_rows` on the sampler's keys ``[N, n]``
+    (fresh keys each repetition, the two interleaved, equality checked)."""
+    g = torch.Generator().manual_seed(2)
+    theirs, ours = [], []
+    for _ in range(reps):
+        keys = torch.rand(silos, n, generator=g)
+        t0 = time.process_time()
+        want = keys.argsort(dim=1)
+        t1 = time.process_time()
+        got = draws.argsort_rows(keys)
+        t2 = time.process_time()
+        theirs.append(t1 - t0)
+        ours.append(t2 - t1)
+        if not torch.equal(got, want):
+            raise SystemExit(f"argsort_rows [{silos}, {n}] differs from torch's argsort")
+    a, b = statistics.median(theirs) * 1e3, statistics.median(ours) * 1e3
+    return {"kind": "argsort_rows", "shape": [silos, n], "dtype": "float32", "torch_ms": a, "draws_ms": b,
+            "ratio": a / b}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=200)
@@ -88,6 +110,7 @@ def main() -> None:
     for kind, shape, dtype in CASES:  # load or compile, and self-check, before timing
         getattr(draws, kind)(shape, torch.Generator(), dtype)
     rows = [measure(kind, shape, dtype, args.reps) for kind, shape, dtype in CASES]
+    rows += [measure_order(silos, 1234, max(10, args.reps // 4)) for silos in (25, 100)]
     print(f"one torch thread; {args.reps} interleaved repetitions (medians); load "
           + " ".join(f"{v:.1f}" for v in os.getloadavg()))
     print(f"draws.status(): {draws.status()}\n")

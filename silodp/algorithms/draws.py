@@ -41,6 +41,10 @@ passes compile on their first use (numba imported then, cached like :mod:`.fused
 package's ``__pycache__`` where it is writable). The generator is read and written back around the
 pass, so a draw is not atomic against another thread drawing from the same generator (torch's
 lock is not held): a run owns its generators.
+
+:func:`argsort_rows` is the without-replacement sampler's other step, its keys' order:
+``keys.argsort(dim=1)`` every index (rows of distinct keys by a compiled radix sort, whose order is
+then the only one; rows with equal keys by torch).
 """
 
 from __future__ import annotations
@@ -386,6 +390,46 @@ def _randn(state, out):  # pragma: no cover  (compiled)
     return ok
 
 
+def _order_rows(bits, out, ties):  # pragma: no cover  (compiled)
+    """Per row of ``bits`` (float32 keys' bits, ``[rows, n]``): its keys' ascending order into ``out``
+    (int64) by an LSD radix sort of the bits, 8 at a time (a non-negative finite float's bits order
+    as it does), and ``ties[r]`` True where two keys of row ``r`` are equal. False (nothing
+    meaningful written) at a key that is negative (its sign bit set), infinite or NaN."""
+    rows, n = bits.shape
+    key, idx = np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.int64)
+    key2, idx2 = np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.int64)
+    count = np.empty(257, dtype=np.int64)
+    for r in range(rows):
+        row = bits[r]
+        for i in range(n):
+            if row[i] >= np.uint32(0x7F800000):
+                return False
+            key[i] = row[i]
+            idx[i] = i
+        for shift in range(0, 32, 8):
+            count[:] = 0
+            for i in range(n):
+                count[((key[i] >> shift) & 255) + 1] += 1
+            if count.max() == n:  # one digit: the pass would keep the order
+                continue
+            for d in range(256):
+                count[d + 1] += count[d]
+            for i in range(n):
+                d = (key[i] >> shift) & 255
+                p = count[d]
+                count[d] = p + 1
+                key2[p] = key[i]
+                idx2[p] = idx[i]
+            key, key2 = key2, key
+            idx, idx2 = idx2, idx
+        tie = False
+        for i in range(n - 1):
+            tie |= key[i] == key[i + 1]
+        ties[r] = tie
+        out[r] = idx
+    return True
+
+
 _PASSES: dict | None = None
 _LOCK = threading.Lock()
 _CHECK_LOCK = threading.Lock()
@@ -419,6 +463,7 @@ def _passes() -> dict:
                     compiled = {"rand": jit(_rand), "randn": jit(_randn)}  # each compiled per dtype
                     _PASSES = {(kind, dtype): compiled[kind] for kind in compiled
                                for dtype in (torch.float32, torch.float64)}
+                    _PASSES["order"] = jit(_order_rows)
     return _PASSES
 
 
@@ -579,6 +624,29 @@ def rand(shape: Sequence[int] | int, generator: torch.Generator | None, dtype: t
     """``torch.rand(shape, generator=generator, dtype=dtype)``, every bit of it and of the generator's
     state after it (the module's docstring)."""
     return _draw("rand", shape, generator, dtype)
+
+
+def argsort_rows(keys: torch.Tensor) -> torch.Tensor:
+    """``keys.argsort(dim=1)`` of a 2-D CPU tensor, every index torch's: a row whose keys are all
+    different has one ascending order, which a compiled radix sort of its float32 bits finds (torch's
+    ``std::sort`` finds the same); a row with two equal keys (where an unstable sort's order of
+    them is its own) is torch's argsort of that row (each row is sorted on its own there too).
+    Torch's call for the whole tensor where the compiled pass does not apply: numba missing,
+    another dtype than float32, not 2-D and contiguous, a key negative, infinite or NaN, the
+    compiled draws switched off (:func:`torch_draws`)."""
+    import torch
+
+    compiled = None if _FORCE_TORCH else _passes().get("order")
+    if (compiled is None or keys.dtype != torch.float32 or keys.dim() != 2 or keys.device.type != "cpu"
+            or not keys.is_contiguous() or keys.requires_grad or keys.numel() == 0):
+        return keys.argsort(dim=1)
+    out = torch.empty(keys.shape, dtype=torch.int64)
+    ties = np.zeros(keys.shape[0], dtype=np.bool_)
+    if not compiled(keys.numpy().view(np.uint32), out.numpy(), ties):
+        return keys.argsort(dim=1)
+    for r in np.flatnonzero(ties).tolist():
+        out[r] = keys[r].argsort()
+    return out
 
 
 def status() -> dict[str, str]:

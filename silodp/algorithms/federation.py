@@ -191,7 +191,7 @@ class BatchSampler:
             n_max = int(self.counts.max())
             keys = _draws.rand((n_silos, n_max), self.generator, torch.get_default_dtype())
             keys = keys.masked_fill(torch.arange(n_max).unsqueeze(0) >= self.counts.unsqueeze(1), 2.0)
-            self._perm, self._cursor = keys.argsort(dim=1), 0
+            self._perm, self._cursor = _draws.argsort_rows(keys), 0  # keys.argsort(dim=1)
         batch = self._perm[:, self._cursor : self._cursor + k]
         self._cursor += k
         return batch

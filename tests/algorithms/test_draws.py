@@ -239,3 +239,25 @@ def test_edge_uniforms_give_torchs_values(compiled, dtype):
             g1, g2 = draws._generator_with(outputs), draws._generator_with(outputs)
             for _ in range(0, len(outputs), step):
                 _assert_same(getattr(draws, kind)(16, g1, dtype), KINDS[kind](16, generator=g2, dtype=dtype), g1, g2)
+
+
+def test_argsort_rows_is_torchs_argsort(compiled):
+    """Keys as the sampler draws them (all different, or padded with 2.0 past a silo's records: ties),
+    keys with many ties, and keys the compiled pass declines (negative, -0, NaN, infinite, float64,
+    non-contiguous): every index equal to ``keys.argsort(dim=1)``."""
+    gen = torch.Generator().manual_seed(0)
+    cases = [draws.rand((25, 1234), gen, torch.float32), draws.rand((3, 1), gen, torch.float32)]
+    padded = draws.rand((6, 50), gen, torch.float32)
+    cases.append(padded.masked_fill(torch.arange(50).unsqueeze(0) >= torch.tensor([50, 40, 50, 1, 49, 50]).unsqueeze(1), 2.0))
+    for _ in range(50):
+        cases.append((torch.randint(0, 40, (5, 70), generator=gen).float() / 64))  # ties in every row
+    odd = torch.rand(4, 30, generator=gen)
+    for value in (-0.5, -0.0, float("nan"), float("inf")):
+        bad = odd.clone()
+        bad[1, 3] = value
+        cases.append(bad)
+    cases += [odd.double(), odd.t()]
+    for keys in cases:
+        assert torch.equal(draws.argsort_rows(keys), keys.argsort(dim=1))
+    ties = np.zeros(25, dtype=np.bool_)  # the compiled pass takes the sampler's keys
+    assert draws._passes()["order"](cases[0].numpy().view(np.uint32), np.empty((25, 1234), dtype=np.int64), ties)
