@@ -325,7 +325,7 @@ TIMED = [(torch, "addmm"), (torch, "bmm"), (torch, "baddbmm"), (torch, "addmv"),
          (torch, "sign"), (torch.linalg, "vector_norm"), (torch.Tensor, "relu_"), (torch.Tensor, "mul_"),
          (torch.Tensor, "sum"), (torch, "mul"), (torch.Tensor, "copy_")]
 #: the fused passes of :mod:`silodp.algorithms.fused` (numba), timed as one row each
-FUSED = ("clipped_sum",)
+FUSED = ("clipped_sum", "store_transposed")
 
 
 def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:

@@ -18,6 +18,7 @@ import torch
 
 from silodp.accounting.releases import BatchSampling
 
+from . import draws as _draws
 from . import fused as _fused
 
 AVAILABILITY = ("fixed", "random")
@@ -191,13 +192,13 @@ class BatchSampler:
         n_silos = self.counts.shape[0]
         k = self.batch_size
         if self.replacement:  # floor(u n_i), at most n_i - 1 (the product and the clamp in place)
-            u = torch.rand(n_silos, k, generator=self.generator, dtype=torch.float64).mul_(self._sizes)
+            u = _draws.rand((n_silos, k), self.generator, torch.float64).mul_(self._sizes)  # torch.rand's values
             return u.long().clamp_(max=self._last)
         if self._perm is None or self._cursor + k > self._smallest:
             n_max = int(self.counts.max())
-            keys = torch.rand(n_silos, n_max, generator=self.generator)
+            keys = _draws.rand((n_silos, n_max), self.generator, torch.get_default_dtype())
             keys = keys.masked_fill(torch.arange(n_max).unsqueeze(0) >= self.counts.unsqueeze(1), 2.0)
-            self._perm, self._cursor = keys.argsort(dim=1), 0
+            self._perm, self._cursor = _draws.argsort_rows(keys), 0  # keys.argsort(dim=1)
         batch = self._perm[:, self._cursor : self._cursor + k]
         self._cursor += k
         return batch

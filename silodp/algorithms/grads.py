@@ -395,19 +395,21 @@ def _scalar_fused(problem, points, x, y, weights, clip, diff_clip=None, out=None
     if not _fused.clipped_sum([(h, W2[:, 0], b2) for h, W2, b2, _ in forward], x, y, weights, clip, diff_clip, out,
                               (sb1.start, sw2.start, sb2.start), xsq=xsq):
         return None
-    h = forward[0][0]
-    _hidden_weight_sum(x, h, out[:, sw1].view(n, h.shape[-1], x.shape[-1]))
+    _hidden_weight_sum(x, forward[0][0], out, sw1.start)
     return out
 
 
-def _hidden_weight_sum(x: torch.Tensor, sm: torch.Tensor, dst: torch.Tensor) -> None:
-    """``dst [n, H, d] = sm^T x`` per silo (``sm [n, k, H]``, ``x [n, k, d]``), as ``x^T sm [n, d, H]``
-    (``x`` the transposed operand) into a work tensor, then copied transposed into ``dst``: faster
-    than the ``[n, H, d]`` product itself at the paper's shapes (``bench_simulator.py --breakdown``)."""
+def _hidden_weight_sum(x: torch.Tensor, sm: torch.Tensor, out: torch.Tensor, col: int) -> None:
+    """The columns ``col : col + H d`` of ``out [n, dim]`` = ``sm^T x [n, H, d]`` per silo (``sm [n, k, H]``,
+    ``x [n, k, d]``), as ``x^T sm [n, d, H]`` (``x`` the transposed operand) into a work tensor, then
+    stored transposed (:func:`.fused.store_transposed`, else ``copy_``): faster than the ``[n, H, d]``
+    product itself at the paper's shapes (``bench_simulator.py --breakdown``)."""
     n, k, d = x.shape
-    tmp = _scratch("point.xsm", (n, d, sm.shape[-1]), x)
+    hidden = sm.shape[-1]
+    tmp = _scratch("point.xsm", (n, d, hidden), x)
     torch.bmm(x.transpose(1, 2), sm, out=tmp)
-    dst.copy_(tmp.transpose(1, 2))
+    if not _fused.store_transposed(tmp, out, col):
+        out[:, col:col + hidden * d].view(n, hidden, d).copy_(tmp.transpose(1, 2))
 
 
 def _scalar_assemble(problem, w, x, gw2, gb2, sm, w2=None, out=None) -> torch.Tensor:

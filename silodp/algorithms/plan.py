@@ -41,6 +41,7 @@ from silodp._validation import RENAMED, refuse_renamed
 from silodp.accounting.pvec import rotated_bound
 from silodp.accounting.releases import BatchSampling, GaussianRelease, Sent, shuffle_invocations
 
+from . import draws as _draws
 from . import grads as _grads
 from .privacy import NoiseCalibration, TranscriptConfig
 from .release import gaussian_release
@@ -138,7 +139,7 @@ class GaussianChannel:
         weights = term._batch._weights
         mean = values if values.dim() == 2 else torch.einsum("nk,nkd->nd", weights, values)
         scale = ctx._scale(std) if isinstance(std, torch.Tensor) else float(std)
-        noise = torch.randn(mean.shape, generator=ctx._noise_generator(), dtype=mean.dtype)
+        noise = _draws.randn(mean.shape, ctx._noise_generator(), mean.dtype)  # torch.randn's values, bit for bit
         if noise.device != mean.device:  # drawn from the run's CPU generator, moved to the data
             noise = noise.to(mean.device)
         noise = noise.mul_(scale) if isinstance(scale, float) else noise * scale  # the same products, in place
