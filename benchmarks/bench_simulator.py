@@ -9,7 +9,11 @@ implementation once, the median over repetitions is kept), so that the ratios co
 saw the same machine load. silodp's per-round time is steady state: the time between the first and
 the last round's callback over the rounds between (calibration, certification and warm-up are not
 counted; ``end to end`` rows include them), and the process's first repetition is a warm-up, not
-counted (numba compiles silodp's fused passes on their first call, or loads them from its cache). FLOP/s: the model FLOPs of one MB-SGD round (forward
+counted (numba compiles silodp's fused passes on their first call, or loads them from its cache).
+Every timed run is preceded by an untimed one of the same implementation (``--warmup-rounds``
+silodp rounds, one Opacus loop round): without it a silodp run timed right after an Opacus loop
+ran ~10% slower for tens of milliseconds (its whole steady window at N = 25), a wake of the other
+implementation's work rather than its own cost; the same warm-up precedes both sides. FLOP/s: the model FLOPs of one MB-SGD round (forward
 2P, weight gradients 2P, activation gradients 2P' per record, P the parameters, P' those of the
 layers after the first) over the measured time, against a float32 matmul measured in the same run
 on the same threads: at the start and once in every repetition, interleaved with the
@@ -135,12 +139,17 @@ def record_gradients(name: str, args) -> float:
     return k
 
 
+def silodp_run(algo, beta, fed, args, callback=None) -> None:
+    """One run of a silodp row on the benchmark's problem (the MLP, the logistic loss, clip 1)."""
+    problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0, beta=beta)
+    algo.run(problem, fed, seed=0, callback=callback)
+
+
 def silodp_round(algo, beta, fed, args, device: str) -> tuple[float, float]:
     """(steady seconds per round, end-to-end seconds per round) of one run."""
-    problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0, beta=beta)
     stamps = []
     start = clock(device)
-    algo.run(problem, fed, seed=0, callback=lambda r, w: stamps.append(clock(device)))
+    silodp_run(algo, beta, fed, args, callback=lambda r, w: stamps.append(clock(device)))
     end = clock(device)
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1), (end - start) / len(stamps)
 
@@ -202,6 +211,7 @@ def measure(args, silos: int, device: str) -> dict:
     x, y = data(silos, args.n, args.d, device)
     fed = Federation(x, y, torch.full((silos,), args.n, device=device))
     algos = silodp_algorithms(args)
+    warmups = silodp_algorithms(argparse.Namespace(**{**vars(args), "rounds": args.warmup_rounds}))
     if silos > min(args.silos):  # the vmap reference only where it is affordable
         algos.pop("silodp mb-sgd (materialize)")
     loops = {}
@@ -220,11 +230,15 @@ def measure(args, silos: int, device: str) -> dict:
     for rep in range(args.reps + warm):  # interleaved: every implementation once per repetition
         keep = rep >= warm
         for name, (algo, beta) in algos.items():
+            if args.warmup_rounds:  # untimed, the same implementation just before (see the module docstring)
+                silodp_run(warmups[name][0], beta, fed, args)
             s, e = silodp_round(algo, beta, fed, args, device)
             if keep:
                 steady[name].append(s)
                 e2e[name].append(e)
         for name, loop in loops.items():
+            if args.warmup_rounds:
+                loop.round()
             t = clock(device)
             for _ in range(args.loop_rounds):
                 loop.round()
@@ -526,6 +540,8 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=7, help="rounds per silodp run (steady: rounds 1..R-1)")
     ap.add_argument("--loop-rounds", type=int, default=1, help="Opacus loop rounds per repetition")
+    ap.add_argument("--warmup-rounds", type=int, default=2, help="untimed silodp rounds (and one Opacus loop "
+                    "round) just before each timed run of the same implementation; 0: none")
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (median kept)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N where torch sees a device: the "
@@ -543,6 +559,8 @@ def main(argv=None) -> None:
     args.silos = [10, 25] if args.quick else [int(s) for s in args.silos.split(",")]
     if args.quick:
         args.reps = 1
+    if args.warmup_rounds < 0:
+        raise SystemExit(f"--warmup-rounds: must be >= 0, got {args.warmup_rounds}")
     if on_cuda(args.device) and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: torch sees no CUDA device")
     matmul_gflops(args.device)
