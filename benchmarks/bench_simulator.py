@@ -4,9 +4,9 @@ paper's MNIST sizes (n ~ 1,234 records per silo, d = 50, MLP 50-64-1, batch K = 
 N = 10 .. 400 silos.
 
 Every number is CPU time (``time.process_time``) measured in ONE process on ``--threads`` torch
-threads (default 1), the implementations interleaved round by round (each repetition runs every
-implementation once, the median over repetitions is kept), so that the ratios compare runs that
-saw the same machine load. silodp's per-round time is steady state: the time between the first and
+threads (default 1), the implementations interleaved (each repetition runs every implementation at
+every N once, the median over repetitions is kept), so that the ratios, within an N and across N,
+compare runs that saw the same machine load. silodp's per-round time is steady state: the time between the first and
 the last round's callback over the rounds between (calibration, certification and warm-up are not
 counted; ``end to end`` rows include them), and the process's first repetition is a warm-up, not
 counted (numba compiles silodp's fused passes on their first call, or loads them from its cache).
@@ -203,52 +203,67 @@ class OpacusLoop:
                 s -= 0.1 * t / self.x.shape[0]
 
 
-#: the N of every :func:`measure` call so far in this process (the first one warms up)
-WARMED: list[int] = []
+class Setup:
+    """One N's federation, silodp rows (each with its untimed warm-up run) and Opacus loops, and the
+    CPU times of their timed runs so far."""
 
+    def __init__(self, args, silos: int, device: str):
+        self.silos, self.args, self.device = silos, args, device
+        x, y = data(silos, args.n, args.d, device)
+        self.fed = Federation(x, y, torch.full((silos,), args.n, device=device))
+        self.algos = silodp_algorithms(args)
+        self.warmups = silodp_algorithms(argparse.Namespace(**{**vars(args), "rounds": args.warmup_rounds}))
+        if silos > min(args.silos):  # the vmap reference only where it is affordable
+            self.algos.pop("silodp mb-sgd (materialize)")
+        self.loops = {}
+        if not on_cuda(device) or args.opacus_on_cuda:
+            try:
+                self.loops = {"opacus loop (hooks)": OpacusLoop(args, x, y, False, device),
+                              "opacus loop (ghost clipping)": OpacusLoop(args, x, y, True, device)}
+            except ImportError:  # opacus is a dev extra
+                self.loops = {}
+        self.steady: dict[str, list[float]] = {name: [] for name in [*self.algos, *self.loops]}
+        self.e2e: dict[str, list[float]] = {name: [] for name in self.algos}
 
-def measure(args, silos: int, device: str) -> dict:
-    x, y = data(silos, args.n, args.d, device)
-    fed = Federation(x, y, torch.full((silos,), args.n, device=device))
-    algos = silodp_algorithms(args)
-    warmups = silodp_algorithms(argparse.Namespace(**{**vars(args), "rounds": args.warmup_rounds}))
-    if silos > min(args.silos):  # the vmap reference only where it is affordable
-        algos.pop("silodp mb-sgd (materialize)")
-    loops = {}
-    if not on_cuda(device) or args.opacus_on_cuda:
-        try:
-            loops = {"opacus loop (hooks)": OpacusLoop(args, x, y, False, device),
-                     "opacus loop (ghost clipping)": OpacusLoop(args, x, y, True, device)}
-        except ImportError:  # opacus is a dev extra
-            loops = {}
-    steady = {name: [] for name in [*algos, *loops]}
-    e2e = {name: [] for name in algos}
-    # a first repetition at the process's first N is not counted: one-time costs of a process
-    # (numba compiling or loading silodp's fused passes, MKL's and Opacus' first calls) are no round's
-    warm = not WARMED
-    WARMED.append(silos)
-    for rep in range(args.reps + warm):  # interleaved: every implementation once per repetition
-        keep = rep >= warm
-        for name, (algo, beta) in algos.items():
+    def repetition(self, keep: bool) -> None:
+        """Every implementation once (its warm-up run first), its times kept where ``keep``."""
+        args, device = self.args, self.device
+        for name, (algo, beta) in self.algos.items():
             if args.warmup_rounds:  # untimed, the same implementation just before (see the module docstring)
-                silodp_run(warmups[name][0], beta, fed, args)
-            s, e = silodp_round(algo, beta, fed, args, device)
+                silodp_run(self.warmups[name][0], beta, self.fed, args)
+            s, e = silodp_round(algo, beta, self.fed, args, device)
             if keep:
-                steady[name].append(s)
-                e2e[name].append(e)
-        for name, loop in loops.items():
+                self.steady[name].append(s)
+                self.e2e[name].append(e)
+        for name, loop in self.loops.items():
             if args.warmup_rounds:
                 loop.round()
             t = clock(device)
             for _ in range(args.loop_rounds):
                 loop.round()
             if keep:
-                steady[name].append((clock(device) - t) / args.loop_rounds)
-        matmul_gflops(device)  # the peak, interleaved with the rows it divides
-    med = {name: statistics.median(v) for name, v in steady.items()}
-    return {"silos": silos, "seconds_per_round": med,
-            "end_to_end_seconds_per_round": {name: statistics.median(v) for name, v in e2e.items()},
-            "flops_per_round": model_flops(args.d, args.hidden, silos * args.batch)}
+                self.steady[name].append((clock(device) - t) / args.loop_rounds)
+
+    def row(self) -> dict:
+        """The medians over the kept repetitions."""
+        return {"silos": self.silos, "seconds_per_round": {name: statistics.median(v) for name, v in self.steady.items()},
+                "end_to_end_seconds_per_round": {name: statistics.median(v) for name, v in self.e2e.items()},
+                "flops_per_round": model_flops(self.args.d, self.args.hidden, self.silos * self.args.batch)}
+
+
+def measure(args, device: str) -> list[dict]:
+    """The rows of every N, interleaved over N as well as over implementations: each repetition
+    runs every implementation at every N once, then the peak once per N, so that the ratios across
+    N (per-silo growth, slope) compare runs that saw the same machine load, as the ratios within an
+    N do. The first repetition is not counted: one-time costs of a process (numba compiling or
+    loading silodp's fused passes, MKL's and Opacus' first calls, each N's first allocations) are
+    no round's."""
+    setups = [Setup(args, n, device) for n in args.silos]
+    for rep in range(args.reps + 1):
+        for setup in setups:
+            setup.repetition(keep=rep > 0)
+            matmul_gflops(device)  # the peak, interleaved with the rows it divides
+    return [setup.row() for setup in setups]
 
 
 @contextlib.contextmanager
@@ -542,7 +557,7 @@ def main(argv=None) -> None:
     ap.add_argument("--loop-rounds", type=int, default=1, help="Opacus loop rounds per repetition")
     ap.add_argument("--warmup-rounds", type=int, default=2, help="untimed silodp rounds (and one Opacus loop "
                     "round) just before each timed run of the same implementation; 0: none")
-    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (median kept)")
+    ap.add_argument("--reps", type=int, default=5, help="interleaved repetitions (median kept)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N where torch sees a device: the "
                     "data, the kernels and the releases run there (the draws stay on the CPU generator); "
@@ -569,7 +584,7 @@ def main(argv=None) -> None:
         matmul_gflops(args.device)
         print("\n".join(breakdown_report(peak(), args, parts, kern)))
         return
-    rows = [measure(args, n, args.device) for n in args.silos]
+    rows = measure(args, args.device)
     parts = breakdown(args, 25, args.device) if 25 in args.silos else None
     print("\n".join(report(rows, peak(), args, parts)))
     if args.json:
