@@ -86,6 +86,13 @@ def matmul_gflops(device: str, size: int = 1024, reps: int = 8) -> float:
     return PEAKS[-1]
 
 
+def peak_spread() -> str:
+    """How many matmul measurements the peak is the largest of, and their median and smallest: how
+    much this machine's speed moved during the run (the rows moved with it)."""
+    return (f"largest of {len(PEAKS)} in this run; median {statistics.median(PEAKS):.0f}, "
+            f"smallest {min(PEAKS):.0f}")
+
+
 def peak() -> float:
     """The measured peak: the largest of this process's :func:`matmul_gflops` measurements."""
     return max(PEAKS)
@@ -449,7 +456,7 @@ def breakdown_report(peak: float, args, parts: dict, kern: dict) -> list[str]:
     kernel, ops = kern["kernel_seconds"], kern["ops"]
     shown = [o for o in ops if o["seconds"] >= 0.01 * kernel]
     lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} N={n} threads={torch.get_num_threads()} "
-             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, largest of {len(PEAKS)} in this run); model FLOPs per round "
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, {peak_spread()}); model FLOPs per round "
              f"{flops / 1e6:.1f} M ({1e3 * flops / (peak * 1e9):.2f} ms at the peak); {load()}", "",
              "| operator | argument shapes | calls | CPU ms / kernel call | share of the kernel | GFLOP/s | % of peak "
              "| MB read | GB/s |", "|---|---|---|---|---|---|---|---|---|"]
@@ -485,7 +492,7 @@ def report(rows: list[dict], peak: float, args, parts: dict | None = None) -> li
     base = "silodp mb-sgd (ghost)"
     names = list(dict.fromkeys(n for r in rows for n in r["seconds_per_round"]))
     lines = [f"n={args.n} d={args.d} MLP({args.hidden}) K={args.batch} threads={torch.get_num_threads()} "
-             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, largest of {len(PEAKS)} in this run); {load()}", "",
+             f"device={args.device} matmul peak {peak:.1f} GFLOP/s (float32, {peak_spread()}); {load()}", "",
              f"| N | implementation | {'wall' if on_cuda(args.device) else 'CPU'} ms / round | ms / silo | vs silodp mb-sgd "
              "| per record-gradient vs mb-sgd | GFLOP/s | % of peak |",
              "|---|---|---|---|---|---|---|---|"]
