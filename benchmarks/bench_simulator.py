@@ -380,9 +380,10 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     """Where the ghost kernel's CPU time goes at ``silos`` (the inputs of one steady MB-SGD round:
     the gathered ``[N, K, d]`` minibatch in float32 with its rows' ``||x||^2 + 1`` from the gather, the
     server's iterate, weights 1 / K): the
-    kernel's CPU time and its minor page faults a call, and the CPU time of each call of the
-    operators in :data:`TIMED` by shape, each wrapped in the clock for the call (the median over
-    ``reps`` kernel calls; CPU time, so a call in which this thread lost the core counts only what it
+    kernel's minor page faults a call, its CPU time in the calls that time its operators (so that
+    the rest below is measured in the same calls, never negative from a change of machine speed
+    between two phases), and the CPU time of each call of the operators in :data:`TIMED` by shape,
+    each wrapped in the clock for the call (the median over ``reps`` kernel calls; CPU time, so a call in which this thread lost the core counts only what it
     ran): a product's FLOPs from its shapes and its rate, any other operator's bytes read (its tensor
     arguments) and their rate; the rest of the kernel (views, clip factors, finiteness checks,
     Python) is the kernel's time less theirs. A fused pass (:data:`FUSED`, where numba is installed)
@@ -427,9 +428,12 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
             return out
         return run
 
+    wrapped_times = []  # the kernel's time in the calls that time its operators: the rest is never negative
     with wrapped(TIMED + [(fused, name) for name in FUSED if hasattr(fused, name)], timed):
         for rep in range(reps):  # noqa: B007  (read by the wrappers: each call's slot)
+            t = clock(device)
             call()
+            wrapped_times.append(clock(device) - t)
     ops = []
     for (name, shapes), (secs, count) in spent.items():
         sh = [list(v) for v in shapes]
@@ -438,7 +442,7 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
         ops.append({"op": name, "shapes": sh, "calls": calls, "seconds": statistics.median(secs),
                     "flops": None if flops is None else calls * flops,
                     "bytes_read": calls * 4 * sum(math.prod(v) for v in sh) if flops is None else None})
-    return {"silos": silos, "reps": reps, "kernel_seconds": statistics.median(times), "page_faults": faults,
+    return {"silos": silos, "reps": reps, "kernel_seconds": statistics.median(wrapped_times), "page_faults": faults,
             "ops": sorted(ops, key=lambda o: -o["seconds"])}
 
 
