@@ -415,15 +415,14 @@ def kernels() -> dict | None:
                         numba.extending.register_jitable(fastmath=set(FASTMATH))(helper)
                     _register_prefetch(numba)
                     cache = _cache_writable()
-                    jit = numba.njit(cache=cache, fastmath=set(FASTMATH), boundscheck=False, nogil=True)
-                    # the sum and difference passes under numpy's error model: no ZeroDivisionError branch
-                    # after each division (which kept their per-record loops scalar); none of theirs can
-                    # divide by zero (``exp(z) + 1 >= 1`` or NaN, ``max(sqrt(sq), 1e-30) > 0``), so nothing
-                    # else changes
+                    # the passes under numpy's error model: no ZeroDivisionError branch after each division
+                    # (which kept their per-record loops scalar); none of theirs can divide by zero
+                    # (``exp(z) + 1 >= 1`` or NaN, ``max(sqrt(sq), 1e-30) > 0``; the gather's row count k >= 1),
+                    # so nothing else changes. The gather under the same flags: its squared norms are the
+                    # passes' bits (a copy is exact under any flags)
                     passes = numba.njit(cache=cache, fastmath=set(FASTMATH), boundscheck=False, nogil=True,
                                         error_model="numpy")
-                    # the gather under the passes' flags too: its squared norms are their bits (a copy is exact)
-                    _KERNELS = {"sum": passes(_sum_pass), "diff": passes(_diff_pass), "gather": jit(_gather_pass),
+                    _KERNELS = {"sum": passes(_sum_pass), "diff": passes(_diff_pass), "gather": passes(_gather_pass),
                                 "transpose": numba.njit(cache=cache, boundscheck=False, nogil=True)(_transpose_pass)}  # a copy
     return _KERNELS or None
 
