@@ -301,7 +301,8 @@ def wrapped(targets: list, wrap: Callable[[Any, str, Callable], Callable]) -> It
 
 def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
     """Where one steady MB-SGD round's CPU time goes at ``silos`` (the peak target's N): the ghost
-    kernel (``grads.clipped_grad_sum``), the minibatch gather, the sampler, the noise draw and
+    kernel (``grads.clipped_grad_sum``), the minibatch gather (called by the kernel, a chunk of
+    silos at a time: its time is the gather's, not the kernel's), the sampler, the noise draw and
     release (``GaussianChannel.release``) and the rest (ledger, prox, bookkeeping), each the median
     over ``reps`` runs; and the kernel's two matrix products alone, timed on the same shapes (the
     forward ``[N K, d] x [d, h]`` for every silo at once, the per-silo sums ``x_s^T G_s``, a bmm)."""
@@ -315,14 +316,19 @@ def breakdown(args, silos: int, device: str, reps: int = 5) -> dict:
              (federation.BatchSampler, "next", "sampler"), (plan.GaussianChannel, "release", "noise and release")]
     labels = {(owner, name): label for owner, name, label in hooks}
 
+    inner = [0.0, 0]  # time and faults of the timed calls inside the running one (the kernel's gathers)
+
     def timed(owner, name, real):
         label = labels[(owner, name)]
 
         def call(*a, **k):
-            t, f = clock(device), minor_faults()
+            t, f, outer = clock(device), minor_faults(), inner[:]
+            inner[:] = [0.0, 0]
             out = real(*a, **k)
-            spent[label] = spent.get(label, 0.0) + clock(device) - t
-            faulted[label] = faulted.get(label, 0) + minor_faults() - f
+            dt, df = clock(device) - t, minor_faults() - f
+            spent[label] = spent.get(label, 0.0) + dt - inner[0]  # a nested call's time is its own only
+            faulted[label] = faulted.get(label, 0) + df - inner[1]
+            inner[:] = [outer[0] + dt, outer[1] + df]
             return out
         return call
 
@@ -378,8 +384,9 @@ FUSED = ("clipped_sum", "store_transposed")
 
 def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     """Where the ghost kernel's CPU time goes at ``silos`` (the inputs of one steady MB-SGD round:
-    the gathered ``[N, K, d]`` minibatch in float32 with its rows' ``||x||^2 + 1`` from the gather, the
-    server's iterate, weights 1 / K): the
+    the minibatch ``[N, K, d]`` of ``n`` records per silo in float32 as the round's :class:`Rows`, which
+    the kernel gathers a chunk of silos at a time with its rows' ``||x||^2 + 1``, the server's
+    iterate, weights 1 / K): the
     kernel's minor page faults a call, its CPU time in the calls that time its operators (so that
     the rest below is measured in the same calls, never negative from a change of machine speed
     between two phases), and the CPU time of each call of the operators in :data:`TIMED` by shape,
@@ -387,22 +394,20 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
     ran): a product's FLOPs from its shapes and its rate, any other operator's bytes read (its tensor
     arguments) and their rate; the rest of the kernel (views, clip factors, finiteness checks,
     Python) is the kernel's time less theirs. A fused pass (:data:`FUSED`, where numba is installed)
-    is one row: all the kernel's work between its products."""
-    from silodp.algorithms import fused, grads
+    is one row: all the kernel's work between its products; so is each gather of a chunk's rows."""
+    from silodp.algorithms import federation, fused, grads
 
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(silos, args.batch, args.d, generator=gen).to(device)
-    y = (torch.rand(silos, args.batch, generator=gen) < 0.5).float().to(device)
-    # as a round's batch: gathered (every silo's rows in order), with the rows' ||x||^2 + 1 where the
-    # gather computes them (numba's pass on the CPU; None elsewhere)
-    x, y, xsq = Federation(x, y, torch.full((silos,), args.batch, device=device)).gather(
-        torch.arange(args.batch, device=device).expand(silos, -1), norms=True)
+    x, y = data(silos, args.n, args.d, device)
+    # as a round's batch: K of each silo's n records, in a random order, gathered by the kernel
+    idx = torch.rand(silos, args.n, generator=gen).argsort(1)[:, :args.batch].to(device)
+    rows = federation.Rows(Federation(x, y, torch.full((silos,), args.n, device=device)), idx)
     problem = Problem(mlp(args.d, [args.hidden], 1), "logistic", clip=1.0)
     w = problem.model.init(gen, dtype=torch.float32).to(device)
     weights = torch.full((silos, args.batch), 1.0 / args.batch, device=device)
 
     def call():
-        grads.clipped_grad_sum(problem, w, x, y, weights, 1.0, xsq=xsq)
+        grads.clipped_grad_sum(problem, w, rows, None, weights, 1.0)
 
     for _ in range(3):
         call()
@@ -421,7 +426,8 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
             t = clock(device)
             out = real(*a, **k)
             dt = clock(device) - t
-            key = (name, tuple(tuple(v.shape) for v in tensors(a)))
+            given = (*a, *k.values()) if name == "gather" else a  # the gather's rows: its out= (written, then read)
+            key = (name, tuple(tuple(v.shape) for v in tensors(given)))
             slot = spent.setdefault(key, [[0.0] * reps, 0])
             slot[0][rep] += dt
             slot[1] += 1
@@ -429,7 +435,8 @@ def kernel_ops(args, silos: int, device: str, reps: int = 15) -> dict:
         return run
 
     wrapped_times = []  # the kernel's time in the calls that time its operators: the rest is never negative
-    with wrapped(TIMED + [(fused, name) for name in FUSED if hasattr(fused, name)], timed):
+    with wrapped(TIMED + [(fused, name) for name in FUSED if hasattr(fused, name)] + [(federation.Federation, "gather")],
+                 timed):
         for rep in range(reps):  # noqa: B007  (read by the wrappers: each call's slot)
             t = clock(device)
             call()

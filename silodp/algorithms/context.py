@@ -29,7 +29,7 @@ import torch
 from silodp.accounting.releases import BatchSampling, ReleaseLedger
 
 from . import plan as _plan
-from .federation import BallsInBinsSampler, BatchSampler, SubsetSampler
+from .federation import BallsInBinsSampler, BatchSampler, Rows, SubsetSampler
 
 
 class Term:
@@ -52,14 +52,38 @@ class Term:
 class Batch:
     """An opaque handle of one minibatch (or the full data) the channel drew: ``sampling``
     (:class:`~silodp.accounting.releases.BatchSampling`) and ``size`` (records per silo) are
-    public, the records, their labels and indices stay in the channel (with each record's
-    ``||x||^2 + 1`` where the gather computed it, for the fused passes; None otherwise)."""
+    public, the records, their labels and indices stay in the channel. A minibatch's records are
+    copied when a term needs them (:class:`~silodp.algorithms.federation.Rows`: the ghost kernel
+    gathers them a chunk of silos at a time); ``_x``, ``_y`` and ``_xsq`` (each record's
+    ``||x||^2 + 1`` where the gather computed it, for the fused passes; None otherwise) are the
+    whole batch, gathered once on first use."""
 
-    __slots__ = ("sampling", "size", "_x", "_y", "_weights", "_idx", "_xsq", "__weakref__")
+    __slots__ = ("sampling", "size", "_records", "_weights", "_idx", "__weakref__")
 
-    def __init__(self, x, y, weights, idx, sampling: BatchSampling, size: int, xsq=None) -> None:
+    def __init__(self, records: Rows | tuple, weights, idx, sampling: BatchSampling, size: int) -> None:
         self.sampling, self.size = sampling, int(size)
-        self._x, self._y, self._weights, self._idx, self._xsq = x, y, weights, idx, xsq
+        self._records, self._weights, self._idx = records, weights, idx
+
+    def _whole(self) -> tuple:
+        """``(x, y, xsq)`` of every silo."""
+        return self._records.whole() if isinstance(self._records, Rows) else self._records
+
+    def _inputs(self) -> tuple:
+        """``(x, y, xsq)`` for the gradient kernels: a minibatch's :class:`Rows` (``y``, ``xsq`` None:
+        the kernel gathers them by chunks of silos), else the tensors."""
+        return (self._records, None, None) if isinstance(self._records, Rows) else self._records
+
+    @property
+    def _x(self) -> torch.Tensor:
+        return self._whole()[0]
+
+    @property
+    def _y(self) -> torch.Tensor:
+        return self._whole()[1]
+
+    @property
+    def _xsq(self) -> torch.Tensor | None:
+        return self._whole()[2]
 
     def __repr__(self) -> str:
         return f"Batch({self.sampling.value}, size={self.size})"
@@ -210,17 +234,15 @@ class Context:
             raise ValueError("sampler: must come from this run's Context.sampler")
         if sampler.sampling is BatchSampling.BALLS_IN_BINS:  # members only, over the constant expected size
             idx, mask = sampler.next()
-            x, y, xsq = self._fed.gather(idx, norms=True)
             weights = mask.to(self._fed.x.device, self._fed.x.dtype) / sampler.expected_size
-            return self._issue(Batch(x, y, weights, idx, sampler.sampling, sampler.expected_size, xsq))
+            return self._issue(Batch(Rows(self._fed, idx), weights, idx, sampler.sampling, sampler.expected_size))
         idx = sampler.next()
-        x, y, xsq = self._fed.gather(idx, norms=True)
         weights = torch.full(idx.shape, 1.0 / idx.shape[1], dtype=self._fed.x.dtype, device=self._fed.x.device)
-        return self._issue(Batch(x, y, weights, idx, sampler.sampling, idx.shape[1], xsq))
+        return self._issue(Batch(Rows(self._fed, idx), weights, idx, sampler.sampling, idx.shape[1]))
 
     def full(self) -> Batch:
         fed = self._fed
-        return self._issue(Batch(fed.x, fed.y, fed.weights, None, BatchSampling.FULL, fed.min_size))
+        return self._issue(Batch((fed.x, fed.y, None), fed.weights, None, BatchSampling.FULL, fed.min_size))
 
     # -- gradients -----------------------------------------------------------------------------
     def term(self, data: Batch, w: torch.Tensor, w_old: torch.Tensor | None = None,

@@ -120,25 +120,29 @@ class Federation:
         avail[order[:m]] = True
         return avail
 
-    def gather(self, idx: torch.Tensor, norms: bool = False) -> tuple:
+    def gather(self, idx: torch.Tensor, norms: bool = False, silos: slice = slice(None),
+               out: torch.Tensor | None = None) -> tuple:
         """Rows ``idx: [N, K]`` of every silo -> ``(x [N, K, ...], y [N, K])``: on the CPU numba's
         pass with software prefetch (:func:`.fused.gather`, the same rows bit for bit), else one
         ``index_select`` on the flattened records (4-5x faster than advanced indexing), written
-        into a buffer of an earlier gather that nothing references any more (no fresh pages per
-        round; a batch still held keeps its own rows). With ``norms``: ``(x, y, xsq)``, ``xsq [N, K]``
-        each row's ``||x||^2 + 1`` as the fused passes compute it, from numba's pass while it copies
-        the row, or None where that pass did not run (the passes then read ``x``)."""
-        n_silos, n_max = self.x.shape[:2]
-        src = self.x.reshape(n_silos * n_max, *self.x.shape[2:])
-        x = self._gather_buffer(src, idx.numel())
-        done = _fused.gather(self.x, self.y, idx, x, norms)  # numba's pass where it runs (CPU float rows)
+        into ``out`` (a tensor of ``N K`` rows) when given, else into a buffer of an earlier gather
+        that nothing references any more (no fresh pages per round; a batch still held keeps its
+        own rows). ``silos``: the silos ``idx``'s rows index (a slice; default all of them). With
+        ``norms``: ``(x, y, xsq)``, ``xsq [N, K]`` each row's ``||x||^2 + 1`` as the fused passes
+        compute it, from numba's pass while it copies the row, or None where that pass did not run
+        (the passes then read ``x``)."""
+        xs, ys = self.x[silos], self.y[silos]
+        n_silos, n_max = xs.shape[:2]
+        src = xs.reshape(n_silos * n_max, *xs.shape[2:])
+        x = self._gather_buffer(src, idx.numel()) if out is None else out.view(idx.numel(), *xs.shape[2:])
+        done = _fused.gather(xs, ys, idx, x, norms)  # numba's pass where it runs (CPU float rows)
         if done is None:
-            flat = (idx.to(self.x.device) + torch.arange(n_silos, device=self.x.device).unsqueeze(1) * n_max).reshape(-1)
+            flat = (idx.to(xs.device) + torch.arange(n_silos, device=xs.device).unsqueeze(1) * n_max).reshape(-1)
             torch.index_select(src, 0, flat, out=x)
-            y, xsq = self.y.reshape(-1).index_select(0, flat), None
+            y, xsq = ys.reshape(-1).index_select(0, flat), None
         else:
             y, xsq = done
-        x, y = x.view(*idx.shape, *self.x.shape[2:]), y.view(idx.shape)
+        x, y = x.view(*idx.shape, *xs.shape[2:]), y.view(idx.shape)
         if not norms:
             return x, y
         return x, y, None if xsq is None else xsq.view(idx.shape)
@@ -161,6 +165,50 @@ class Federation:
     def __getstate__(self) -> dict:
         """The fields (the gather pool is a cache: not pickled)."""
         return {k: v for k, v in self.__dict__.items() if k != "_gather_pool"}
+
+
+class Rows:
+    """The rows ``idx [N, K]`` of every silo of ``fed``, not yet copied: a slice of silos at a time
+    into the caller's buffer (:meth:`take`, the ghost kernel's chunks: each chunk's rows are copied
+    just before its products read them, still in the cache; at N 100, where a whole minibatch
+    outgrows the last-level cache, a tenth of the round), or all at once (:meth:`whole`, kept).
+    ``shape``, ``dtype``, ``device`` and :meth:`element_size` are the gathered tensor's."""
+
+    __slots__ = ("fed", "idx", "_whole")
+
+    def __init__(self, fed: Federation, idx: torch.Tensor) -> None:
+        self.fed, self.idx = fed, idx
+        self._whole: tuple | None = None
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((*self.idx.shape, *self.fed.x.shape[2:]))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fed.x.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.fed.x.device
+
+    def element_size(self) -> int:
+        return self.fed.x.element_size()
+
+    def take(self, silos: slice, out: torch.Tensor) -> tuple:
+        """``(x, y, xsq)`` of the silos ``silos`` (a slice with a stop), ``x`` written into ``out``
+        (as many elements; its previous contents are overwritten); the rows of :meth:`whole` where
+        they were gathered already."""
+        if self._whole is not None:
+            x, y, xsq = self._whole
+            return x[silos], y[silos], None if xsq is None else xsq[silos]
+        return self.fed.gather(self.idx[silos], norms=True, silos=silos, out=out)
+
+    def whole(self) -> tuple:
+        """``(x [N, K, ...], y [N, K], xsq)``: :meth:`Federation.gather` with ``norms``, once."""
+        if self._whole is None:
+            self._whole = self.fed.gather(self.idx, norms=True)
+        return self._whole
 
 
 class BatchSampler:

@@ -33,6 +33,7 @@ from torch.func import grad, vmap
 from . import fused as _fused
 from . import release as _release
 from .config import GRAD_METHODS
+from .federation import Rows
 from .models import Conv2d, Linear, Model, ReLU
 from .release import clip_factors, clip_rows  # noqa: F401  (the primitive's; re-exported)
 
@@ -257,6 +258,21 @@ def _chunks(problem, x: torch.Tensor):
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
+def _silos(x, y, xsq, sl: slice) -> tuple:
+    """``(x, y, xsq)`` of the silos ``sl`` of one chunk: slices of the tensors, or a :class:`.Rows`
+    minibatch's rows gathered now into this thread's work tensor (:func:`_scratch`), so that the
+    chunk's records are still in the cache when its products read them (a whole minibatch gathered
+    first is not, once it outgrows the cache: at N 100 a tenth of the round)."""
+    if isinstance(x, Rows):
+        return x.take(sl, _scratch("rows", (sl.stop - sl.start, *x.shape[1:]), x.fed.x))
+    return x[sl], y[sl], None if xsq is None else xsq[sl]
+
+
+def _whole(x, y, xsq) -> tuple:
+    """``(x, y, xsq)`` as tensors: a :class:`.Rows` minibatch gathered whole (the paths that do not chunk)."""
+    return x.whole() if isinstance(x, Rows) else (x, y, xsq)
+
+
 def _scalar_mlp(model) -> bool:
     """Whether :func:`_scalar_mlp_sum` applies: ``Linear(d, H) - ReLU - Linear(H, 1)`` (a one-hidden-
     layer MLP with one output, e.g. the paper's logistic MLP) through the model's own forward."""
@@ -472,13 +488,13 @@ def _ghost(problem, w, x, y, weights, clip, xsq=None):
     # the scalar MLP's chunks write their rows of one [N, d] result (no concatenation)
     whole = torch.empty(x.shape[0], problem.model.dim, dtype=w.dtype, device=w.device) if scalar else None
     for sl in chunks:
+        xs, ys, sqs = _silos(x, y, xsq, sl)
         if whole is not None:
-            part = _scalar_mlp_sum(problem, w[sl], x[sl], y[sl], weights[sl], clip, out=whole[sl],
-                                   xsq=None if xsq is None else xsq[sl])
+            part = _scalar_mlp_sum(problem, w[sl], xs, ys, weights[sl], clip, out=whole[sl], xsq=sqs)
             if part is not None:
                 parts.append(part)
                 continue
-        index, terms, c, _ = _point(problem, w[sl], x[sl], y[sl], clip)
+        index, terms, c, _ = _point(problem, w[sl], xs, ys, clip)
         c = c * weights[sl]
         parts.append(_assemble(problem, c.shape[0], w, index, [t.summed(c) for t in terms]))
     if whole is not None and all(p.data_ptr() == whole[sl].data_ptr() for p, sl in zip(parts, chunks)):
@@ -496,14 +512,15 @@ def _ghost_diff(problem, w, w_old, x, y, weights, clip, diff_clip, xsq=None):
     scalar = _scalar_mlp(problem.model)
     per_silo = isinstance(diff_clip, torch.Tensor) and diff_clip.dim() > 0 and diff_clip.shape[0] == x.shape[0]
     for sl in _chunks(problem, x):
+        xs, ys, sqs = _silos(x, y, xsq, sl)
         if scalar:
-            part = _scalar_mlp_diff(problem, w[sl], w_old[sl], x[sl], y[sl], weights[sl], clip,
-                                    diff_clip[sl] if per_silo else diff_clip, xsq=None if xsq is None else xsq[sl])
+            part = _scalar_mlp_diff(problem, w[sl], w_old[sl], xs, ys, weights[sl], clip,
+                                    diff_clip[sl] if per_silo else diff_clip, xsq=sqs)
             if part is not None:
                 out.append(part)
                 continue
-        index, t1, c1, keep1 = _point(problem, w[sl], x[sl], y[sl], clip)
-        _, t0, c0, keep0 = _point(problem, w_old[sl], x[sl], y[sl], clip)
+        index, t1, c1, keep1 = _point(problem, w[sl], xs, ys, clip)
+        _, t0, c0, keep0 = _point(problem, w_old[sl], xs, ys, clip)
         e = weights[sl]
         keep = keep1 if keep0 is None else (keep0 if keep1 is None else keep1 & keep0)
         if keep is not None:  # a record non-finite at either point: its difference contributes zero
@@ -530,7 +547,7 @@ def _per_silo(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return w.expand(x.shape[0], -1) if w.dim() == 1 else w
 
 
-def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor | Rows, y: torch.Tensor | None,
                      weights: torch.Tensor, clip: float | None, method: str = "ghost",
                      xsq: torch.Tensor | None = None) -> torch.Tensor:
     """``sum_k weights[n, k] * clip(grad f0(w_n, x_nk))`` for every silo ``n`` -> ``[N, d]``.
@@ -539,9 +556,12 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     average (``1/K``) and padding masks (0 for padded rows). ``xsq [N, K]``: each record's
     ``||x||^2 + 1`` as :meth:`.federation.Federation.gather` computed it (``norms=True``), which the
     fused pass then reads instead of ``x`` (the same bits); None: from ``x``. The torch paths ignore it.
+    ``x`` may be a :class:`.Rows` minibatch (``y`` and ``xsq`` then None): the ghost path gathers it
+    a chunk of silos at a time, the reference whole.
     """
     w = _per_silo(w, x)
     if method == "materialize":
+        x, y, xsq = _whole(x, y, xsq)
         g = clip_rows(per_sample_grads(problem, w, x, y), clip)
         return torch.einsum("nk,nkd->nd", weights, g)
     if method == "ghost":
@@ -549,8 +569,8 @@ def clipped_grad_sum(problem, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
 
 
-def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                     weights: torch.Tensor, clip: float | None, diff_clip=None,
+def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Tensor | Rows,
+                     y: torch.Tensor | None, weights: torch.Tensor, clip: float | None, diff_clip=None,
                      method: str = "ghost", xsq: torch.Tensor | None = None) -> torch.Tensor:
     """``sum_k weights[n, k] * clip_dc(clip(grad f0(w_n, x_nk)) - clip(grad f0(w_old_n, x_nk)))``
     -> ``[N, d]``: per-record differences of clipped gradients (SVRG, SPIDER), each difference
@@ -558,10 +578,11 @@ def clipped_diff_sum(problem, w: torch.Tensor, w_old: torch.Tensor, x: torch.Ten
     ``[N, K]``, e.g. ``[N, 1]`` per silo). Each record's term has l2 norm at most
     ``min(2 clip, diff_clip)``; a record whose gradient is not finite at either point contributes
     zero. ``"ghost"``: from each layer's activations and output gradients at both points
-    (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference. ``xsq``: as
-    :func:`clipped_grad_sum`'s."""
+    (:func:`_ghost_diff`), no ``[N, K, d]`` tensor; ``"materialize"``: the reference. ``xsq`` and a
+    :class:`.Rows` ``x``: as :func:`clipped_grad_sum`'s."""
     w, w_old = _per_silo(w, x), _per_silo(w_old, x)
     if method == "materialize":
+        x, y, xsq = _whole(x, y, xsq)
         g1, g0 = per_sample_grads(problem, w, x, y), per_sample_grads(problem, w_old, x, y)
         keep = torch.isfinite(g1).all(-1) & torch.isfinite(g0).all(-1)  # non-finite at either point: zero
         g = clip_rows(_release.mask_rows(g1, keep), clip) - clip_rows(_release.mask_rows(g0, keep), clip)

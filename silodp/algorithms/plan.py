@@ -102,14 +102,14 @@ class GaussianChannel:
 
     def terms(self, ctx: Any, data: Any, w: Any, w_old: Any, diff_clip: Any, grad_method: str) -> torch.Tensor:
         """The weighted sums ``[N, d]`` of every silo's clipped per-record terms (differences
-        clipped to ``diff_clip``); the fused passes take each record's ``||x||^2 + 1`` from the
-        gather where it computed them."""
+        clipped to ``diff_clip``); a minibatch's records gathered a chunk of silos at a time by the
+        kernel (:class:`~silodp.algorithms.federation.Rows`), the fused passes taking each record's
+        ``||x||^2 + 1`` from the gather where it computed them."""
         problem, clip = ctx._problem, ctx._problem.clip
+        x, y, xsq = data._inputs()
         if w_old is None:
-            return _grads.clipped_grad_sum(problem, w, data._x, data._y, data._weights, clip, grad_method,
-                                           xsq=data._xsq)
-        return _grads.clipped_diff_sum(problem, w, w_old, data._x, data._y, data._weights, clip, diff_clip,
-                                       grad_method, xsq=data._xsq)
+            return _grads.clipped_grad_sum(problem, w, x, y, data._weights, clip, grad_method, xsq=xsq)
+        return _grads.clipped_diff_sum(problem, w, w_old, x, y, data._weights, clip, diff_clip, grad_method, xsq=xsq)
 
     def messages(self, weights: torch.Tensor, a: torch.Tensor) -> int:
         """Messages summed per release (a shuffler's count; none here)."""

@@ -66,7 +66,7 @@ def private_offset(self, ctx, w):     # 5: an offset that is not a released valu
 
 def fake_batch(self, ctx, w):         # 6: every record labelled as a K-batch (a Batch built by hand)
     full = ctx.full()
-    ctx.term(Batch(full._x, full._y, full._weights, None, BatchSampling.SHUFFLED, 5), w)
+    ctx.term(Batch((full._x, full._y, None), full._weights, None, BatchSampling.SHUFFLED, 5), w)
 
 
 def fake_sampler(self, ctx, w):       # 7: a batch selected by the algorithm (its own sampler)

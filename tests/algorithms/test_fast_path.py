@@ -1,5 +1,6 @@
 """The simulator's fast path: the gather by one index_select equals advanced indexing (padded
-silos, images, balls-in-bins padding) and reuses a buffer only when nothing holds it; the
+silos, images, balls-in-bins padding) and reuses a buffer only when nothing holds it; a minibatch
+gathered by the kernel a chunk of silos at a time gives the whole gather's sums bit for bit; the
 federation keeps its bookkeeping on the CPU (the simulator on CUDA: test_cuda.py)."""
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from silodp.algorithms import Federation, IsrlMBSGD, Problem, grads, mlp
 from silodp.algorithms.context import Context
-from silodp.algorithms.federation import BatchSampler
+from silodp.algorithms.federation import BatchSampler, Rows
 
 
 @pytest.mark.parametrize("shape", [(3,), (1, 4, 4)])
@@ -165,3 +166,50 @@ def test_the_sampler_draws_from_its_own_copy_of_the_counts():
         assert torch.equal(mine.next(), torch.clamp((u * fixed).long(), max=fixed - 1))
     shuffled = BatchSampler(counts[:1].clone().fill_(6), 3, False, torch.Generator().manual_seed(0))
     assert sorted(torch.cat([shuffled.next(), shuffled.next()], 1)[0].tolist()) == list(range(6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("hidden", [[6], [6, 5]])  # the scalar MLP's fused kernel; the general path
+@pytest.mark.parametrize("numba", [True, False])
+def test_rows_gathered_by_chunks_give_the_whole_gathers_sums_bit_for_bit(monkeypatch, dtype, hidden, numba):
+    """The ghost kernel gathers a :class:`Rows` minibatch one chunk of silos at a time (here 3 chunks
+    of at most 2 silos of 5, padded silos, with and without numba's gather): the clipped sums and
+    differences equal, bit for bit, those of the batch gathered whole first (the same chunks), and those of the
+    ``vmap`` reference to float tolerance; a record with a non-finite feature still contributes zero;
+    the kernel gathered each chunk once and never the whole batch."""
+    from silodp.algorithms import federation, fused
+
+    gen = torch.Generator().manual_seed(3)
+    sizes = (9, 4, 14, 7, 12)
+    xs = [torch.randn(n, 5, generator=gen, dtype=torch.float64).to(dtype) for n in sizes]
+    ys = [(torch.rand(n, generator=gen) < 0.5).to(dtype) for n in sizes]
+    xs[2][1, 3] = float("nan")
+    fed = Federation.from_silos(xs, ys)
+    idx = torch.stack([torch.randperm(int(c), generator=gen)[:4] for c in fed.counts])
+    idx[2, 0] = 1  # the record with the NaN feature is in the batch
+    problem = Problem(mlp(5, hidden, 1), "logistic", clip=1.0)
+    w = problem.model.init(gen, dtype=dtype)
+    w_old = w + 0.1 * torch.randn(w.shape, generator=gen, dtype=dtype)
+    weights = torch.full(idx.shape, 0.25, dtype=dtype)
+    if not numba:
+        monkeypatch.setattr(fused, "gather", lambda *a, **k: None)
+    widths = sum(layer.in_features + 2 * layer.out_features for layer in problem.model.layers if hasattr(layer, "in_features"))
+    monkeypatch.setattr(grads, "CHUNK_BYTES", 2 * 2 * 4 * widths * fed.x.element_size())  # two silos a chunk
+    x, y, xsq = fed.gather(idx, norms=True)
+    whole = (grads.clipped_grad_sum(problem, w, x, y, weights, 1.0, xsq=xsq),
+             grads.clipped_diff_sum(problem, w, w_old, x, y, weights, 1.0, 0.5, xsq=xsq))
+    calls = []
+    real = federation.Federation.gather
+    monkeypatch.setattr(federation.Federation, "gather",
+                        lambda self, i, *a, **k: calls.append(i.shape[0]) or real(self, i, *a, **k))
+    chunked = (grads.clipped_grad_sum(problem, w, Rows(fed, idx), None, weights, 1.0),
+               grads.clipped_diff_sum(problem, w, w_old, Rows(fed, idx), None, weights, 1.0, 0.5))
+    assert calls == [2, 2, 1, 2, 2, 1]  # each chunk gathered once, for the sum and for the differences
+    for a, b in zip(whole, chunked):
+        assert torch.isfinite(b).all() and torch.equal(a, b)
+    assert not torch.equal(chunked[0][2], whole[0][2] * 0)  # the NaN record's silo still sums its others
+    reference = (grads.clipped_grad_sum(problem, w, Rows(fed, idx), None, weights, 1.0, "materialize"),
+                 grads.clipped_diff_sum(problem, w, w_old, Rows(fed, idx), None, weights, 1.0, 0.5, "materialize"))
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for a, b in zip(reference, chunked):
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol)

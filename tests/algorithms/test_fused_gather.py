@@ -152,8 +152,8 @@ def _gathered_pointers(monkeypatch) -> tuple[Federation, list]:
         pytest.skip("this torch has no storage use count: no buffer is reused")
     real, seen = federation.Federation.gather, []
 
-    def gather(self, idx, norms=False):
-        got = real(self, idx, norms)
+    def gather(self, idx, norms=False, **where):
+        got = real(self, idx, norms, **where)
         seen.append(got[0].data_ptr())
         return got
 
@@ -165,8 +165,8 @@ def _gathered_pointers(monkeypatch) -> tuple[Federation, list]:
 
 
 def test_mb_sgd_gathers_every_round_into_one_buffer(monkeypatch):
-    """MB-SGD drops its batch once sent, so each round's gather reuses the previous round's buffer
-    (one buffer in cache, not two alternating)."""
+    """Each round's gather (the kernel's, a chunk of silos into its work tensor) reuses the previous
+    round's buffer (one buffer in cache, not two alternating)."""
     gen = torch.Generator().manual_seed(0)
     # the passes compiled (or loaded) first, on another federation: a first call's compilation may keep
     # its arguments (the first round's buffer) alive for a while, which is no round's behaviour
