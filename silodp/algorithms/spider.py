@@ -160,7 +160,7 @@ class IsrlSpider(FederatedAlgorithm):
                 big_h, _ = ctx.send("diff", diff, avail, std=self.diff_noise(ctx.sigmas, step))
                 del diff  # its term holds the batch
                 h = h + big_h
-            del data  # held by nothing now: the next round's gather reuses its buffer (one, not two)
+            del data  # a batch gathered whole (the shuffle path) held by nothing now: the next gather reuses its buffer
             w_prev, w = w, ctx.prox(w - ctx.eta * h)
             ctx.end_round(w, keep_iterate=True)
         return w
