@@ -449,6 +449,8 @@ RECORDED = {t.name: t for t in (
     Recorded("accounting_mechanisms", "docs/accounting.md", "python benchmarks/bench_accounting.py --mechanisms",
              measured=True, certificates=("discrete-mechanisms",)),
     Recorded("accounting_sweep", "docs/accounting.md", "python benchmarks/bench_accounting.py --sweep", measured=True),
+    Recorded("accounting_ledger_speed", "docs/accounting.md", "python benchmarks/bench_accounting.py --ledger 10,100,1000",
+             measured=True),
     Recorded("cli_latency", "docs/accounting.md", "python benchmarks/bench_cli.py", measured=True),
     Recorded("flower_ledger_speed", "docs/integrations.md",
              "OPENBLAS_NUM_THREADS=1 nice -n 15 python benchmarks/bench_flower.py ledger --rounds 100 --repeats 3",
