@@ -171,7 +171,7 @@ class Rows:
     """The rows ``idx [N, K]`` of every silo of ``fed``, not yet copied: a slice of silos at a time
     into the caller's buffer (:meth:`take`, the ghost kernel's chunks: each chunk's rows are copied
     just before its products read them, still in the cache; at N 100, where a whole minibatch
-    outgrows the last-level cache, a tenth of the round), or all at once (:meth:`whole`, kept).
+    outgrows the last-level cache, about 5% of the round), or all at once (:meth:`whole`, kept).
     ``shape``, ``dtype``, ``device`` and :meth:`element_size` are the gathered tensor's."""
 
     __slots__ = ("fed", "idx", "_whole")

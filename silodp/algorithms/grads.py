@@ -262,7 +262,7 @@ def _silos(x, y, xsq, sl: slice) -> tuple:
     """``(x, y, xsq)`` of the silos ``sl`` of one chunk: slices of the tensors, or a :class:`.Rows`
     minibatch's rows gathered now into this thread's work tensor (:func:`_scratch`), so that the
     chunk's records are still in the cache when its products read them (a whole minibatch gathered
-    first is not, once it outgrows the cache: at N 100 a tenth of the round)."""
+    first is not, once it outgrows the cache: at N 100 about 5% of the round)."""
     if isinstance(x, Rows):
         return x.take(sl, _scratch("rows", (sl.stop - sl.start, *x.shape[1:]), x.fed.x))
     return x[sl], y[sl], None if xsq is None else xsq[sl]
