@@ -52,7 +52,6 @@ class IsrlProxSGD(FederatedAlgorithm):
             avail = ctx.available()
             data = ctx.batch(sampler)
             g, _ = ctx.send("grad", ctx.term(data, w), avail, std=std)
-            del data  # a batch gathered whole (the shuffle path) held by nothing now: the next gather reuses its buffer
             w = ctx.prox(w - ctx.eta * g)
             ctx.end_round(w)
         return w

@@ -158,9 +158,8 @@ class IsrlSpider(FederatedAlgorithm):
                     diff_clip = beta * step if clip is None else _smaller(2 * clip, beta * step)
                 diff = ctx.term(data, w, w_old=w_prev, diff_clip=diff_clip)
                 big_h, _ = ctx.send("diff", diff, avail, std=self.diff_noise(ctx.sigmas, step))
-                del diff  # its term holds the batch
+                del diff  # its term holds the batch (rows gathered whole, on the shuffle path): freed before the next gather
                 h = h + big_h
-            del data  # a batch gathered whole (the shuffle path) held by nothing now: the next gather reuses its buffer
             w_prev, w = w, ctx.prox(w - ctx.eta * h)
             ctx.end_round(w, keep_iterate=True)
         return w
@@ -243,18 +242,15 @@ class IsrlFedSpider(FederatedAlgorithm):
         avail = ctx.available()
         data = ctx.batch(sample2)
         v2, _ = ctx.send("grad", ctx.term(data, w2), avail, std=s2)
-        del data
         ctx.end_round(w2)
         for _ in range(int(self.rounds) - 1):
             avail = ctx.available()
             w0, w1 = w2, ctx.prox(w2 - ctx.eta * v2)
             data = ctx.batch(sample1)
             v1, _ = ctx.send("diff", ctx.term(data, w1, w_old=w0), avail, std=s1, offset=v2)
-            del data  # each gather reuses a free buffer (one per batch size, not two)
             w2 = ctx.prox(w1 - ctx.eta * v1)
             data = ctx.batch(sample2)
             v2, _ = ctx.send("grad", ctx.term(data, w2), avail, std=s2)
-            del data
             ctx.iterates += [w1.clone(), w2.clone()]
             ctx.end_round(w2)
         return w2

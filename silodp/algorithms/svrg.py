@@ -102,7 +102,7 @@ class IsrlProxSVRG(FederatedAlgorithm):
                     data = ctx.batch(sampler)
                     diff = ctx.term(data, w, w_old=wbar)
                     v, _ = ctx.send("diff", diff, avail, std=s2, offset=offset)
-                    del data, diff  # held by nothing now (the term holds the batch): a batch gathered whole frees its buffer
+                    del diff  # its term holds the batch (rows gathered whole, on the shuffle path): freed before the next gather
                     w = ctx.prox(w - ctx.eta * v)
                 wbar = w
                 ctx.end_round(w)

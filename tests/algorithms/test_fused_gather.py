@@ -182,9 +182,9 @@ def test_mb_sgd_gathers_every_round_into_one_buffer(monkeypatch):
 
 @pytest.mark.parametrize("name", ["isrl-spider", "isrl-prox-svrg", "isrl-fed-spider"])
 def test_spider_and_svrg_gather_every_batch_into_one_buffer(monkeypatch, name):
-    """SPIDER (with a smoothness constant: clipped differences), SVRG and FedSPIDER drop each batch
-    (and the term that holds it) once sent, so every gather reuses the previous one's buffer (one
-    buffer in cache, not two alternating)."""
+    """SPIDER (with a smoothness constant: clipped differences), SVRG and FedSPIDER: every gather (the
+    kernel's, a chunk of silos into its work tensor) reuses the previous one's buffer (one buffer in
+    cache, not two alternating)."""
     from silodp.algorithms import registry
 
     problem = Problem(mlp(5, [4], 1), "logistic", clip=1.0, beta=4.0)
